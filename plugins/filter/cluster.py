@@ -1,0 +1,84 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Filters over the inventory contract: errors, the cluster manifest and the preflight summary."""
+
+from __future__ import annotations
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
+
+
+def cluster_contract_errors(groups, hostvars):
+    """List of contract violations (empty when the inventory is sound)."""
+    return contract.contract_errors(groups, hostvars)
+
+
+def cluster_manifest(groups, hostvars):
+    """Head, master address and port, and the ranked node list."""
+    return contract.cluster_manifest(groups, hostvars)
+
+
+def cluster_nodes(groups):
+    """Cluster nodes, head first then workers in natural order."""
+    return contract.ordered_nodes(groups)
+
+
+def _size(num_bytes):
+    if num_bytes is None:
+        return '-'
+    return '%.1fG' % (float(num_bytes) / 2 ** 30)
+
+
+def summary_rows(groups, hostvars, hosts=None):
+    """One dict per node (head first) from the inventory and the gathered facts."""
+    rows = []
+    heads = groups.get('head') or []
+    for host in contract.ordered_nodes(groups):
+        if hosts is not None and host not in hosts:
+            continue
+        facts = hostvars[host].get('ansible_facts') or {}
+        gpu = facts.get('gpu') or {}
+        rows.append({
+            'name': host,
+            'role': 'head' if host in heads else 'worker',
+            'address': contract.cluster_address(hostvars, host),
+            'os': ('%s %s' % (facts.get('distribution', '?'), facts.get('distribution_version', ''))).strip(),
+            'kernel': facts.get('kernel', '?'),
+            'cpus': facts.get('processor_vcpus') or facts.get('processor_count') or '-',
+            'mem_mb': facts.get('memtotal_mb'),
+            'gpus': gpu.get('gpu_count', '-'),
+        })
+    return rows
+
+
+def cluster_summary(groups, hostvars, hosts=None):
+    """A fixed-width table, one line per node: name, role, address, OS, kernel, CPUs, memory, GPUs."""
+    header = ('NODE', 'ROLE', 'ADDRESS', 'OS', 'KERNEL', 'CPUS', 'MEMORY', 'GPUS')
+    table = [header]
+    for r in summary_rows(groups, hostvars, hosts):
+        mem = r.get('mem_mb')
+        table.append((
+            str(r['name']), str(r['role']), str(r['address']), str(r['os']), str(r['kernel']),
+            str(r['cpus']), _size(mem * 2 ** 20) if mem is not None else '-', str(r['gpus']),
+        ))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    return ['  '.join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+
+
+def unreachable_line(host, hostvars):
+    """'host NAME (ADDRESS): why' for a node whose ping result says unreachable."""
+    hv = hostvars[host]
+    result = hv.get('__preflight_ping') or {}
+    why = ' '.join(str(result.get('msg', 'no answer')).split())
+    return 'host %s (%s): %s' % (host, hv.get('ansible_host', host), why)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            'cluster_contract_errors': cluster_contract_errors,
+            'cluster_manifest': cluster_manifest,
+            'cluster_nodes': cluster_nodes,
+            'cluster_summary': cluster_summary,
+            'unreachable_line': unreachable_line,
+        }

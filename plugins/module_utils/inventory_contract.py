@@ -1,0 +1,141 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""The inventory contract of gpucluster.multinode, checked on the controller.
+
+    cluster            every node of the training cluster
+      head             exactly one: rank 0, master address, NFS server, launch host
+      workers          the other nodes
+
+Every problem found is one line that names the host and the variable at fault.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
+
+USER_RE = re.compile(r'^[a-z_][a-z0-9_-]{0,31}$')
+
+
+def natural_key(name):
+    """Sort key that puts worker-2 before worker-10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', str(name))]
+
+
+def _get(hostvars, host, name, default=None):
+    try:
+        value = hostvars[host].get(name, default)
+    except Exception:  # HostVars raise on undefined templated values
+        return default
+    return default if value is None else value
+
+
+def cluster_address(hostvars, host):
+    """The address a node is known by inside the cluster: cluster_address, else ansible_host, else its name."""
+    return str(_get(hostvars, host, 'cluster_address') or _get(hostvars, host, 'ansible_host') or host)
+
+
+def ordered_nodes(groups):
+    """Head first, then the workers in natural order."""
+    head = list(groups.get('head') or [])
+    workers = sorted((h for h in groups.get('workers') or [] if h not in head), key=natural_key)
+    return head + workers
+
+
+def _type_name(value):
+    for kind in (bool, int, float, str, list, dict):
+        if isinstance(value, kind):
+            return kind.__name__
+    return type(value).__name__
+
+
+def _check_int(errors, host, hostvars, name, low, high):
+    value = _get(hostvars, host, name)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        else:
+            errors.append('host %s: %s must be an integer from %d to %d, got %r (%s)'
+                          % (host, name, low, high, str(value) if isinstance(value, str) else value, _type_name(value)))
+            return
+    if not low <= value <= high:
+        errors.append('host %s: %s must be from %d to %d, got %d' % (host, name, low, high, value))
+
+
+def contract_errors(groups, hostvars):
+    """All violations of the inventory contract, one line each; an empty list means the inventory is sound."""
+    errors = []
+    cluster = list(groups.get('cluster') or [])
+    heads = list(groups.get('head') or [])
+    workers = list(groups.get('workers') or [])
+
+    if not cluster:
+        return ["inventory: group 'cluster' is missing or empty; put every node under cluster: head or workers"]
+    if len(heads) != 1:
+        if heads:
+            errors.append("inventory: group 'head' must hold exactly one host, it holds %d: %s"
+                          % (len(heads), ', '.join(sorted(heads, key=natural_key))))
+        else:
+            errors.append("inventory: group 'head' is empty; exactly one host must be the head (rank 0, master address)")
+    for host in groups.get('ungrouped') or []:
+        errors.append("host %s: is in no group; put it under cluster: head or workers" % host)
+    for host in heads + workers:
+        if host not in cluster:
+            errors.append("host %s: is in group '%s' but not in group 'cluster'"
+                          % (host, 'head' if host in heads else 'workers'))
+    for host in sorted(cluster, key=natural_key):
+        if host in heads and host in workers:
+            errors.append("host %s: is in both 'head' and 'workers'; a node is one or the other" % host)
+        elif host not in heads and host not in workers:
+            errors.append("host %s: is in 'cluster' but in neither 'head' nor 'workers'" % host)
+
+    seen = {}
+    for host in sorted(cluster, key=natural_key):
+        cidr = _get(hostvars, host, 'cluster_cidr')
+        if cidr is None:
+            errors.append('host %s: cluster_cidr is not set; set it for the cluster (e.g. 192.168.1.0/24)' % host)
+        elif not addresses.is_cidr(cidr):
+            errors.append('host %s: cluster_cidr must be a network in CIDR form like 192.168.1.0/24, got %r'
+                          % (host, cidr))
+            cidr = None
+        address = cluster_address(hostvars, host)
+        source = 'cluster_address' if _get(hostvars, host, 'cluster_address') else 'ansible_host'
+        if not addresses.is_ip(address):
+            errors.append('host %s: %s %r is not an IP address; set cluster_address to the address '
+                          'the node has on the cluster network' % (host, source, address))
+        else:
+            if cidr is not None and not addresses.cidr_contains(cidr, address):
+                errors.append('host %s: %s %s is outside cluster_cidr %s' % (host, source, address, cidr))
+            if address in seen:
+                errors.append('host %s: cluster_address %s is already used by host %s' % (host, address, seen[address]))
+            else:
+                seen[address] = host
+        user = _get(hostvars, host, 'cluster_user')
+        if user is not None and (not isinstance(user, str) or not USER_RE.match(user)):
+            errors.append('host %s: cluster_user must be a POSIX user name (lowercase letters, digits, _ or -), got %r'
+                          % (host, user))
+        _check_int(errors, host, hostvars, 'gpu_slots', 0, 1024)
+        _check_int(errors, host, hostvars, 'cluster_master_port', 1, 65535)
+    return errors
+
+
+def cluster_manifest(groups, hostvars):
+    """What every node is told about the cluster (written to /etc/gpucluster/cluster.json)."""
+    nodes = ordered_nodes(groups)
+    head = nodes[0] if nodes else None
+    first = hostvars[head] if head else {}
+    return {
+        'head': head,
+        'master_addr': cluster_address(hostvars, head) if head else None,
+        'master_port': int(_get(hostvars, head, 'cluster_master_port', 29500)) if head else 29500,
+        'cluster_cidr': first.get('cluster_cidr') if head else None,
+        'nodes': [
+            {'name': h, 'address': cluster_address(hostvars, h), 'rank': i,
+             'role': 'head' if i == 0 else 'worker'}
+            for i, h in enumerate(nodes)
+        ],
+    }

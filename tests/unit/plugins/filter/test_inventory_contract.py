@@ -1,0 +1,60 @@
+import os
+
+import pytest
+from ansible.inventory.manager import InventoryManager
+from ansible.parsing.dataloader import DataLoader
+from ansible.vars.manager import VariableManager
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
+
+INVENTORIES = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'integration', 'inventories')
+
+
+def load(name):
+    loader = DataLoader()
+    inv = InventoryManager(loader=loader, sources=[os.path.join(INVENTORIES, name)])
+    vm = VariableManager(loader=loader, inventory=inv)
+    groups = {g: [h.name for h in inv.groups[g].get_hosts()] for g in inv.groups}
+    hostvars = {h.name: vm.get_vars(host=h, include_hostvars=False) for h in inv.get_hosts()}
+    return groups, hostvars
+
+
+def test_home_lan_inventory_is_sound_and_ranked_head_first():
+    groups, hostvars = load('good.yml')
+    assert contract.contract_errors(groups, hostvars) == []
+    manifest = contract.cluster_manifest(groups, hostvars)
+    assert manifest['head'] == 'gpu-master'
+    assert manifest['master_addr'] == '192.168.1.100'
+    assert manifest['master_port'] == 29500
+    assert [(n['name'], n['rank']) for n in manifest['nodes']] == [
+        ('gpu-master', 0), ('gpu-worker-1', 1), ('gpu-worker-2', 2)]
+
+
+def test_every_problem_is_reported_once_with_host_and_variable():
+    groups = {'all': ['a', 'b', 'c'], 'ungrouped': [], 'cluster': ['a', 'b', 'c'],
+              'head': ['a'], 'workers': ['b']}
+    hostvars = {
+        'a': {'cluster_cidr': '10.0.0.0/24', 'ansible_host': '10.0.0.1', 'cluster_master_port': 70000},
+        'b': {'cluster_cidr': '10.0.0.0/24', 'ansible_host': 'node-b.example', 'cluster_user': 'Bad User'},
+        'c': {'cluster_cidr': '10.0.0.0/24', 'ansible_host': '10.0.0.1', 'gpu_slots': True},
+    }
+    errors = contract.contract_errors(groups, hostvars)
+    assert "host c: is in 'cluster' but in neither 'head' nor 'workers'" in errors
+    assert 'host a: cluster_master_port must be from 1 to 65535, got 70000' in errors
+    assert any(e.startswith("host b: ansible_host 'node-b.example' is not an IP address") for e in errors)
+    assert any(e.startswith('host b: cluster_user must be a POSIX user name') for e in errors)
+    assert 'host c: cluster_address 10.0.0.1 is already used by host a' in errors
+    assert any(e.startswith('host c: gpu_slots must be an integer') for e in errors)
+    assert len(errors) == 6
+
+
+def test_natural_order_puts_worker_2_before_worker_10():
+    groups = {'head': ['m'], 'workers': ['w-10', 'w-2', 'w-1']}
+    assert contract.ordered_nodes(groups) == ['m', 'w-1', 'w-2', 'w-10']
+
+
+@pytest.mark.parametrize('value', ['8', 8])
+def test_numeric_strings_from_ini_inventories_are_accepted(value):
+    groups = {'cluster': ['a'], 'head': ['a'], 'workers': []}
+    hostvars = {'a': {'cluster_cidr': '10.0.0.0/24', 'ansible_host': '10.0.0.1', 'gpu_slots': value}}
+    assert contract.contract_errors(groups, hostvars) == []
