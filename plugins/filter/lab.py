@@ -35,6 +35,21 @@ def lab_layout(lab_name, nodes, subnet, first_host=10, head_name='lab-head', wor
     return out
 
 
+def platform_networks(platforms, prefix=24):
+    """Networks named by test platforms ("net-a,net-b"), each with the /prefix holding the
+    first address given on it (None when no platform gives one)."""
+    order, subnets = [], {}
+    for platform in platforms or []:
+        names = [n.strip() for n in str(platform.get('network') or '').split(',') if n.strip()]
+        for pos, name in enumerate(names):
+            if name not in subnets:
+                order.append(name)
+                subnets[name] = None
+            if pos == 0 and platform.get('ip') and subnets[name] is None:
+                subnets[name] = addresses.cidr_network(platform['ip'], prefix)
+    return [{'name': n, 'subnet': subnets[n]} for n in order]
+
+
 class FilterModule:
     def filters(self):
-        return {'lab_layout': lab_layout}
+        return {'lab_layout': lab_layout, 'platform_networks': platform_networks}

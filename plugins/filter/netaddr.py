@@ -39,5 +39,6 @@ class FilterModule:
             'cidr_host': _wrap(addresses.cidr_host),
             'cidr_size': _wrap(addresses.cidr_size),
             'cidr_prefix': _wrap(addresses.cidr_prefix),
+            'cidr_network': _wrap(addresses.cidr_network),
             'podman_subnets': podman_subnets,
         }

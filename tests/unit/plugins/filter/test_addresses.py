@@ -42,3 +42,15 @@ def test_lab_layout_refuses_no_nodes_and_a_full_subnet():
         lab_layout('lab', 0, '10.213.0.0/24')
     with pytest.raises(AnsibleFilterError, match='no room'):
         lab_layout('lab', 8, '10.213.0.0/29', first_host=2)
+
+
+def test_platform_networks_take_the_subnet_of_the_first_address():
+    from ansible_collections.gpucluster.multinode.plugins.filter.lab import platform_networks
+    nets = platform_networks([
+        {'name': 'a', 'network': 'inside,outside', 'ip': '10.213.103.10'},
+        {'name': 'b', 'network': 'inside', 'ip': '10.213.103.11'},
+        {'name': 'c', 'network': 'outside', 'ip': '10.213.203.20'},
+        {'name': 'd'},
+    ])
+    assert nets == [{'name': 'inside', 'subnet': '10.213.103.0/24'},
+                    {'name': 'outside', 'subnet': '10.213.203.0/24'}]

@@ -58,3 +58,14 @@ def test_numeric_strings_from_ini_inventories_are_accepted(value):
     groups = {'cluster': ['a'], 'head': ['a'], 'workers': []}
     hostvars = {'a': {'cluster_cidr': '10.0.0.0/24', 'ansible_host': '10.0.0.1', 'gpu_slots': value}}
     assert contract.contract_errors(groups, hostvars) == []
+
+
+def test_shipped_home_lan_example_is_sound():
+    loader = DataLoader()
+    path = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'inventories', 'example-home-lan')
+    inv = InventoryManager(loader=loader, sources=[path])
+    vm = VariableManager(loader=loader, inventory=inv)
+    groups = {g: [h.name for h in inv.groups[g].get_hosts()] for g in inv.groups}
+    hostvars = {h.name: vm.get_vars(host=h, include_hostvars=False) for h in inv.get_hosts()}
+    assert contract.contract_errors(groups, hostvars) == []
+    assert contract.cluster_manifest(groups, hostvars)['master_addr'] == '192.168.1.100'

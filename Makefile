@@ -1,0 +1,27 @@
+# Thin entry points; the work is in scripts/ and playbooks/.
+SHELL := /bin/bash
+ENV := source scripts/env.sh &&
+LAB_ARGS ?=
+
+.PHONY: setup lab lab-up lab-down test lint unit
+setup:            ## controller set-up: system packages, .venv, collection link
+	bash scripts/setup.sh
+
+lab: setup        ## the main job: lab up, then site.yml on it
+	$(ENV) ansible-playbook playbooks/lab.yml $(LAB_ARGS)
+	$(ENV) ansible-playbook playbooks/site.yml -i inventories/lab
+
+lab-up: setup     ## only create the lab
+	$(ENV) ansible-playbook playbooks/lab.yml $(LAB_ARGS)
+
+lab-down: setup   ## remove the lab (containers, network, keys, inventory)
+	$(ENV) ansible-playbook playbooks/lab.yml -e lab_state=absent $(LAB_ARGS)
+
+test:             ## lint, unit/integration tests, collection build, molecule scenarios
+	bash scripts/test.sh
+
+lint: setup
+	$(ENV) yamllint --strict . && ansible-lint --profile production
+
+unit: setup
+	$(ENV) pytest -q

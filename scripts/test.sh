@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The test command (make test): lint, unit and integration tests, the collection build,
+# and every molecule scenario on systemd containers from the local node image.
+#   MOLECULE_SCENARIOS="preflight firewall" make test   # only these scenarios
+#   GPUCLUSTER_HEAVY=1 make test                       # also the heavy scenarios
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh || exit 1
+# shellcheck source=scripts/env.sh
+source scripts/env.sh
+
+passed=0; failed=0; failures=()
+declare -a timings
+step() {
+  local name=$1; shift
+  local start=$SECONDS
+  echo "=== $name: $*"
+  if "$@"; then
+    passed=$((passed + 1)); timings+=("ok    $(printf '%4d' $((SECONDS - start)))s  $name")
+  else
+    failed=$((failed + 1)); failures+=("$name"); timings+=("FAIL  $(printf '%4d' $((SECONDS - start)))s  $name")
+  fi
+}
+
+check_collection() {
+  # The collection builds, installs, and every module renders with ansible-doc.
+  local dist=.build/dist inst
+  rm -rf "$dist" && mkdir -p "$dist"
+  inst=$(mktemp -d)
+  ansible-galaxy collection build --force --output-path "$dist" . >/dev/null || return 1
+  ansible-galaxy collection install --offline --no-deps -p "$inst" "$dist"/gpucluster-multinode-*.tar.gz >/dev/null || return 1
+  local m rc=0
+  for m in plugins/modules/*.py; do
+    m=$(basename "$m" .py)
+    if ! ANSIBLE_COLLECTIONS_PATH="$inst" ansible-doc "gpucluster.multinode.$m" >/dev/null; then
+      echo "ansible-doc failed for gpucluster.multinode.$m"; rc=1
+    fi
+  done
+  rm -rf "$inst"
+  return $rc
+}
+
+step yamllint yamllint --strict .
+step ansible-lint ansible-lint --profile production
+step pytest pytest -q
+step collection-build check_collection
+
+scenarios=${MOLECULE_SCENARIOS:-}
+if [ -z "$scenarios" ]; then
+  for d in molecule/*/molecule.yml; do
+    s=$(basename "$(dirname "$d")")
+    if grep -q '^# gpucluster: heavy' "$d" && [ -z "${GPUCLUSTER_HEAVY:-}" ]; then
+      echo "=== molecule $s: heavy, skipped (GPUCLUSTER_HEAVY=1 runs it)"; continue
+    fi
+    scenarios="$scenarios $s"
+  done
+fi
+if [ -n "${scenarios// /}" ]; then
+  step node-image ansible-playbook playbooks/lab.yml -e lab_state=image
+  GPUCLUSTER_NODE_IMAGE=$(cat .lab/node-image)
+  export GPUCLUSTER_NODE_IMAGE
+  for s in $scenarios; do
+    step "molecule $s" molecule test -s "$s"
+  done
+fi
+
+echo
+echo "=== summary"
+printf '%s\n' "${timings[@]}"
+[ "$failed" -eq 0 ] || printf 'failed: %s\n' "${failures[*]}"
+echo "test steps: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
