@@ -23,6 +23,22 @@ def cluster_nodes(groups):
     return contract.ordered_nodes(groups)
 
 
+def cluster_job_nodes(groups, hostvars, by='name'):
+    """Nodes of a job, head first: name, address and slots (gpu_slots, else detected GPUs, else 1).
+
+    With by='address' the name is the cluster address (for hostfiles on clusters without names)."""
+    out = []
+    for host in contract.ordered_nodes(groups):
+        hv = hostvars[host]
+        facts = hv.get('ansible_facts') or {}
+        detected = (facts.get('gpu') or {}).get('gpu_count') or 0
+        slots = hv.get('gpu_slots')
+        slots = int(slots) if slots not in (None, '') else (int(detected) or 1)
+        address = contract.cluster_address(hostvars, host)
+        out.append({'name': address if by == 'address' else host, 'address': address, 'slots': slots})
+    return out
+
+
 def _size(num_bytes):
     if num_bytes is None:
         return '-'
@@ -79,6 +95,7 @@ class FilterModule:
             'cluster_contract_errors': cluster_contract_errors,
             'cluster_manifest': cluster_manifest,
             'cluster_nodes': cluster_nodes,
+            'cluster_job_nodes': cluster_job_nodes,
             'cluster_summary': cluster_summary,
             'unreachable_line': unreachable_line,
         }

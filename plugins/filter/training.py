@@ -1,0 +1,87 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Turn the per-node results of training_job (state=status) into one verdict for the job."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
+
+
+def training_verdict(results, nodes=None):
+    """{state: running|succeeded|failed|stopped|unknown, failed_nodes, exit_codes, first_failure, lines}.
+
+    results: the per-node return values of training_job with state=status, head first.
+    A node counts as failed when its own launcher or agent exited non-zero, or when the deepspeed
+    launcher on the head saw its ranks exit non-zero (pdsh). A job with a failed node is failed even
+    while ranks still run elsewhere (they may hang in a collective until stopped)."""
+    results = [r for r in results if r]
+    order = nodes or [r.get('node') for r in results]
+    codes = {}
+    running = []
+    for r in results:
+        node = r.get('node')
+        if r.get('running'):
+            running.append(node)
+        if r.get('exit_code') is not None:
+            codes[node] = r['exit_code']
+        for other, code in (r.get('node_exit_codes') or {}).items():
+            # pdsh names hosts as the hostfile does; map addresses back to node names where we can
+            codes[other] = code
+    failed = [n for n in order if codes.get(n)]
+    failed += [n for n in codes if codes[n] and n not in failed]
+    head = results[0] if results else {}
+    if failed:
+        state = 'failed'
+    elif running:
+        state = 'running'
+    elif head.get('exit_code') == 0 or (head.get('slurm_state') == 'COMPLETED'):
+        state = 'succeeded'
+    elif not any(r.get('exit_code') is not None for r in results):
+        state = 'stopped' if results else 'unknown'
+    else:
+        state = 'succeeded' if all(c == 0 for c in codes.values()) else 'failed'
+    first = None
+    if failed:
+        by_node = {r.get('node'): r for r in results}
+        culprit = failed[0]
+        source = by_node.get(culprit) or head
+        tail = source.get('log_tail') or []
+        log = source.get('log')
+        pdsh_tail = (head.get('node_log_tails') or {}).get(culprit)
+        if pdsh_tail and (source.get('role') == 'ranks' or not tail):
+            tail, log = pdsh_tail, '%s (lines from %s)' % (head.get('log'), culprit)
+        first = {'node': culprit, 'exit_code': codes.get(culprit), 'log': log, 'log_tail': tail}
+    lines = ['job %s: %s' % (head.get('job_id', '?'), state)]
+    for r in results:
+        lines.append('  %-20s %-8s running=%-5s exit=%s' % (r.get('node'), r.get('role', ''),
+                                                              bool(r.get('running')), codes.get(r.get('node'), '-')))
+    if first:
+        lines.append('first failure: %s (exit %s); last lines of %s:' % (first['node'], first['exit_code'], first['log']))
+        lines.extend('  | ' + line for line in first['log_tail'])
+    return {'state': state, 'failed_nodes': failed, 'running_nodes': running, 'exit_codes': codes,
+            'first_failure': first, 'lines': lines}
+
+
+def json_object_or_none(text):
+    """The JSON object in text, or None when text is not a JSON object."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def latest_checkpoint(files):
+    """Name of the newest checkpoint among ansible.builtin.find results (DeepSpeed's 'latest' wins)."""
+    entries = [(os.path.basename(f['path']), f.get('mtime', 0), bool(f.get('isdir'))) for f in files or []]
+    return tr.latest_checkpoint(entries)
+
+
+class FilterModule:
+    def filters(self):
+        return {'training_verdict': training_verdict, 'json_object_or_none': json_object_or_none,
+                'latest_checkpoint': latest_checkpoint}

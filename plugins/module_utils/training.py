@@ -1,0 +1,194 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Command lines, sbatch scripts and checks for starting training through real launchers.
+
+Pure functions: the module that uses them runs them on each node; the unit tests run them
+on plain data.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils.jobs import JOB_ENV
+
+LAUNCHERS = ('deepspeed', 'torchrun', 'mpirun', 'slurm')
+JOB_ID_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$')
+# nccl/gloo and launcher variables that mpirun must forward with -x
+FORWARD_PREFIXES = ('NCCL_', 'GLOO_', 'TORCH_', 'DS_', 'OMP_', 'CUDA_', 'PYTHON', 'MASTER_', 'GPUCLUSTER_')
+
+
+class TrainingError(ValueError):
+    """A problem with the job's inputs, worded for the user."""
+
+
+def q(value):
+    return shlex.quote(str(value))
+
+
+def join(argv):
+    return ' '.join(q(a) for a in argv)
+
+
+def check_job_id(job_id):
+    if not JOB_ID_RE.match(str(job_id or '')):
+        raise TrainingError('job_id %r must be 1-64 letters, digits, ".", "_" or "-", starting with a letter or digit'
+                            % (job_id,))
+    return str(job_id)
+
+
+def load_deepspeed_config(config):
+    """A DeepSpeed config from a dict, a JSON string or file text; fails when batch settings are missing."""
+    if isinstance(config, dict):
+        data = config
+    else:
+        try:
+            data = json.loads(config)
+        except ValueError as exc:
+            raise TrainingError('deepspeed_config is not valid JSON: %s' % exc) from exc
+        if not isinstance(data, dict):
+            raise TrainingError('deepspeed_config must be a JSON object, got %s' % type(data).__name__)
+    batch_keys = ('train_batch_size', 'train_micro_batch_size_per_gpu')
+    if not any(k in data for k in batch_keys):
+        raise TrainingError('deepspeed_config has no batch settings: set train_batch_size or '
+                            'train_micro_batch_size_per_gpu')
+    return data
+
+
+def hostfile_text(nodes, slots):
+    """'name slots=N' lines, head first, as the deepspeed launcher and Open MPI read them."""
+    return ''.join('%s slots=%d\n' % (n['name'], slots) for n in nodes)
+
+
+def deepspeed_command(bin_dir, hostfile, master_addr, master_port, script, script_args=(),
+                      launcher='pdsh', rank_log_dir=None, num_nodes=None, include=None, exclude=None,
+                      launcher_args=None):
+    """The deepspeed launcher line run on the head."""
+    argv = ['%s/deepspeed' % bin_dir.rstrip('/'), '--hostfile', hostfile, '--launcher', launcher,
+            '--master_addr', master_addr, '--master_port', str(master_port)]
+    if num_nodes:
+        argv += ['--num_nodes', str(num_nodes)]
+    if include:
+        argv += ['--include', include]
+    if exclude:
+        argv += ['--exclude', exclude]
+    if rank_log_dir:
+        argv += ['--enable_each_rank_log', rank_log_dir]
+    if launcher_args:
+        argv += ['--launcher_args', launcher_args]
+    return argv + [script] + list(script_args)
+
+
+def torchrun_command(bin_dir, nnodes, nproc_per_node, rdzv_host, rdzv_port, job_id, script, script_args=(),
+                     log_dir=None, max_restarts=0, node_rank=None, local_addr=None):
+    """One torchrun agent's line (c10d rendezvous on the head). local_addr is the address the
+    node's agent and rank 0's store advertise: the cluster address, so names need not resolve."""
+    argv = ['%s/torchrun' % bin_dir.rstrip('/'), '--nnodes', str(nnodes), '--nproc-per-node', str(nproc_per_node),
+            '--rdzv-backend', 'c10d', '--rdzv-endpoint', '%s:%s' % (rdzv_host, rdzv_port),
+            '--rdzv-id', job_id, '--max-restarts', str(max_restarts)]
+    if local_addr:
+        argv += ['--local-addr', local_addr]
+    if node_rank is not None:
+        argv += ['--node-rank', str(node_rank)]
+    if log_dir:
+        argv += ['--log-dir', log_dir, '--redirects', '3', '--tee', '3']
+    return argv + [script] + list(script_args)
+
+
+def mpirun_command(bin_dir, hostfile, nprocs, per_node, env_names, script, script_args=(), mpirun='mpirun',
+                   extra_args=()):
+    """Open MPI's line on the head: hostfile, one rank per slot, -x for every variable forwarded."""
+    argv = [mpirun, '--hostfile', hostfile, '-np', str(nprocs), '--map-by', 'ppr:%d:node' % per_node,
+            '--bind-to', 'none']
+    for name in sorted(set(env_names)):
+        argv += ['-x', name]
+    argv += list(extra_args)
+    return argv + ['%s/python' % bin_dir.rstrip('/'), script] + list(script_args)
+
+
+def forwarded_env_names(env):
+    return [k for k in env if k == 'PATH' or k == 'LD_LIBRARY_PATH' or k.startswith(FORWARD_PREFIXES)]
+
+
+SBATCH_TEMPLATE = """#!/bin/bash
+#SBATCH --job-name={name}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+{gpus_line}#SBATCH --cpus-per-task={cpus}
+#SBATCH --time={time}
+{partition_line}#SBATCH --output={log_dir}/%x-%j.out
+#SBATCH --error={log_dir}/%x-%j.out
+set -euo pipefail
+export {job_env}={job_id}
+{exports}
+# Nodes of this allocation, head first: the master address and the hostfile come from Slurm.
+scontrol show hostnames "$SLURM_JOB_NODELIST" > {hostfile}
+MASTER_ADDR=$(head -n 1 {hostfile})
+export MASTER_ADDR MASTER_PORT={master_port}
+echo "job {job_id}: nodes $(paste -sd, {hostfile}), master $MASTER_ADDR:$MASTER_PORT"
+{launch}
+"""
+
+
+def sbatch_script(job_id, nodes, gpus_per_node, time_limit, log_dir, hostfile, master_port, launch_line,
+                  partition=None, cpus_per_task=1, env=None, name=None):
+    """The sbatch script: allocation, hostfile from scontrol, master address, then the launch line."""
+    exports = '\n'.join('export %s=%s' % (k, q(v)) for k, v in sorted((env or {}).items()))
+    return SBATCH_TEMPLATE.format(
+        name=name or job_id, nodes=int(nodes), cpus=int(cpus_per_task), time=time_limit, log_dir=log_dir,
+        gpus_line='#SBATCH --gpus-per-node=%d\n' % gpus_per_node if gpus_per_node else '',
+        partition_line='#SBATCH --partition=%s\n' % partition if partition else '',
+        job_env=JOB_ENV, job_id=q(job_id), exports=exports, hostfile=q(hostfile),
+        master_port=int(master_port), launch=launch_line)
+
+
+def slurm_launch_line(launcher, bin_dir, nproc_per_node, job_id, script, script_args=(), log_dir=None):
+    """What the sbatch script runs: torchrun on every node through srun (c10d on the first node)."""
+    if launcher != 'torchrun':
+        raise TrainingError('slurm_launcher must be torchrun, got %r' % launcher)
+    agent = torchrun_command(bin_dir, '$SLURM_NNODES', nproc_per_node, '__MASTER__', '$MASTER_PORT', job_id,
+                             script, script_args, log_dir=log_dir)
+    line = join(agent).replace(q('$SLURM_NNODES'), '"$SLURM_NNODES"').replace(
+        q('__MASTER__:$MASTER_PORT'), '"$MASTER_ADDR:$MASTER_PORT"')
+    return 'srun --ntasks-per-node=1 --kill-on-bad-exit=1 ' + line
+
+
+PDSH_EXIT_RE = re.compile(r'^pdsh@[^:]+: (?P<host>[^:\s]+): ssh exited with exit code (?P<code>\d+)', re.M)
+
+
+def pdsh_exit_codes(text):
+    """{host: code} from the 'ssh exited with exit code N' lines pdsh prints for failed hosts."""
+    return {m.group('host'): int(m.group('code')) for m in PDSH_EXIT_RE.finditer(text or '')}
+
+
+def pdsh_node_tails(text, hosts, lines=20):
+    """{host: [last lines]} of what each host printed through pdsh ('host: text' lines)."""
+    out = {}
+    for line in (text or '').splitlines():
+        host, sep, rest = line.partition(': ')
+        if sep and host in hosts:
+            out.setdefault(host, []).append(rest)
+        elif line.startswith('pdsh@'):
+            match = PDSH_EXIT_RE.match(line)
+            if match:
+                out.setdefault(match.group('host'), []).append(line)
+    return {h: v[-lines:] for h, v in out.items()}
+
+
+def latest_checkpoint(entries):
+    """Pick the newest checkpoint from [(name, mtime, is_dir)]: a DeepSpeed 'latest' file wins, then
+    the highest step number in the name, then the newest mtime."""
+    names = {e[0] for e in entries}
+    if 'latest' in names:
+        return 'latest'
+    dirs = [e for e in entries if e[2]]
+    if not dirs:
+        return None
+
+    def key(entry):
+        nums = re.findall(r'(\d+)', entry[0])
+        return (int(nums[-1]) if nums else -1, entry[1])
+    return max(dirs, key=key)[0]

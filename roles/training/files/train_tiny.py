@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""A small model trained with DeepSpeed (ZeRO stage 2 by default).
+
+Runs on GPUs with NCCL and on CPUs with gloo (DS_ACCELERATOR=cpu), under the deepspeed
+launcher, torchrun, mpirun or srun. Rank 0 logs the loss of every step; checkpoints are saved
+with DeepSpeed's own format and training resumes from the latest one with --resume-from.
+
+    deepspeed --hostfile hostfile train_tiny.py --steps 50 --checkpoint-dir /shared/checkpoints/tiny
+    torchrun --nnodes 3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint head:29500 train_tiny.py
+"""
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+import deepspeed
+
+STARTED = time.time()
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--steps', type=int, default=50, help='optimizer steps to run (in total, across resumes)')
+    parser.add_argument('--hidden', type=int, default=256, help='width of the hidden layers')
+    parser.add_argument('--micro-batch', type=int, default=16, help='samples per rank and step')
+    parser.add_argument('--zero-stage', type=int, default=2, help='ZeRO stage when no --deepspeed_config is given')
+    parser.add_argument('--lr', type=float, default=1e-2)
+    parser.add_argument('--checkpoint-dir', default=None, help='save checkpoints here')
+    parser.add_argument('--save-every', type=int, default=0, help='save every N steps (0: only at the end)')
+    parser.add_argument('--resume-from', default=None, help='checkpoint directory to resume from (its latest tag)')
+    parser.add_argument('--step-delay', type=float, default=0.0, help='seconds to sleep after each step')
+    parser.add_argument('--seed', type=int, default=1234)
+    parser.add_argument('--deepspeed_config', default=None, help='DeepSpeed JSON config file')
+    parser.add_argument('--local_rank', type=int, default=int(os.environ.get('LOCAL_RANK', -1)))
+    return parser.parse_args()
+
+
+def ds_config(args, world):
+    if args.deepspeed_config:
+        with open(args.deepspeed_config) as handle:
+            return json.load(handle)
+    return {
+        'train_micro_batch_size_per_gpu': args.micro_batch,
+        'gradient_accumulation_steps': 1,
+        'train_batch_size': args.micro_batch * world,
+        'zero_optimization': {'stage': args.zero_stage},
+        'zero_allow_untested_optimizer': True,
+        'steps_per_print': 10 ** 9,
+        'wall_clock_breakdown': False,
+    }
+
+
+def main():
+    args = parse_args()
+    on_gpu = torch.cuda.is_available()
+    backend = 'nccl' if on_gpu else 'gloo'
+    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=True)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local_rank = int(os.environ.get('LOCAL_RANK', max(args.local_rank, 0)))
+    device = torch.device('cuda', local_rank) if on_gpu else torch.device('cpu')
+    if on_gpu:
+        torch.cuda.set_device(device)
+
+    torch.manual_seed(args.seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(32, args.hidden), torch.nn.ReLU(),
+        torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
+        torch.nn.Linear(args.hidden, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config(args, world))
+
+    # A fixed regression problem; every rank draws its own samples of it.
+    true_w = torch.randn(32, 1, generator=torch.Generator().manual_seed(args.seed))
+    data_gen = torch.Generator().manual_seed(args.seed + 1 + rank)
+
+    start_step = 0
+    if args.resume_from:
+        path, client_state = engine.load_checkpoint(args.resume_from)
+        if path is None:
+            raise SystemExit('no checkpoint found under %s' % args.resume_from)
+        start_step = int((client_state or {}).get('step', 0))
+        if rank == 0:
+            print('resumed from %s at step %d' % (path, start_step), flush=True)
+
+    dtype = next(engine.module.parameters()).dtype
+    loss = torch.tensor(0.0)
+    for step in range(start_step + 1, args.steps + 1):
+        x = torch.randn(args.micro_batch, 32, generator=data_gen)
+        y = x @ true_w + 0.01 * torch.randn(args.micro_batch, 1, generator=data_gen)
+        x, y = x.to(device=device, dtype=dtype), y.to(device=device, dtype=dtype)
+        loss = torch.nn.functional.mse_loss(engine(x), y)
+        engine.backward(loss)
+        engine.step()
+        if rank == 0:
+            print('step %d loss %.6f elapsed %.3f' % (step, loss.item(), time.time() - STARTED), flush=True)
+        if args.checkpoint_dir and args.save_every and step % args.save_every == 0:
+            engine.save_checkpoint(args.checkpoint_dir, tag='step%d' % step, client_state={'step': step})
+        if args.step_delay:
+            time.sleep(args.step_delay)
+
+    if args.checkpoint_dir:
+        engine.save_checkpoint(args.checkpoint_dir, tag='step%d' % args.steps, client_state={'step': args.steps})
+    # The loss of the last step, averaged over ranks.
+    final = loss.detach().to(device=device, dtype=torch.float32)
+    dist.all_reduce(final)
+    if rank == 0:
+        print('final loss %.6f steps %d world %d backend %s' % (final.item() / world, args.steps, world, backend),
+              flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == '__main__':
+    main()

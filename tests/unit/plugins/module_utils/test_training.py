@@ -1,0 +1,163 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import jobs
+from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
+from ansible_collections.gpucluster.multinode.plugins.filter.training import training_verdict, latest_checkpoint
+
+NODES = [{'name': 'gpu-master', 'address': '192.168.1.100', 'slots': 8},
+         {'name': 'gpu-worker-1', 'address': '192.168.1.101', 'slots': 8}]
+
+
+def test_deepspeed_line_uses_hostfile_pdsh_master_and_rank_logs():
+    argv = tr.deepspeed_command('/opt/env', '/shared/jobs/j/hostfile', '192.168.1.100', 29500, '/shared/train.py',
+                                ['--steps', '10'], rank_log_dir='/shared/jobs/j/logs/ranks', num_nodes=2)
+    assert argv[:9] == ['/opt/env/deepspeed', '--hostfile', '/shared/jobs/j/hostfile', '--launcher', 'pdsh',
+                        '--master_addr', '192.168.1.100', '--master_port', '29500']
+    assert argv[argv.index('--enable_each_rank_log') + 1] == '/shared/jobs/j/logs/ranks'
+    assert argv[-3:] == ['/shared/train.py', '--steps', '10']
+
+
+def test_torchrun_line_has_c10d_rendezvous_on_the_head_and_the_node_address():
+    argv = tr.torchrun_command('/opt/env/', 3, 1, '192.168.1.100', 29600, 'job-1', 'train.py',
+                               local_addr='192.168.1.102')
+    line = tr.join(argv)
+    assert line.startswith('/opt/env/torchrun --nnodes 3 --nproc-per-node 1 --rdzv-backend c10d')
+    assert '--rdzv-endpoint 192.168.1.100:29600 --rdzv-id job-1 --max-restarts 0 --local-addr 192.168.1.102' in line
+
+
+def test_mpirun_forwards_nccl_and_master_variables():
+    env = {'PATH': '/x', 'NCCL_SOCKET_IFNAME': 'eth0', 'MASTER_ADDR': 'a', 'HOME': '/root', 'GPUCLUSTER_JOB_ID': 'j'}
+    argv = tr.mpirun_command('/opt/env', 'hf', 16, 8, tr.forwarded_env_names(env), 'train.py')
+    assert argv[:8] == ['mpirun', '--hostfile', 'hf', '-np', '16', '--map-by', 'ppr:8:node', '--bind-to']
+    forwarded = [argv[i + 1] for i, a in enumerate(argv) if a == '-x']
+    assert forwarded == ['GPUCLUSTER_JOB_ID', 'MASTER_ADDR', 'NCCL_SOCKET_IFNAME', 'PATH']
+    assert argv[-2:] == ['/opt/env/python', 'train.py']
+
+
+def test_sbatch_script_takes_hostfile_from_scontrol_and_runs_torchrun_through_srun():
+    launch = tr.slurm_launch_line('torchrun', '/opt/env/bin', 8, 'job-7', '/shared/train.py', ['--steps', '5'])
+    script = tr.sbatch_script('job-7', 4, 8, '02:00:00', '/shared/jobs/job-7/logs', '/shared/jobs/job-7/hostfile',
+                              29500, launch, partition='gpu', env={'NCCL_DEBUG': 'WARN'})
+    assert '#SBATCH --nodes=4\n' in script
+    assert '#SBATCH --gpus-per-node=8\n' in script
+    assert '#SBATCH --partition=gpu\n' in script
+    assert '#SBATCH --output=/shared/jobs/job-7/logs/%x-%j.out' in script
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" > /shared/jobs/job-7/hostfile' in script
+    assert 'export GPUCLUSTER_JOB_ID=job-7' in script
+    assert 'export NCCL_DEBUG=WARN' in script
+    assert 'srun --ntasks-per-node=1 --kill-on-bad-exit=1 /opt/env/bin/torchrun --nnodes "$SLURM_NNODES"' in script
+    assert '--rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT"' in script
+    cpu = tr.sbatch_script('j', 2, 0, '00:10:00', '/l', '/h', 29500, 'true')
+    assert '--gpus-per-node' not in cpu and '--partition' not in cpu
+
+
+def test_deepspeed_config_needs_json_and_batch_settings():
+    assert tr.load_deepspeed_config('{"train_batch_size": 32}') == {'train_batch_size': 32}
+    with pytest.raises(tr.TrainingError, match='not valid JSON'):
+        tr.load_deepspeed_config('{"train_batch_size": 32,}')
+    with pytest.raises(tr.TrainingError, match='no batch settings'):
+        tr.load_deepspeed_config({'zero_optimization': {'stage': 2}})
+
+
+def test_job_ids_are_safe_names():
+    assert tr.check_job_id('tiny-20261122.1') == 'tiny-20261122.1'
+    for bad in ('', '-x', 'a b', 'a;rm', 'x' * 65):
+        with pytest.raises(tr.TrainingError):
+            tr.check_job_id(bad)
+
+
+def test_pdsh_exit_lines_name_the_failed_node():
+    text = ('lab-head: step 3 loss 1.0\n'
+            'lab-worker-1: Traceback (most recent call last):\n'
+            'lab-worker-1: RuntimeError: boom\n'
+            'pdsh@lab-head: lab-worker-1: ssh exited with exit code 1\n')
+    assert tr.pdsh_exit_codes(text) == {'lab-worker-1': 1}
+    tails = tr.pdsh_node_tails(text, ['lab-head', 'lab-worker-1'])
+    assert tails['lab-worker-1'][-2:] == ['RuntimeError: boom', 'pdsh@lab-head: lab-worker-1: ssh exited with exit code 1']
+
+
+def test_latest_checkpoint_prefers_deepspeed_latest_then_highest_step():
+    assert tr.latest_checkpoint([('step10', 5, True), ('latest', 1, False)]) == 'latest'
+    assert tr.latest_checkpoint([('step10', 9, True), ('step200', 1, True), ('notes.txt', 99, False)]) == 'step200'
+    assert tr.latest_checkpoint([]) is None
+    assert latest_checkpoint([{'path': '/c/step5', 'isdir': True, 'mtime': 1}]) == 'step5'
+
+
+def test_verdict_names_the_worker_that_failed_while_others_run():
+    results = [
+        {'node': 'gpu-master', 'role': 'launcher', 'job_id': 'j', 'running': True, 'exit_code': None,
+         'log': '/shared/jobs/j/logs/gpu-master.log', 'node_exit_codes': {'gpu-worker-1': 1},
+         'node_log_tails': {'gpu-worker-1': ['RuntimeError: boom']}},
+        {'node': 'gpu-worker-1', 'role': 'ranks', 'running': False, 'exit_code': None, 'log': 'x'},
+    ]
+    verdict = training_verdict(results)
+    assert verdict['state'] == 'failed'
+    assert verdict['failed_nodes'] == ['gpu-worker-1']
+    assert verdict['first_failure']['log_tail'] == ['RuntimeError: boom']
+    assert verdict['running_nodes'] == ['gpu-master']
+
+
+def test_verdict_success_running_and_stopped():
+    ok = [{'node': 'a', 'running': False, 'exit_code': 0}, {'node': 'b', 'running': False, 'exit_code': 0}]
+    assert training_verdict(ok)['state'] == 'succeeded'
+    assert training_verdict([{'node': 'a', 'running': True, 'exit_code': None}])['state'] == 'running'
+    assert training_verdict([{'node': 'a', 'running': False, 'exit_code': None}])['state'] == 'stopped'
+    agent_failed = [{'node': 'a', 'running': False, 'exit_code': 0}, {'node': 'b', 'running': False, 'exit_code': 1}]
+    assert training_verdict(agent_failed)['failed_nodes'] == ['b']
+
+
+def test_a_detached_job_is_found_by_its_id_and_stopped_with_its_children(tmp_path):
+    job = 'unit-%d' % os.getpid()
+    env = dict(os.environ, **{jobs.JOB_ENV: job})
+    # a parent that starts a child in the same group, both sleeping
+    pid = jobs.spawn_detached('sleep 60 & sleep 60; wait', env, str(tmp_path), str(tmp_path / 'log'),
+                              str(tmp_path / 'state'))
+    deadline = time.time() + 10
+    while time.time() < deadline and len(jobs.job_processes(job)) < 3:
+        time.sleep(0.1)
+    found = jobs.job_processes(job)
+    assert pid in [p['pid'] for p in found]
+    assert len(found) >= 3 and {p['pgid'] for p in found} == {pid}
+    assert jobs.jobs_running().get(job)
+    # another job's process is left alone
+    other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'],
+                             env=dict(os.environ, **{jobs.JOB_ENV: job + '-other'}), start_new_session=True)
+    try:
+        stopped = jobs.stop_job(job, grace=5)
+        assert set(p['pid'] for p in found) <= set(stopped)
+        assert jobs.job_processes(job) == []
+        assert other.poll() is None
+    finally:
+        os.killpg(other.pid, signal.SIGKILL)
+        other.wait()
+
+
+def test_exit_code_of_a_detached_command_is_recorded(tmp_path):
+    state = str(tmp_path / 'state')
+    jobs.spawn_detached('echo hello; exit 3', dict(os.environ), str(tmp_path), str(tmp_path / 'log'), state)
+    deadline = time.time() + 10
+    while time.time() < deadline and jobs.read_exit_code(state) is None:
+        time.sleep(0.1)
+    assert jobs.read_exit_code(state) == 3
+    assert jobs.tail(str(tmp_path / 'log')) == ['hello']
+
+
+def test_a_listening_port_is_described_with_its_job(tmp_path):
+    import socket
+    srv = socket.socket()
+    srv.bind(('127.0.0.1', 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    try:
+        holders = jobs.port_listeners(port)
+        assert [h['pid'] for h in holders] == [os.getpid()]
+        assert 'port %d is in use by pid %d' % (port, os.getpid()) in jobs.describe_listeners(port, holders)
+    finally:
+        srv.close()
+    assert jobs.port_listeners(port) == []
