@@ -33,6 +33,13 @@ def training_verdict(results, nodes=None):
             codes[other] = code
     failed = [n for n in order if codes.get(n)]
     failed += [n for n in codes if codes[n] and n not in failed]
+    # torchrun: every agent exits non-zero once one rank dies; the culprit is the node whose rank
+    # failed first (a signal such as SIGKILL breaks a tie), as torchrun's own reports say.
+    reports = [(r['rank_failure']['time'], 0 if (r['rank_failure'].get('exit_code') or 0) < 0 else 1, r.get('node'))
+               for r in results if r.get('rank_failure') and r.get('node') in failed]
+    if reports:
+        culprit = min(reports)[2]
+        failed = [culprit] + [n for n in failed if n != culprit]
     head = results[0] if results else {}
     if failed:
         state = 'failed'

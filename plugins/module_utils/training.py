@@ -178,6 +178,25 @@ def pdsh_node_tails(text, hosts, lines=20):
     return {h: v[-lines:] for h, v in out.items()}
 
 
+TORCHRUN_FAILURE_RE = re.compile(
+    r'Root Cause \(first observed failure\):\s*\[\d+\]:\s*'
+    r'time\s*:\s*(?P<time>\S+)\s*host\s*:\s*(?P<host>\S+)\s*'
+    r'rank\s*:\s*(?P<rank>\d+)[^\n]*\s*exitcode\s*:\s*(?P<code>-?\d+)(?P<rest>[^\n]*)')
+
+
+def torchrun_failure(text):
+    """The 'Root Cause (first observed failure)' of torchrun's error report: time, host, rank,
+    exit code and signal name (None when the log has no report)."""
+    found = None
+    for match in TORCHRUN_FAILURE_RE.finditer(text or ''):
+        found = match
+    if not found:
+        return None
+    signame = re.search(r'\((SIG[A-Z0-9]+)\)', found.group('rest'))
+    return {'time': found.group('time'), 'host': found.group('host'), 'rank': int(found.group('rank')),
+            'exit_code': int(found.group('code')), 'signal': signame.group(1) if signame else None}
+
+
 def latest_checkpoint(entries):
     """Pick the newest checkpoint from [(name, mtime, is_dir)]: a DeepSpeed 'latest' file wins, then
     the highest step number in the name, then the newest mtime."""

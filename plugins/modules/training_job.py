@@ -221,6 +221,11 @@ node_log_tails:
   description: Last lines each node's ranks printed, from the launcher's log on the head.
   returned: state is status and launcher is deepspeed
   type: dict
+rank_failure:
+  description: The first observed rank failure in torchrun's report on this node (time, host, rank, exit code, signal).
+  returned: state is status and launcher is torchrun
+  type: dict
+  sample: {time: "2026-11-22_14:36:36", host: lab-worker-1, rank: 1, exit_code: -9, signal: SIGKILL}
 log_tail:
   description: Last lines of this node's log.
   returned: state is status
@@ -499,6 +504,8 @@ class Job:
         exit_code = jobs.read_exit_code(self.state_dir)
         out = self.result(changed=False, running=bool(procs), pids=[p['pid'] for p in procs], exit_code=exit_code,
                           log_tail=jobs.tail(self.log, self.p['log_lines']))
+        if self.p['launcher'] == 'torchrun':
+            out['rank_failure'] = tr.torchrun_failure('\n'.join(jobs.tail(self.log, 400)))
         if self.p['launcher'] == 'deepspeed' and self.is_head:
             text = '\n'.join(jobs.tail(self.log, 100000))
             out['node_exit_codes'] = tr.pdsh_exit_codes(text)

@@ -161,3 +161,52 @@ def test_a_listening_port_is_described_with_its_job(tmp_path):
     finally:
         srv.close()
     assert jobs.port_listeners(port) == []
+
+
+TORCHRUN_REPORT = """
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+/shared/jobs/train_tiny.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-22_14:36:36
+  host      : lab-worker-1
+  rank      : 1 (local_rank: 0)
+  exitcode  : -9 (pid: 698)  (SIGKILL)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 698
+============================================================
+"""
+
+
+def test_torchrun_report_is_read_and_the_first_failure_is_the_culprit():
+    failure = tr.torchrun_failure(TORCHRUN_REPORT)
+    assert failure == {'time': '2026-11-22_14:36:36', 'host': 'lab-worker-1', 'rank': 1, 'exit_code': -9,
+                       'signal': 'SIGKILL'}
+    head_report = TORCHRUN_REPORT.replace('14:36:36', '14:36:47').replace('lab-worker-1', 'lab-head').replace(
+        '-9 (pid: 698)  (SIGKILL)', '1 (pid: 719) ')
+    results = [
+        {'node': 'lab-head', 'running': False, 'exit_code': 1, 'rank_failure': tr.torchrun_failure(head_report)},
+        {'node': 'lab-worker-1', 'running': False, 'exit_code': 1, 'rank_failure': failure, 'log_tail': ['x']},
+        {'node': 'lab-worker-2', 'running': False, 'exit_code': 1, 'rank_failure': None},
+    ]
+    verdict = training_verdict(results)
+    assert verdict['state'] == 'failed'
+    assert verdict['failed_nodes'][0] == 'lab-worker-1'
+    assert verdict['first_failure']['node'] == 'lab-worker-1'
+    assert tr.torchrun_failure('no report here') is None
+
+
+def test_recorded_torchrun_agent_logs():
+    here = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'torchrun')
+    with open(os.path.join(here, 'agent-rank-killed.log')) as f:
+        killed = tr.torchrun_failure(f.read())
+    with open(os.path.join(here, 'agent-peer-failed.log')) as f:
+        peer = tr.torchrun_failure(f.read())
+    assert (killed['host'], killed['signal'], killed['exit_code']) == ('lab-worker-1', 'SIGKILL', -9)
+    assert (peer['host'], peer['signal'], peer['exit_code']) == ('lab-head', None, 1)
+    assert killed['time'] < peer['time']
