@@ -7,9 +7,10 @@ LAB_ARGS ?=
 setup:            ## controller set-up: system packages, .venv, collection link
 	bash scripts/setup.sh
 
-lab: setup        ## the main job: lab up, then site.yml on it
+lab: setup        ## the main job: lab up, site.yml on it, then the example trained with deepspeed
 	$(ENV) ansible-playbook playbooks/lab.yml $(LAB_ARGS)
 	$(ENV) ansible-playbook playbooks/site.yml -i inventories/lab
+	$(ENV) ansible-playbook playbooks/train.yml -i inventories/lab -e training_wait=finished $(TRAIN_ARGS)
 
 lab-up: setup     ## only create the lab
 	$(ENV) ansible-playbook playbooks/lab.yml $(LAB_ARGS)

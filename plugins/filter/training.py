@@ -62,7 +62,14 @@ def training_verdict(results, nodes=None):
         if pdsh_tail and (source.get('role') == 'ranks' or not tail):
             tail, log = pdsh_tail, '%s (lines from %s)' % (head.get('log'), culprit)
         first = {'node': culprit, 'exit_code': codes.get(culprit), 'log': log, 'log_tail': tail}
+    last = None
+    for r in results:
+        for line in r.get('log_tail') or []:
+            if 'final loss' in line or (last is None or 'final loss' not in last) and ' loss ' in line:
+                last = line.strip()
     lines = ['job %s: %s' % (head.get('job_id', '?'), state)]
+    if last:
+        lines.append('last loss line: %s' % last)
     for r in results:
         lines.append('  %-20s %-8s running=%-5s exit=%s' % (r.get('node'), r.get('role', ''),
                                                               bool(r.get('running')), codes.get(r.get('node'), '-')))
@@ -70,7 +77,7 @@ def training_verdict(results, nodes=None):
         lines.append('first failure: %s (exit %s); last lines of %s:' % (first['node'], first['exit_code'], first['log']))
         lines.extend('  | ' + line for line in first['log_tail'])
     return {'state': state, 'failed_nodes': failed, 'running_nodes': running, 'exit_codes': codes,
-            'first_failure': first, 'lines': lines}
+            'first_failure': first, 'last_loss_line': last, 'lines': lines}
 
 
 def json_object_or_none(text):

@@ -201,7 +201,7 @@ log:
   type: str
   sample: /shared/jobs/tiny-001/logs/lab-head.log
 rank_log_dir:
-  description: Directory of the per-rank logs.
+  description: Directory of the per-rank logs (torchrun); the deepspeed launcher prefixes every rank's lines with its node in the head's log.
   returned: always
   type: str
 running:
@@ -364,7 +364,7 @@ class Job:
                 return None
             return tr.deepspeed_command(self.bin, self.hostfile, p['master_addr'], p['master_port'], p['script'],
                                         p['script_args'], launcher=p['deepspeed_launcher'],
-                                        rank_log_dir=self.rank_log_dir, num_nodes=len(self.nodes))
+                                        num_nodes=len(self.nodes))
         if launcher == 'torchrun':
             return tr.torchrun_command(self.bin, len(self.nodes), self.nproc, p['master_addr'], p['master_port'],
                                        self.job_id, p['script'], p['script_args'],

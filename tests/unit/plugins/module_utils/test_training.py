@@ -210,3 +210,12 @@ def test_recorded_torchrun_agent_logs():
     assert (killed['host'], killed['signal'], killed['exit_code']) == ('lab-worker-1', 'SIGKILL', -9)
     assert (peer['host'], peer['signal'], peer['exit_code']) == ('lab-head', None, 1)
     assert killed['time'] < peer['time']
+
+
+def test_verdict_reports_the_final_loss_line():
+    results = [{'node': 'h', 'running': False, 'exit_code': 0,
+                'log_tail': ['h: step 49 loss 0.5', 'h: step 50 loss 0.4', 'h: final loss 0.41 steps 50 world 3 backend gloo',
+                             'h: [INFO] exiting']}]
+    verdict = training_verdict(results)
+    assert verdict['last_loss_line'] == 'h: final loss 0.41 steps 50 world 3 backend gloo'
+    assert 'last loss line: h: final loss 0.41 steps 50 world 3 backend gloo' in verdict['lines']
