@@ -1,0 +1,242 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Checks and renderings for the network and firewall roles.
+
+Every check returns a list of problems, one line each, naming the host and the variable, so a
+role can fail before it changes anything with a message a user can act on.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
+
+DOCUMENTATION = r'''
+---
+name: network_static_errors
+short_description: Problems of a node's static address settings, one line each naming the host and the variable
+version_added: "0.1.0"
+description:
+  - Checks C(network_static) (C(interface), C(address) as C(a.b.c.d/prefix), C(gateway), C(dns)) against
+    the cluster network, the node's cluster address and the interfaces the node really has.
+  - "Refused: unknown keys; a missing interface or address; an address without a prefix or with a
+    prefix length out of range; an address outside O(cluster_cidr) or other than the node's cluster
+    address; an interface the node does not have; a gateway that is not an address of the node's
+    subnet (or is the node itself); a DNS server that is not an IP address."
+  - Companion filters C(network_hostname_errors), C(network_hosts_lines) (the managed /etc/hosts
+    block), C(network_static_facts) (the parts of a valid C(network_static)),
+    C(firewall_controller_address) and C(firewall_admin_errors).
+positional: _input, host, cluster_cidr, interfaces, cluster_address
+options:
+  _input:
+    description: The host's C(network_static) dictionary.
+    type: dict
+    required: true
+  host:
+    description: The inventory name, used in the messages.
+    type: str
+    required: true
+  cluster_cidr:
+    description: The cluster network.
+    type: str
+    required: true
+  interfaces:
+    description: Interface names of the node (C(ansible_facts.interfaces)).
+    type: list
+    elements: str
+    required: true
+  cluster_address:
+    description: The node's cluster address; the static address must be it. Empty skips this check.
+    type: str
+    default: ""
+'''
+
+EXAMPLES = r'''
+- name: Fail on static address settings that cannot work, before anything changes
+  vars:
+    errors: "{{ network_static | gpucluster.multinode.network_static_errors(inventory_hostname,
+                cluster_cidr, ansible_facts.interfaces, cluster_address | default(ansible_host)) }}"
+  ansible.builtin.assert:
+    that: errors | length == 0
+    fail_msg: "{{ errors }}"
+'''
+
+RETURN = r'''
+_value:
+  description: One line per problem; empty when the settings are sound.
+  type: list
+  elements: str
+'''
+
+STATIC_KEYS = ('interface', 'address', 'gateway', 'dns')
+HOSTNAME_RE = re.compile(r'^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$', re.I)
+
+
+def _ip(value):
+    try:
+        return ipaddress.ip_address(str(value))
+    except ValueError:
+        return None
+
+
+def _network(value):
+    try:
+        return ipaddress.ip_network(str(value), strict=False)
+    except ValueError:
+        return None
+
+
+def network_static_errors(static, host, cluster_cidr, interfaces, cluster_address=''):
+    """Problems of one node's network_static, each line naming the host and the variable."""
+    where = 'host %s: network_static' % host
+    if not isinstance(static, dict):
+        return ['%s must be a dict with interface, address (a.b.c.d/prefix), gateway and dns, got %r'
+                % (where, static)]
+    errors = []
+    unknown = sorted(set(static) - set(STATIC_KEYS))
+    if unknown:
+        errors.append('%s has unknown key(s) %s; known keys are %s' % (where, ', '.join(unknown), ', '.join(STATIC_KEYS)))
+
+    iface = static.get('interface')
+    if not iface or not isinstance(iface, str):
+        errors.append('%s.interface is not set; name the interface that carries the cluster address (e.g. enp3s0)' % where)
+    elif iface not in (interfaces or []):
+        errors.append('%s.interface %s does not exist on this node; it has %s'
+                      % (where, iface, ', '.join(sorted(i for i in interfaces or [] if i != 'lo')) or 'none'))
+
+    text = static.get('address')
+    interface = None
+    if not text or not isinstance(text, str):
+        errors.append('%s.address is not set; write it as a.b.c.d/prefix, e.g. 192.168.1.100/24' % where)
+    elif '/' not in text:
+        errors.append('%s.address %s has no prefix length; write it as a.b.c.d/prefix, e.g. %s/24' % (where, text, text))
+    else:
+        addr, _sep, prefix = text.partition('/')
+        ip = _ip(addr)
+        limit = 128 if ip is not None and ip.version == 6 else 32
+        if ip is None:
+            errors.append('%s.address %s: %s is not an IP address' % (where, text, addr))
+        elif not prefix.isdigit() or not 1 <= int(prefix) <= limit:
+            errors.append('%s.address %s: prefix length %s is out of range (1-%d)' % (where, text, prefix, limit))
+        else:
+            interface = ipaddress.ip_interface(text)
+            net = _network(cluster_cidr)
+            if net is None or interface.ip.version != net.version or interface.ip not in net:
+                errors.append('%s.address %s is outside cluster_cidr %s' % (where, text, cluster_cidr))
+            elif cluster_address and _ip(cluster_address) is not None and interface.ip != _ip(cluster_address):
+                errors.append('%s.address %s differs from the cluster address %s; set cluster_address to %s '
+                              '(the address the other nodes will use)' % (where, text, cluster_address, interface.ip))
+
+    gateway = static.get('gateway')
+    if gateway not in (None, ''):
+        gw = _ip(gateway)
+        if gw is None:
+            errors.append('%s.gateway %r is not an IP address' % (where, gateway))
+        elif interface is not None:
+            subnet = interface.network
+            if gw.version != subnet.version or gw not in subnet or gw in (subnet.network_address, subnet.broadcast_address):
+                errors.append('%s.gateway %s is outside the node\'s subnet %s (from network_static.address %s)'
+                              % (where, gateway, subnet, text))
+            elif gw == interface.ip:
+                errors.append('%s.gateway %s is the node\'s own address' % (where, gateway))
+
+    dns = static.get('dns')
+    if dns not in (None, ''):
+        if not isinstance(dns, list):
+            errors.append('%s.dns must be a list of IP addresses, got %r' % (where, dns))
+        else:
+            bad = [str(d) for d in dns if _ip(d) is None]
+            if bad:
+                errors.append('%s.dns: %s is not an IP address' % (where, ', '.join(bad)))
+    return errors
+
+
+def network_static_facts(static):
+    """The parts of a valid network_static: ip, prefix, network, gateway, dns (list)."""
+    interface = ipaddress.ip_interface(str(static['address']))
+    return {
+        'interface': static['interface'],
+        'address': str(interface),
+        'ip': str(interface.ip),
+        'prefix': interface.network.prefixlen,
+        'netmask': str(interface.netmask),
+        'network': str(interface.network),
+        'gateway': str(static.get('gateway') or ''),
+        'dns': [str(d) for d in static.get('dns') or []],
+    }
+
+
+def network_hostname_errors(name, host):
+    """A hostname must be RFC 1123 labels (letters, digits, hyphens), 253 characters at most."""
+    if isinstance(name, str) and HOSTNAME_RE.match(name):
+        return []
+    return ['host %s: network_hostname %r is not a valid host name (letters, digits and hyphens, '
+            'labels separated by dots)' % (host, name)]
+
+
+def _names(hostvars, host, domain):
+    name = str(contract._get(hostvars, host, 'network_hostname') or host)
+    short = name.split('.')[0]
+    names = []
+    if '.' in name:
+        names.append(name)
+    elif domain:
+        names.append('%s.%s' % (name, str(domain).strip('.')))
+    names.append(short)
+    if host not in names:
+        names.append(host)
+    return names
+
+
+def network_hosts_lines(groups, hostvars, domain=''):
+    """/etc/hosts lines of every cluster node, head first: address, FQDN (when known), short name."""
+    lines = []
+    for host in contract.ordered_nodes(groups):
+        lines.append('%s %s' % (contract.cluster_address(hostvars, host), ' '.join(_names(hostvars, host, domain))))
+    return lines
+
+
+def firewall_controller_address(ssh_client):
+    """The controller's address as the node sees it: the first field of SSH_CLIENT ('' when unknown)."""
+    first = str(ssh_client or '').split(' ')[0].strip()
+    return first if _ip(first) is not None else ''
+
+
+def firewall_admin_errors(admin_networks, host, cluster_cidr, controller=''):
+    """Problems of firewall_admin_networks: malformed entries, or a set that locks the controller out."""
+    errors = []
+    nets = []
+    if not isinstance(admin_networks, list):
+        return ['host %s: firewall_admin_networks must be a list of addresses or networks, got %r' % (host, admin_networks)]
+    for item in admin_networks:
+        net = _network(item)
+        if net is None:
+            errors.append('host %s: firewall_admin_networks entry %r is not an address or a network (a.b.c.d/prefix)'
+                          % (host, item))
+        else:
+            nets.append(net)
+    if errors or not controller:
+        return errors
+    ip = _ip(controller)
+    allowed = nets + [n for n in [_network(cluster_cidr)] if n is not None]
+    if not any(ip.version == n.version and ip in n for n in allowed):
+        errors.append('host %s: firewall_admin_networks %s excludes the controller\'s own address %s (the Ansible '
+                      'connection comes from it), and it is outside cluster_cidr %s: SSH would be locked out. '
+                      'Add %s/32 (or its network) to firewall_admin_networks'
+                      % (host, ', '.join(str(n) for n in nets) or '[]', controller, cluster_cidr, controller))
+    return errors
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            'network_static_errors': network_static_errors,
+            'network_static_facts': network_static_facts,
+            'network_hostname_errors': network_hostname_errors,
+            'network_hosts_lines': network_hosts_lines,
+            'firewall_controller_address': firewall_controller_address,
+            'firewall_admin_errors': firewall_admin_errors,
+        }

@@ -1,0 +1,96 @@
+"""The network and firewall input checks: each problem is one line naming the host and the variable."""
+
+from __future__ import annotations
+
+from ansible_collections.gpucluster.multinode.plugins.filter.network_config import (
+    firewall_admin_errors, firewall_controller_address, network_hostname_errors, network_hosts_lines,
+    network_static_errors, network_static_facts)
+
+GOOD = {'interface': 'enp3s0', 'address': '192.168.1.100/24', 'gateway': '192.168.1.1', 'dns': ['192.168.1.1', '1.1.1.1']}
+IFACES = ['lo', 'enp3s0', 'wlp2s0']
+
+
+def errors(**change):
+    static = dict(GOOD, **change)
+    return network_static_errors(static, 'gpu-master', '192.168.1.0/24', IFACES, '192.168.1.100')
+
+
+def test_the_home_lan_settings_are_sound():
+    assert errors() == []
+    assert network_static_facts(GOOD) == {
+        'interface': 'enp3s0', 'address': '192.168.1.100/24', 'ip': '192.168.1.100', 'prefix': 24,
+        'netmask': '255.255.255.0', 'network': '192.168.1.0/24', 'gateway': '192.168.1.1',
+        'dns': ['192.168.1.1', '1.1.1.1']}
+
+
+def test_address_outside_the_cluster_network():
+    assert errors(address='10.0.0.7/24', gateway='10.0.0.1') == [
+        'host gpu-master: network_static.address 10.0.0.7/24 is outside cluster_cidr 192.168.1.0/24']
+
+
+def test_prefix_length_out_of_range_or_missing():
+    assert errors(address='192.168.1.100/33') == [
+        'host gpu-master: network_static.address 192.168.1.100/33: prefix length 33 is out of range (1-32)']
+    assert errors(address='192.168.1.100/0')[0].endswith('prefix length 0 is out of range (1-32)')
+    assert errors(address='192.168.1.100') == [
+        'host gpu-master: network_static.address 192.168.1.100 has no prefix length; '
+        'write it as a.b.c.d/prefix, e.g. 192.168.1.100/24']
+
+
+def test_interface_the_node_does_not_have():
+    assert errors(interface='eth0') == [
+        'host gpu-master: network_static.interface eth0 does not exist on this node; it has enp3s0, wlp2s0']
+
+
+def test_gateway_outside_the_subnet_or_the_node_itself():
+    assert errors(gateway='192.168.2.1') == [
+        "host gpu-master: network_static.gateway 192.168.2.1 is outside the node's subnet 192.168.1.0/24 "
+        "(from network_static.address 192.168.1.100/24)"]
+    assert errors(gateway='192.168.1.255')[0].startswith('host gpu-master: network_static.gateway 192.168.1.255 is outside')
+    assert errors(gateway='192.168.1.100') == ["host gpu-master: network_static.gateway 192.168.1.100 is the node's own address"]
+
+
+def test_address_other_than_the_cluster_address_unknown_keys_and_bad_dns():
+    assert errors(address='192.168.1.150/24') == [
+        'host gpu-master: network_static.address 192.168.1.150/24 differs from the cluster address 192.168.1.100; '
+        'set cluster_address to 192.168.1.150 (the address the other nodes will use)']
+    assert errors(netmask='255.255.255.0') == [
+        'host gpu-master: network_static has unknown key(s) netmask; known keys are interface, address, gateway, dns']
+    assert errors(dns='1.1.1.1') == ["host gpu-master: network_static.dns must be a list of IP addresses, got '1.1.1.1'"]
+    assert errors(dns=['one.one']) == ['host gpu-master: network_static.dns: one.one is not an IP address']
+    assert network_static_errors('eth0', 'n1', '10.0.0.0/8', IFACES)[0].startswith('host n1: network_static must be a dict')
+
+
+def test_hostnames():
+    assert network_hostname_errors('gpu-worker-1', 'w1') == []
+    assert network_hostname_errors('node1.lab.example', 'w1') == []
+    assert network_hostname_errors('gpu_worker', 'w1') == [
+        "host w1: network_hostname 'gpu_worker' is not a valid host name (letters, digits and hyphens, labels separated by dots)"]
+
+
+def test_hosts_lines_head_first_with_fqdn_and_short_name():
+    groups = {'cluster': ['gpu-worker-2', 'gpu-master', 'gpu-worker-1'], 'head': ['gpu-master'],
+              'workers': ['gpu-worker-2', 'gpu-worker-1']}
+    hostvars = {'gpu-master': {'ansible_host': '192.168.1.100'},
+                'gpu-worker-1': {'ansible_host': '192.168.1.101', 'network_hostname': 'laptop'},
+                'gpu-worker-2': {'ansible_host': '10.9.9.9', 'cluster_address': '192.168.1.102'}}
+    assert network_hosts_lines(groups, hostvars, 'home.lan') == [
+        '192.168.1.100 gpu-master.home.lan gpu-master',
+        '192.168.1.101 laptop.home.lan laptop gpu-worker-1',
+        '192.168.1.102 gpu-worker-2.home.lan gpu-worker-2']
+    assert network_hosts_lines({'head': ['n1.dc.example'], 'workers': []}, {'n1.dc.example': {'ansible_host': '10.0.0.1'}}) == [
+        '10.0.0.1 n1.dc.example n1']
+
+
+def test_controller_address_and_lockout():
+    assert firewall_controller_address('192.168.1.50 51234 22') == '192.168.1.50'
+    assert firewall_controller_address('') == ''
+    assert firewall_controller_address(None) == ''
+    assert firewall_admin_errors(['10.8.0.0/24'], 'gpu-master', '192.168.1.0/24', '192.168.1.50') == []
+    assert firewall_admin_errors(['10.8.0.0/24'], 'gpu-master', '192.168.1.0/24', '') == []
+    assert firewall_admin_errors(['10.8.0.0/24'], 'gpu-master', '192.168.1.0/24', '172.16.0.9') == [
+        "host gpu-master: firewall_admin_networks 10.8.0.0/24 excludes the controller's own address 172.16.0.9 (the "
+        "Ansible connection comes from it), and it is outside cluster_cidr 192.168.1.0/24: SSH would be locked out. "
+        "Add 172.16.0.9/32 (or its network) to firewall_admin_networks"]
+    assert firewall_admin_errors(['office'], 'h', '10.0.0.0/8') == [
+        "host h: firewall_admin_networks entry 'office' is not an address or a network (a.b.c.d/prefix)"]
