@@ -1,0 +1,117 @@
+"""Parsing what the environment probe and pip print, comparing nodes, checking settings."""
+
+import os
+
+import pytest
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import python_env
+
+FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'python_env')
+
+
+def fixture(name):
+    with open(os.path.join(FIXTURES, name)) as f:
+        return f.read()
+
+
+def test_cpu_probe_output_with_deepspeed_log_lines():
+    out = fixture('cpu-deepspeed-0.19.8.txt')
+    assert '[WARNING]' in out   # deepspeed logs to stdout before the result line
+    info = python_env.parse_probe_output(out)
+    assert info == {'python_version': '3.11.7', 'torch_version': '2.13.0+cpu', 'cuda_version': None,
+                    'cuda_available': False, 'nccl_version': None, 'deepspeed_version': '0.19.8'}
+
+
+def test_cuda_probe_output_formats_the_nccl_tuple():
+    info = python_env.parse_probe_output(fixture('cuda-h100-torch-2.11.txt'))
+    assert info['torch_version'] == '2.11.0+cu130'
+    assert info['cuda_version'] == '13.0'
+    assert info['nccl_version'] == '2.28.9'
+    assert info['cuda_available'] is True
+
+
+def test_missing_torch_is_reported_with_the_import_error():
+    with pytest.raises(python_env.ProbeError, match="No module named 'torch'"):
+        python_env.parse_probe_output(fixture('no-torch.txt'))
+
+
+def test_output_without_result_line_is_an_error():
+    with pytest.raises(python_env.ProbeError, match='no result line'):
+        python_env.parse_probe_output('Segmentation fault\n')
+
+
+@pytest.mark.parametrize('raw, expected', [((2, 28, 9), '2.28.9'), ([2, 21, 5], '2.21.5'),
+                                           (21805, '2.18.5'), (2708, '2.7.8'), (None, None)])
+def test_nccl_version_forms(raw, expected):
+    assert python_env.format_nccl_version(raw) == expected
+
+
+def test_equal_nodes_have_no_mismatch_and_one_line_each():
+    info = python_env.parse_probe_output(fixture('cpu-deepspeed-0.19.8.txt'))
+    infos = {'lab-head': info, 'lab-worker-1': dict(info)}
+    assert python_env.version_mismatches(infos) == []
+    assert python_env.versions_line('lab-head', info) == \
+        'lab-head  torch 2.13.0+cpu  cuda -  nccl -  deepspeed 0.19.8  python 3.11.7'
+
+
+def test_differing_nodes_are_named():
+    info = python_env.parse_probe_output(fixture('cpu-deepspeed-0.19.8.txt'))
+    other = dict(info, deepspeed_version='0.18.0')
+    problems = python_env.version_mismatches({'n1': info, 'n2': info, 'n3': other})
+    assert problems == ['deepspeed_version differs: 0.18.0 on n3; 0.19.8 on n1, n2']
+
+
+def test_pip_index_versions_output():
+    offered = python_env.parse_index_versions(fixture('pip-index-versions-torch.txt'))
+    assert offered == ['2.13.0+cpu']
+    assert python_env.version_offered('2.13.0', offered)
+    assert python_env.version_offered('2.13.0+cpu', offered)
+    assert not python_env.version_offered('2.13.1', offered)
+    assert not python_env.version_offered('2.1', offered)
+    assert python_env.parse_index_versions(fixture('pip-index-versions-none.txt')) == []
+
+
+@pytest.mark.parametrize('out, err, changed', [
+    ('Requirement already satisfied: torch==2.13.0 in ./lib/python3.11/site-packages (2.13.0+cpu)\n', '', False),
+    ('Processing /opt/wheelhouse/hjson-3.1.0-py3-none-any.whl\nSuccessfully installed deepspeed-0.19.8 hjson-3.1.0\n', '', True),
+    ('Would install deepspeed-0.19.8 hjson-3.1.0\n', '', True),
+    ('', 'Audited 3 packages in 4ms\n', False),
+    ('', 'Resolved 3 packages in 10ms\nInstalled 3 packages in 40ms\n', True),
+])
+def test_install_change_detection(out, err, changed):
+    assert python_env.install_changed(out, err) is changed
+
+
+GOOD = {'python_env_backend': 'venv', 'python_env_installer': 'pip', 'python_env_path': '/opt/gpucluster/env',
+        'python_env_torch_version': '2.13.0', 'python_env_deepspeed_version': '0.19.8',
+        'python_env_ninja_version': '1.13.2', 'python_env_packages': ['transformers==4.57.1'],
+        'python_env_offline': False, 'python_env_find_links': [], 'python_env_conda_installer_url': '',
+        'python_env_conda_installer_file': '', 'python_env_conda_installer_sha256': '',
+        'python_env_conda_prefix': '/opt/gpucluster/miniforge'}
+
+
+def test_good_settings_have_no_errors():
+    assert python_env.setting_errors(GOOD) == []
+
+
+@pytest.mark.parametrize('change, message', [
+    ({'python_env_path': 'env'}, 'python_env_path must be an absolute path'),
+    ({'python_env_torch_version': 'latest'}, 'python_env_torch_version must be a version'),
+    ({'python_env_packages': ['transformers']}, "python_env_packages entry 'transformers' is not pinned"),
+    ({'python_env_offline': True}, 'python_env_offline needs python_env_find_links'),
+    ({'python_env_backend': 'conda', 'python_env_conda_installer_url': 'https://x/Miniforge3.sh'},
+     'python_env_conda_installer_sha256 must be the 64 hex digit sha256'),
+    ({'python_env_backend': 'conda', 'python_env_conda_installer_sha256': 'a' * 64},
+     'needs exactly one of python_env_conda_installer_url and python_env_conda_installer_file'),
+])
+def test_bad_settings_name_the_variable(change, message):
+    errors = python_env.setting_errors(dict(GOOD, **change))
+    assert len(errors) == 1 and message in errors[0]
+
+
+def test_lines_of_several_nodes_line_up():
+    from ansible_collections.gpucluster.multinode.plugins.filter.python_env import python_env_lines
+    info = python_env.parse_probe_output(fixture('cpu-deepspeed-0.19.8.txt'))
+    hostvars = {'lab-head': {'__python_env_info': info}, 'lab-worker-1': {'__python_env_info': info}}
+    lines = python_env_lines(['lab-head', 'lab-worker-1'], hostvars)
+    assert [line.index('torch') for line in lines] == [14, 14]
