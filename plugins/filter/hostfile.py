@@ -16,7 +16,7 @@ description:
   - The head (the host whose C(group_names) holds C(head)) comes first, then the others in
     natural order (C(worker-2) before C(worker-10)).
   - "Slots of a host: its C(gpu_slots) when set; otherwise its detected GPU count
-    C(ansible_facts.gpu.gpu_count); a host with no GPU, or whose GPU facts were not gathered,
+    C(ansible_facts.gpu_facts.gpu_count) from P(gpucluster.multinode.gpu_facts#module); a host with no GPU, or whose GPU facts were not gathered,
     gets O(default_slots) (1 unless told), so a CPU-only lab still gets a usable hostfile."
   - A wrong C(gpu_slots) (not a whole number, below 1), an unknown name in O(include) or
     O(exclude), fails with a message that names the host and the variable.

@@ -7,7 +7,8 @@ The same code serves the ``hostfile`` module (hosts given as parameters) and the
 ``hostfile`` filter (hosts taken from the inventory and the gathered GPU facts).
 
 Slots per host: an explicit count (``gpu_slots`` in the inventory, ``slots`` for the
-module) wins; otherwise the detected GPU count (``ansible_facts.gpu.gpu_count``); a host
+module) wins; otherwise the detected GPU count (``ansible_facts.gpu_facts.gpu_count`` from
+``gpucluster.multinode.gpu_facts``); a host
 with no GPU, or whose GPU count is unknown, gets ``default_slots`` (1 unless told), so
 a CPU-only lab still gets a usable hostfile.
 
@@ -154,11 +155,19 @@ def normalize(entries, head=None, default_slots=1, slots_label='slots', gpus_lab
 
 
 def _facts_gpu_count(hv, host):
+    """(gpu_count, where it was read) from the GPU facts of a host, or (None, None).
+
+    gpucluster.multinode.gpu_facts sets ansible_facts.gpu_facts.gpu_count; the older
+    ansible_facts.gpu.gpu_count is read too.
+    """
     facts = hv.get('ansible_facts') or {}
-    gpu = facts.get('gpu') if isinstance(facts, dict) else None
-    if not isinstance(gpu, dict):
-        return None
-    return gpu.get('gpu_count')
+    if not isinstance(facts, dict):
+        return None, None
+    for key in ('gpu_facts', 'gpu'):
+        gpu = facts.get(key)
+        if isinstance(gpu, dict) and gpu.get('gpu_count') is not None:
+            return gpu.get('gpu_count'), 'ansible_facts.%s.gpu_count' % key
+    return None, None
 
 
 def hosts_from_inventory(names, hostvars, default_slots=1):
@@ -179,15 +188,18 @@ def hosts_from_inventory(names, hostvars, default_slots=1):
             raise HostfileError('host %s: not in hostvars (is it in the inventory?)' % name) from None
         if 'head' in (hv.get('group_names') or []):
             heads.append(name)
+        gpus, label = _facts_gpu_count(hv, name)
+        if gpus is not None and hv.get('gpu_slots') in (None, ''):
+            resolve_slots(name, None, gpus, check_default_slots(default_slots), gpus_label=label)
         entries.append({
             'name': name,
             'address': cluster_address(hostvars, name),
             'slots': hv.get('gpu_slots'),
-            'gpus': _facts_gpu_count(hv, name),
+            'gpus': gpus,
         })
     head = sorted(heads, key=natural_key)[0] if heads else None
     return normalize(entries, head=head, default_slots=default_slots,
-                     slots_label='gpu_slots', gpus_label='ansible_facts.gpu.gpu_count')
+                     slots_label='gpu_slots', gpus_label='ansible_facts.gpu_facts.gpu_count')
 
 
 # --- Slurm host lists ---------------------------------------------------------------

@@ -19,8 +19,7 @@ description:
   - The head comes first (it is rank 0), then the other hosts in natural order, so
     C(worker-2) comes before C(worker-10).
   - "Slots of a host: its O(hosts[].slots) when given; otherwise its detected GPU count
-    O(hosts[].gpus) (for example C(ansible_facts.gpu.gpu_count) from the GPU facts of the
-    host); a host with no GPU, or whose GPU count is not given,
+    O(hosts[].gpus) (for example C(ansible_facts.gpu_facts.gpu_count) from P(gpucluster.multinode.gpu_facts#module)); a host with no GPU, or whose GPU count is not given,
     gets O(default_slots), 1 unless told, so a CPU-only cluster still gets a usable hostfile.
     Hosts may have different counts."
   - The file is written through a temporary file in the same directory and moved into place

@@ -54,3 +54,31 @@ def test_bad_host_variables_fail_naming_host_and_variable(host, var, value, mess
 def test_unknown_exclude_is_named():
     with pytest.raises(AnsibleFilterError, match='exclude names gpu-worker-3, which is not in the host list'):
         hostfile(CLUSTER, hostvars(), exclude=['gpu-worker-3'])
+
+
+def gpu_facts_hostvars():
+    """The layout of gpucluster.multinode.gpu_facts: ansible_facts.gpu_facts.gpu_count."""
+    return {
+        'gpu-master': {'group_names': ['cluster', 'head'], 'ansible_host': '192.168.1.100',
+                       'ansible_facts': {'gpu_facts': {'gpu_count': 1}}},
+        'gpu-worker-1': {'group_names': ['cluster', 'workers'], 'ansible_host': '192.168.1.101',
+                         'ansible_facts': {'gpu_facts': {'gpu_count': 8}}},
+        'gpu-worker-2': {'group_names': ['cluster', 'workers'], 'ansible_host': '192.168.1.102',
+                         'gpu_slots': 2, 'ansible_facts': {'gpu_facts': {'gpu_count': 4}}},
+    }
+
+
+def test_slots_from_gpu_facts_heterogeneous_and_overridden():
+    names = ['gpu-worker-2', 'gpu-worker-1', 'gpu-master']
+    assert hostfile(names, gpu_facts_hostvars(), format='openmpi') == (
+        'gpu-master slots=1\ngpu-worker-1 slots=8\ngpu-worker-2 slots=2\n')
+    assert hostfile(names, gpu_facts_hostvars(), format='mpich') == 'gpu-master:1\ngpu-worker-1:8\ngpu-worker-2:2\n'
+
+
+def test_a_bad_gpu_facts_count_names_the_fact():
+    hv = gpu_facts_hostvars()
+    hv['gpu-worker-1']['ansible_facts']['gpu_facts']['gpu_count'] = 'many'
+    with pytest.raises(AnsibleFilterError) as err:
+        hostfile(['gpu-master', 'gpu-worker-1'], hv)
+    assert str(err.value) == ("host gpu-worker-1: ansible_facts.gpu_facts.gpu_count must be a whole number "
+                              "of 0 or more, got 'many' (str)")

@@ -1,0 +1,266 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+---
+module: dist_check
+short_description: One node's part of the distributed smoke test (join one torch.distributed group, all-reduce, check)
+version_added: "0.1.0"
+description:
+  - Runs on every node at the same time (start it with C(async) so that C(forks) does not
+    matter). Each node runs the C(dist_check.py) script of the
+    P(gpucluster.multinode.cluster_tests#role) role with its rank; the head (rank 0) holds
+    the rendezvous store on O(master_addr):O(master_port).
+  - Every node joins one process group (C(gloo) unless told), all-reduces a tensor of
+    rank + 1, checks that every element is n(n+1)/2, and leaves.
+  - When a node does not join within O(timeout) seconds, the head's result names which nodes
+    joined (RV(joined)) and the node's own result says where it stopped (RV(stage)) and the
+    likely cause (RV(cause)) from quick probes: the head's name does not resolve, its port is
+    closed or filtered, or the socket interface (C(GLOO_SOCKET_IFNAME)) does not exist or
+    does not hold the node's cluster address.
+  - A failed check is a result with RV(ok=false), not a module failure; the
+    P(gpucluster.multinode.dist_check_report#filter) filter makes one verdict of all nodes.
+    Bad input, and the rendezvous port already in use on the head, fail the module.
+options:
+  node:
+    description: Name of this node; one of O(nodes).
+    type: str
+    required: true
+  nodes:
+    description: Names of the nodes, head first; the rank of a node is its index.
+    type: list
+    elements: str
+    required: true
+  address:
+    description: Cluster address of this node (checked against the socket interface).
+    type: str
+  master_addr:
+    description: Address (or name) of the head's rendezvous.
+    type: str
+    required: true
+  master_port:
+    description: Port of the head's rendezvous store.
+    type: int
+    default: 29500
+  backend:
+    description: C(gloo) (CPU, any node) or C(nccl) (GPUs).
+    type: str
+    choices: [gloo, nccl]
+    default: gloo
+  python:
+    description: Python of the environment that has torch.
+    type: path
+    default: /opt/gpucluster/env/bin/python
+  script:
+    description: Path of C(dist_check.py) on the node.
+    type: path
+    required: true
+  timeout:
+    description: Seconds to wait for every node to join.
+    type: int
+    default: 120
+  socket_ifname:
+    description:
+      - Interface gloo and NCCL use (C(GLOO_SOCKET_IFNAME), C(NCCL_SOCKET_IFNAME)). Empty: the
+        value from O(env_files), else none (the libraries pick one).
+    type: str
+    default: ""
+  env_files:
+    description: Shell files sourced for the environment (the NCCL settings of P(gpucluster.multinode.nccl_env#role)).
+    type: list
+    elements: path
+    default: [/etc/profile.d/gpucluster-nccl.sh]
+  env:
+    description: Extra environment variables (they win).
+    type: dict
+    default: {}
+attributes:
+  check_mode:
+    support: full
+    description: Checks the input and the port, probes nothing and runs nothing; RV(stage) is C(skipped).
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+seealso:
+  - plugin: gpucluster.multinode.dist_check_report
+    plugin_type: filter
+author:
+  - gpucluster.multinode contributors
+'''
+
+EXAMPLES = r'''
+- name: Every node joins the group (see roles/cluster_tests/tasks/smoke.yml)
+  gpucluster.multinode.dist_check:
+    node: "{{ inventory_hostname }}"
+    nodes: "{{ groups | gpucluster.multinode.cluster_nodes }}"
+    address: "{{ cluster_address | default(ansible_host) }}"
+    master_addr: "{{ hostvars[groups['head'][0]].cluster_address | default(hostvars[groups['head'][0]].ansible_host) }}"
+    script: /var/tmp/gpucluster/cluster_tests/dist_check.py
+  async: 300
+  poll: 0
+  register: dist_job
+'''
+
+RETURN = r'''
+ok:
+  description: Whether this node joined, all-reduced and found the right sum.
+  returned: always
+  type: bool
+stage:
+  description: Where this node stopped (C(connect), C(store), C(init), C(reduce)), C(done) when it passed, C(skipped) in check mode.
+  returned: always
+  type: str
+  sample: connect
+cause:
+  description: The likely cause when it failed, e.g. C(name not resolvable), C(port closed ...), C(interface mismatch ...).
+  returned: always
+  type: str
+  sample: "interface mismatch: socket interface eth9 does not exist here (eth0 holds 10.0.0.12)"
+error:
+  description: The error text behind the cause.
+  returned: always
+  type: str
+joined:
+  description: On the head, the nodes that reached the rendezvous, in rank order.
+  returned: on the head (rank 0) once its store is up
+  type: list
+  elements: str
+  sample: [gpu-master, gpu-worker-1]
+joined_store:
+  description: Whether this node registered in the head's store.
+  returned: always
+  type: bool
+sum:
+  description: The all-reduced value this node got.
+  returned: when the group formed
+  type: float
+  sample: 6.0
+expected:
+  description: n(n+1)/2 for n nodes.
+  returned: when the group formed
+  type: float
+  sample: 6.0
+rank:
+  description: Rank of this node.
+  returned: always
+  type: int
+backend:
+  description: The backend used.
+  returned: always
+  type: str
+rendezvous:
+  description: C(master_addr:master_port).
+  returned: always
+  type: str
+socket_ifname:
+  description: The socket interface in effect, if any.
+  returned: always
+  type: str
+output:
+  description: Last lines of the script's output when it failed.
+  returned: when the script failed
+  type: str
+'''
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_tests as ct
+
+PREFIX = 'GPUCLUSTER_DIST_CHECK '
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            node=dict(type='str', required=True),
+            nodes=dict(type='list', elements='str', required=True),
+            address=dict(type='str'),
+            master_addr=dict(type='str', required=True),
+            master_port=dict(type='int', default=29500),
+            backend=dict(type='str', default='gloo', choices=['gloo', 'nccl']),
+            python=dict(type='path', default='/opt/gpucluster/env/bin/python'),
+            script=dict(type='path', required=True),
+            timeout=dict(type='int', default=120),
+            socket_ifname=dict(type='str', default=''),
+            env_files=dict(type='list', elements='path', default=['/etc/profile.d/gpucluster-nccl.sh']),
+            env=dict(type='dict', default={}),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    node, nodes = p['node'], p['nodes']
+    if node not in nodes:
+        module.fail_json(msg='host %s: node %s is not in nodes (%s)' % (node, node, ', '.join(nodes)))
+    if len(set(nodes)) != len(nodes):
+        module.fail_json(msg='host %s: nodes lists a node twice: %s' % (node, ', '.join(nodes)))
+    if not 1 <= p['master_port'] <= 65535:
+        module.fail_json(msg='host %s: master_port must be from 1 to 65535, got %d' % (node, p['master_port']))
+    if not 5 <= p['timeout'] <= 3600:
+        module.fail_json(msg='host %s: timeout must be from 5 to 3600 seconds, got %d' % (node, p['timeout']))
+    rank = nodes.index(node)
+    base = {'node': node, 'rank': rank, 'backend': p['backend'], 'joined_store': False,
+            'rendezvous': '%s:%d' % (p['master_addr'], p['master_port'])}
+    if not os.access(p['python'], os.X_OK):
+        module.fail_json(msg='host %s: python %s does not exist; install torch first (the python_env role)'
+                         % (node, p['python']), **base)
+    if not os.path.isfile(p['script']):
+        module.fail_json(msg='host %s: script %s does not exist (copied by roles/cluster_tests/tasks/smoke.yml)'
+                         % (node, p['script']), **base)
+    if rank == 0:
+        users = ct.port_users(_ss(module), p['master_port'])
+        if users:
+            module.fail_json(msg='host %s: port %d (the rendezvous port, master_port) is already in use by %s'
+                             % (node, p['master_port'], ct.describe_users(users)), **base)
+
+    env = ct.node_environment(module, p['env_files'], p['env'])
+    if p['socket_ifname']:
+        env['GLOO_SOCKET_IFNAME'] = p['socket_ifname']
+        env['NCCL_SOCKET_IFNAME'] = p['socket_ifname']
+    ifname = env.get('GLOO_SOCKET_IFNAME' if p['backend'] == 'gloo' else 'NCCL_SOCKET_IFNAME', '')
+    base['socket_ifname'] = ifname
+    if module.check_mode:
+        module.exit_json(changed=False, ok=True, stage='skipped', cause=None, error=None, **base)
+
+    iface_problem = ct.interface_problem(ifname, p['address'], ct.own_interfaces(module)) if ifname else None
+    command = [p['python'], p['script'], '--nodes', json.dumps(nodes), '--rank', str(rank),
+               '--master-addr', p['master_addr'], '--master-port', str(p['master_port']),
+               '--backend', p['backend'], '--timeout', str(p['timeout'])]
+    timeout = module.get_bin_path('timeout')
+    if timeout:
+        command = [timeout, '-k', '10', str(p['timeout'] + 120)] + command
+    rc, out, err = module.run_command(command, environ_update=env)
+    found = ct.json_lines(out, PREFIX)
+    result = dict(base, ok=False, stage='start', cause=None, error=None)
+    if found:
+        result.update(found[-1])
+    else:
+        result['cause'] = 'the check did not run (exit %d)' % rc
+        result['error'] = ct.tail(err or out, 3)
+    if iface_problem and not result.get('ok'):
+        # the interface is the likelier cause than what the library said
+        result['error'] = '%s; %s' % (result.get('cause'), result.get('error'))
+        result['cause'] = iface_problem
+    if not result.get('ok'):
+        result['output'] = ct.tail(out + '\n' + err)
+    result.update(node=node, rank=rank, socket_ifname=ifname)
+    module.exit_json(changed=False, **result)
+
+
+def _ss(module):
+    ss = module.get_bin_path('ss')
+    if not ss:
+        return ''
+    rc, out, _ = module.run_command([ss, '-Hltnp'])
+    return out if rc == 0 else ''
+
+
+if __name__ == '__main__':
+    main()

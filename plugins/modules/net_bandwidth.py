@@ -1,0 +1,440 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+---
+module: net_bandwidth
+short_description: One node's part of a network bandwidth test (iperf3 over TCP, ib_write_bw over RDMA)
+version_added: "0.1.0"
+description:
+  - A bandwidth test between two nodes needs a server on one and a client on the other; a
+    matrix over many nodes needs rounds of such pairs. This module is one node's part; the
+    C(bandwidth.yml) task file of the P(gpucluster.multinode.cluster_tests#role) role runs
+    the rounds (disjoint pairs at the same time) and builds the matrix with the
+    P(gpucluster.multinode.bandwidth_report#filter) filter.
+  - O(state=check) reports whether this node can take part (the tool installed, the port
+    free, the RDMA devices it has) and changes nothing. Problems are returned in RV(problems),
+    one line each naming the node, so a play can report every node at once.
+  - O(state=server) starts a server bound to O(bind) on O(port) in its own process group,
+    limited to O(server_lifetime) seconds even if nobody stops it, and waits until it listens.
+  - O(state=client) measures against the server at O(server): with iperf3, O(streams)
+    parallel streams for O(duration) seconds from this node to the server, then (with
+    O(both_directions)) from the server to this node (C(-R)); with ib_write_bw, one run on
+    O(device). A test that fails (refused, timed out) is a result with RV(results[].error),
+    not a module failure.
+  - O(state=stopped) stops the server this module started on O(port) and removes its pid
+    file; it is safe to run when none runs.
+  - Nothing is left behind; the module reports C(changed=false) in every state.
+options:
+  state:
+    description: This node's part.
+    type: str
+    choices: [check, server, client, stopped]
+    required: true
+  node:
+    description: Name of this node (the inventory name), used in messages and results.
+    type: str
+    required: true
+  tool:
+    description: C(iperf3) (TCP) or C(ib_write_bw) (perftest, RDMA).
+    type: str
+    choices: [iperf3, ib_write_bw]
+    default: iperf3
+  port:
+    description: TCP port of the server (iperf3 data and control; perftest's exchange port).
+    type: int
+    default: 5201
+  bind:
+    description: Address the server listens on (its cluster address). Required with O(state=server) and iperf3.
+    type: str
+  server:
+    description: Address of the server node. Required with O(state=client).
+    type: str
+  peer:
+    description: Name of the server node, used in results. Required with O(state=client).
+    type: str
+  streams:
+    description: Parallel TCP streams of iperf3 (C(-P)); ib_write_bw queue pairs (C(-q)).
+    type: int
+    default: 4
+  duration:
+    description: Seconds each direction is measured (C(-t) of iperf3, C(-D) of ib_write_bw).
+    type: int
+    default: 5
+  both_directions:
+    description: With iperf3, also measure from the server to this node (C(-R)).
+    type: bool
+    default: true
+  device:
+    description: RDMA device (HCA) for ib_write_bw, e.g. C(mlx5_0). Required with ib_write_bw in O(state=server) and O(state=client).
+    type: str
+  rdma:
+    description:
+      - With O(state=check), what to do about RDMA devices. C(auto) checks perftest only where
+        C(/sys/class/infiniband) lists devices; C(required) makes a node without devices a
+        problem; C(never) ignores them.
+    type: str
+    choices: [auto, required, never]
+    default: auto
+  server_lifetime:
+    description: Seconds after which a started server ends on its own, stopped or not.
+    type: int
+    default: 300
+  connect_timeout:
+    description: Seconds the client waits for the server to answer.
+    type: int
+    default: 5
+  run_dir:
+    description: Directory of the pid and log files of started servers.
+    type: path
+    default: /run/gpucluster
+notes:
+  - Servers and clients of one round run at the same time because Ansible runs a task on all
+    hosts of a play at once (up to C(forks)); keep C(forks) at least the number of nodes.
+attributes:
+  check_mode:
+    support: full
+    description: C(check) runs as usual; C(server) and C(client) start nothing and return no result; C(stopped) stops nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+seealso:
+  - plugin: gpucluster.multinode.bandwidth_report
+    plugin_type: filter
+author:
+  - gpucluster.multinode contributors
+'''
+
+EXAMPLES = r'''
+- name: Can this node take part?
+  gpucluster.multinode.net_bandwidth:
+    state: check
+    node: "{{ inventory_hostname }}"
+  register: bw_check
+
+- name: A pair by hand, always stopping the server
+  block:
+    - name: Start the server on the worker
+      gpucluster.multinode.net_bandwidth:
+        state: server
+        node: "{{ inventory_hostname }}"
+        bind: "{{ cluster_address }}"
+      when: inventory_hostname == 'gpu-worker-1'
+
+    - name: Measure from the head
+      gpucluster.multinode.net_bandwidth:
+        state: client
+        node: "{{ inventory_hostname }}"
+        server: "{{ hostvars['gpu-worker-1'].cluster_address }}"
+        peer: gpu-worker-1
+        streams: 4
+        duration: 10
+      register: bw
+      when: inventory_hostname == 'gpu-master'
+  always:
+    - name: Stop the server
+      gpucluster.multinode.net_bandwidth:
+        state: stopped
+        node: "{{ inventory_hostname }}"
+      when: inventory_hostname == 'gpu-worker-1'
+'''
+
+RETURN = r'''
+problems:
+  description: With O(state=check), why this node cannot take part, one line each naming the node; empty when it can.
+  returned: state is check
+  type: list
+  elements: str
+  sample: ["host gpu-worker-2: iperf3 is not installed (install the package iperf3)"]
+tool_version:
+  description: First line of C(iperf3 --version).
+  returned: state is check and iperf3 is installed
+  type: str
+  sample: iperf 3.12 (cJSON 1.7.15)
+rdma_devices:
+  description: RDMA devices of the node (names in C(/sys/class/infiniband)).
+  returned: state is check
+  type: list
+  elements: str
+  sample: [mlx5_0, mlx5_1]
+perftest:
+  description: Whether ib_write_bw is installed.
+  returned: state is check
+  type: bool
+pid:
+  description: Process id of the server started.
+  returned: state is server and not in check mode
+  type: int
+results:
+  description:
+    - With O(state=client), one result per direction measured. C(client) is the sender and
+      C(server) the receiver (so the C(-R) run has them swapped), C(gbps) the rate that arrived,
+      in Gbit/s.
+  returned: state is client
+  type: list
+  elements: dict
+  sample:
+    - {client: gpu-master, server: gpu-worker-1, gbps: 9.41, tool: iperf3, streams: 4, retransmits: 0, error: null}
+    - {client: gpu-worker-1, server: gpu-master, gbps: 9.38, tool: iperf3, streams: 4, retransmits: 12, error: null}
+stopped:
+  description: With O(state=stopped), the pids stopped (empty when no server ran).
+  returned: state is stopped
+  type: list
+  elements: int
+'''
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_tests as ct
+from ansible_collections.gpucluster.multinode.plugins.module_utils.iperf3 import parse_iperf3
+from ansible_collections.gpucluster.multinode.plugins.module_utils.perftest import parse_perftest_bw
+
+PACKAGES = {'iperf3': 'iperf3', 'ib_write_bw': 'perftest'}
+IB_SYSFS = '/sys/class/infiniband'
+
+
+def _pidfile(params):
+    return os.path.join(params['run_dir'], 'net_bandwidth-%s-%s-%d.pid' % (params['node'], params['tool'], params['port']))
+
+
+def _listeners(module, port, address=None):
+    ss = module.get_bin_path('ss')
+    if not ss:
+        return None
+    rc, out, _ = module.run_command([ss, '-Hltnp'])
+    if rc != 0:
+        return None
+    return ct.port_users(out, port, address)
+
+
+def _rdma_devices():
+    try:
+        return sorted(os.listdir(IB_SYSFS))
+    except OSError:
+        return []
+
+
+def check(module, params):
+    node = params['node']
+    problems = []
+    out = {'rdma_devices': _rdma_devices(), 'perftest': bool(module.get_bin_path('ib_write_bw'))}
+    iperf3 = module.get_bin_path('iperf3')
+    if not iperf3:
+        problems.append('host %s: iperf3 is not installed (install the package iperf3)' % node)
+    else:
+        rc, text, err = module.run_command([iperf3, '--version'])
+        out['tool_version'] = (text or err).splitlines()[0] if (text or err) else None
+    if params['rdma'] != 'never':
+        if out['rdma_devices'] and not out['perftest']:
+            problems.append('host %s: RDMA devices %s but ib_write_bw is not installed (install the package perftest)'
+                            % (node, ', '.join(out['rdma_devices'])))
+        if params['rdma'] == 'required' and not out['rdma_devices']:
+            problems.append('host %s: no RDMA device in %s (rdma: required)' % (node, IB_SYSFS))
+    users = _listeners(module, params['port'], params['bind'])
+    if users:
+        problems.append('host %s: port %d (the bandwidth test port) is already in use by %s'
+                        % (node, params['port'], ct.describe_users(users)))
+    out['problems'] = problems
+    return out
+
+
+def _process_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open('/proc/%d/stat' % pid) as handle:
+            return handle.read().split(')')[-1].split()[0] != 'Z'
+    except OSError:
+        return True
+
+
+def server(module, params):
+    node, port, tool = params['node'], params['port'], params['tool']
+    binary = module.get_bin_path(tool)
+    if not binary:
+        module.fail_json(msg='host %s: %s is not installed (install the package %s)' % (node, tool, PACKAGES[tool]))
+    if tool == 'iperf3' and not params['bind']:
+        module.fail_json(msg='host %s: bind (the address the iperf3 server listens on) is required with state=server'
+                         % node)
+    if tool == 'ib_write_bw' and not params['device']:
+        module.fail_json(msg='host %s: device (the RDMA device, e.g. mlx5_0) is required for ib_write_bw' % node)
+    users = _listeners(module, port, params['bind'])
+    if users:
+        module.fail_json(msg='host %s: port %d (the bandwidth test port) is already in use by %s'
+                         % (node, port, ct.describe_users(users)))
+    if module.check_mode:
+        return {}
+    stop(module, params)  # a server of an earlier, interrupted run on this port
+    os.makedirs(params['run_dir'], mode=0o755, exist_ok=True)
+    if tool == 'iperf3':
+        command = [binary, '-s', '-p', str(port), '-B', params['bind']]
+    else:
+        command = [binary, '-d', params['device'], '-p', str(port), '-q', str(params['streams']),
+                   '-D', str(params['duration']), '--report_gbits', '-F']
+    timeout = module.get_bin_path('timeout')
+    if timeout:
+        command = [timeout, str(params['server_lifetime'])] + command
+    log_path = _pidfile(params)[:-len('.pid')] + '.log'
+    with open(log_path, 'wb') as log, open(os.devnull, 'rb') as devnull:
+        proc = subprocess.Popen(command, stdin=devnull, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    with open(_pidfile(params), 'w') as handle:
+        handle.write('%d\n' % proc.pid)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            with open(log_path, 'rb') as handle:
+                said = to_native(handle.read()).strip()
+            os.unlink(_pidfile(params))
+            module.fail_json(msg='host %s: the %s server on port %d ended at once (exit %s): %s'
+                             % (node, tool, port, proc.returncode, said[-500:]))
+        if tool != 'iperf3' or _listeners(module, port, params['bind']):
+            if tool != 'iperf3':
+                time.sleep(1)  # perftest has no listening probe before its exchange; give it a moment
+            return {'pid': proc.pid, 'command': command}
+        time.sleep(0.2)
+    stop(module, params)
+    module.fail_json(msg='host %s: the %s server did not listen on %s:%d within 10 s' % (node, tool, params['bind'], port))
+
+
+def stop(module, params):
+    path = _pidfile(params)
+    try:
+        with open(path) as handle:
+            pid = int(handle.read().strip() or 0)
+    except (OSError, ValueError):
+        return []
+    stopped = []
+    if pid > 0 and _process_alive(pid):
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                break
+            deadline = time.time() + 3
+            while time.time() < deadline and _process_alive(pid):
+                time.sleep(0.1)
+            if not _process_alive(pid):
+                break
+        stopped.append(pid)
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    os.unlink(path)
+    return stopped
+
+
+def _iperf3_run(module, binary, params, reverse):
+    command = [binary, '-c', params['server'], '-p', str(params['port']), '-P', str(params['streams']),
+               '-t', str(params['duration']), '-J', '--connect-timeout', str(params['connect_timeout'] * 1000)]
+    if reverse:
+        command.append('-R')
+    rc, out, err = module.run_command(command)
+    sender, receiver = (params['peer'], params['node']) if reverse else (params['node'], params['peer'])
+    result = {'client': sender, 'server': receiver, 'tool': 'iperf3', 'streams': params['streams'],
+              'gbps': None, 'retransmits': None, 'error': None}
+    try:
+        parsed = parse_iperf3(out)
+    except ValueError as exc:
+        result['error'] = '%s (exit %d%s)' % (exc, rc, ': ' + err.strip()[-300:] if err.strip() else '')
+        return result
+    if not parsed['ok']:
+        result['error'] = parsed['error']
+    else:
+        result.update(gbps=parsed['gbps'], retransmits=parsed['retransmits'])
+    return result
+
+
+def _ib_run(module, binary, params):
+    command = [binary, '-d', params['device'], '-p', str(params['port']), '-q', str(params['streams']),
+               '-D', str(params['duration']), '--report_gbits', '-F', params['server']]
+    rc, out, err = module.run_command(command)
+    result = {'client': params['node'], 'server': params['peer'], 'tool': 'ib_write_bw',
+              'device': params['device'], 'gbps': None, 'error': None}
+    try:
+        parsed = parse_perftest_bw(out + '\n' + err)
+        result['gbps'] = parsed['bw_average_gbps']
+    except ValueError as exc:
+        result['error'] = '%s (exit %d)' % (exc, rc)
+    return result
+
+
+def client(module, params):
+    node, tool = params['node'], params['tool']
+    for key in ('server', 'peer'):
+        if not params[key]:
+            module.fail_json(msg='host %s: %s is required with state=client' % (node, key))
+    if tool == 'ib_write_bw' and not params['device']:
+        module.fail_json(msg='host %s: device (the RDMA device, e.g. mlx5_0) is required for ib_write_bw' % node)
+    binary = module.get_bin_path(tool)
+    if not binary:
+        module.fail_json(msg='host %s: %s is not installed (install the package %s)' % (node, tool, PACKAGES[tool]))
+    if module.check_mode:
+        return {'results': []}
+    if tool == 'iperf3':
+        results = [_iperf3_run(module, binary, params, reverse=False)]
+        if params['both_directions']:
+            results.append(_iperf3_run(module, binary, params, reverse=True))
+    else:
+        results = [_ib_run(module, binary, params)]
+    return {'results': results}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type='str', required=True, choices=['check', 'server', 'client', 'stopped']),
+            node=dict(type='str', required=True),
+            tool=dict(type='str', default='iperf3', choices=['iperf3', 'ib_write_bw']),
+            port=dict(type='int', default=5201),
+            bind=dict(type='str'),
+            server=dict(type='str'),
+            peer=dict(type='str'),
+            streams=dict(type='int', default=4),
+            duration=dict(type='int', default=5),
+            both_directions=dict(type='bool', default=True),
+            device=dict(type='str'),
+            rdma=dict(type='str', default='auto', choices=['auto', 'required', 'never']),
+            server_lifetime=dict(type='int', default=300),
+            connect_timeout=dict(type='int', default=5),
+            run_dir=dict(type='path', default='/run/gpucluster'),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    node = params['node']
+    for key, low, high in (('port', 1, 65535), ('streams', 1, 128), ('duration', 1, 3600),
+                           ('server_lifetime', 10, 86400), ('connect_timeout', 1, 600)):
+        if not low <= params[key] <= high:
+            module.fail_json(msg='host %s: %s must be from %d to %d, got %d' % (node, key, low, high, params[key]))
+    state = params['state']
+    if state == 'check':
+        out = check(module, params)
+    elif state == 'server':
+        out = server(module, params)
+    elif state == 'client':
+        out = client(module, params)
+    else:
+        out = {'stopped': [] if module.check_mode else stop(module, params)}
+    module.exit_json(changed=False, **out)
+
+
+if __name__ == '__main__':
+    main()
