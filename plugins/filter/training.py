@@ -26,27 +26,42 @@ def training_verdict(results, nodes=None):
         node = r.get('node')
         if r.get('running'):
             running.append(node)
-        if r.get('exit_code') is not None:
+        if r.get('slurm_job_id'):
+            # Slurm: the batch script's status is the job's; srun names the nodes whose task failed
+            if r.get('exit_code') and not r.get('node_exit_codes') and not str(r.get('slurm_state')).startswith('CANCELLED'):
+                codes[node] = r['exit_code']
+        elif r.get('exit_code') is not None:
             codes[node] = r['exit_code']
-        for other, code in (r.get('node_exit_codes') or {}).items():
+        cancelled = str(r.get('slurm_state') or '').startswith('CANCELLED')
+        for other, code in ({} if cancelled else (r.get('node_exit_codes') or {})).items():
             # pdsh names hosts as the hostfile does; map addresses back to node names where we can
             codes[other] = code
     failed = [n for n in order if codes.get(n)]
     failed += [n for n in codes if codes[n] and n not in failed]
+    # The launcher on the head (pdsh, mpirun, srun) names the nodes whose ranks failed: those come
+    # before the head, whose launcher only exits non-zero because of them.
+    named = [n for n in ((results[0] if results else {}).get('node_exit_codes') or {}) if n in failed]
+    failed = named + [n for n in failed if n not in named]
     # torchrun: every agent exits non-zero once one rank dies; the culprit is the node whose rank
     # failed first (a signal such as SIGKILL breaks a tie), as torchrun's own reports say.
-    reports = [(r['rank_failure']['time'], 0 if (r['rank_failure'].get('exit_code') or 0) < 0 else 1, r.get('node'))
-               for r in results if r.get('rank_failure') and r.get('node') in failed]
+    # (Under Slurm one log holds every node's report: the report's own host is the node.)
+    reports = [(r['rank_failure']['time'], 0 if (r['rank_failure'].get('exit_code') or 0) < 0 else 1,
+                r['rank_failure']['host'] if r.get('slurm_job_id') else r.get('node'))
+               for r in results if r.get('rank_failure')]
+    reports = [rep for rep in reports if rep[2] in failed]
     if reports:
         culprit = min(reports)[2]
         failed = [culprit] + [n for n in failed if n != culprit]
     head = results[0] if results else {}
+    slurm_state = str(head.get('slurm_state') or '')
     if failed:
         state = 'failed'
     elif running:
         state = 'running'
-    elif head.get('exit_code') == 0 or (head.get('slurm_state') == 'COMPLETED'):
+    elif head.get('exit_code') == 0 or slurm_state == 'COMPLETED':
         state = 'succeeded'
+    elif slurm_state.startswith('CANCELLED'):
+        state = 'stopped'
     elif not any(r.get('exit_code') is not None for r in results):
         state = 'stopped' if results else 'unknown'
     else:

@@ -98,15 +98,42 @@ def torchrun_command(bin_dir, nnodes, nproc_per_node, rdzv_host, rdzv_port, job_
     return argv + [script] + list(script_args)
 
 
+# Open MPI gives each rank OMPI_COMM_WORLD_*; torch.distributed (env://) and DeepSpeed read these.
+MPI_RANK_ENV = ('export RANK="$OMPI_COMM_WORLD_RANK" LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" '
+                'WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" LOCAL_WORLD_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE"; ')
+
+
 def mpirun_command(bin_dir, hostfile, nprocs, per_node, env_names, script, script_args=(), mpirun='mpirun',
-                   extra_args=()):
-    """Open MPI's line on the head: hostfile, one rank per slot, -x for every variable forwarded."""
+                   extra_args=(), node_prefix=''):
+    """Open MPI's line on the head: hostfile, per_node ranks on every node, -x for every variable
+    forwarded. Each rank starts through bash, which sources node_prefix (the node's own env files,
+    so per-node NIC names win) and maps Open MPI's rank variables to RANK, LOCAL_RANK, WORLD_SIZE."""
     argv = [mpirun, '--hostfile', hostfile, '-np', str(nprocs), '--map-by', 'ppr:%d:node' % per_node,
             '--bind-to', 'none']
     for name in sorted(set(env_names)):
         argv += ['-x', name]
     argv += list(extra_args)
-    return argv + ['%s/python' % bin_dir.rstrip('/'), script] + list(script_args)
+    wrapper = node_prefix + MPI_RANK_ENV + 'exec "$0" "$@"'
+    return argv + ['/bin/bash', '-c', wrapper, '%s/python' % bin_dir.rstrip('/'), script] + list(script_args)
+
+
+MPIRUN_SIGNAL_RE = re.compile(r'mpirun noticed that process rank (?P<rank>\d+) with PID \d+ on node (?P<node>\S+) '
+                              r'exited on signal (?P<sig>\d+)')
+MPIRUN_EXIT_RE = re.compile(r'The first process to do so was:\s*Process name:\s*\[\[\d+,\d+\],(?P<rank>\d+)\]\s*'
+                            r'Exit code:\s*(?P<code>\d+)')
+
+
+def mpirun_failure(text):
+    """{rank, node, exit_code} of the first failed rank as mpirun reports it (node is None when
+    mpirun names only the rank); None when the output holds no such report."""
+    match = MPIRUN_SIGNAL_RE.search(text or '')
+    if match:
+        return {'rank': int(match.group('rank')), 'node': match.group('node').rstrip('.'),
+                'exit_code': 128 + int(match.group('sig'))}
+    match = MPIRUN_EXIT_RE.search(text or '')
+    if match:
+        return {'rank': int(match.group('rank')), 'node': None, 'exit_code': int(match.group('code'))}
+    return None
 
 
 def forwarded_env_names(env):
@@ -124,11 +151,14 @@ SBATCH_TEMPLATE = """#!/bin/bash
 set -euo pipefail
 export {job_env}={job_id}
 {exports}
-# Nodes of this allocation, head first: the master address and the hostfile come from Slurm.
+# A node's address as slurm.conf gives it (NodeAddr): names need not resolve between nodes.
+node_addr() {{ scontrol show node "$1" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p'; }}
+export -f node_addr
+# Nodes of this allocation, in order: the hostfile and the master (the first) come from Slurm.
 scontrol show hostnames "$SLURM_JOB_NODELIST" > {hostfile}
-MASTER_ADDR=$(head -n 1 {hostfile})
+MASTER_ADDR=$(node_addr "$(head -n 1 {hostfile})")
 export MASTER_ADDR MASTER_PORT={master_port}
-echo "job {job_id}: nodes $(paste -sd, {hostfile}), master $MASTER_ADDR:$MASTER_PORT"
+echo "job {job_id}: slurm job $SLURM_JOB_ID on $(paste -sd, {hostfile}), master $MASTER_ADDR:$MASTER_PORT"
 {launch}
 """
 
@@ -145,15 +175,24 @@ def sbatch_script(job_id, nodes, gpus_per_node, time_limit, log_dir, hostfile, m
         master_port=int(master_port), launch=launch_line)
 
 
-def slurm_launch_line(launcher, bin_dir, nproc_per_node, job_id, script, script_args=(), log_dir=None):
-    """What the sbatch script runs: torchrun on every node through srun (c10d on the first node)."""
+def slurm_launch_line(launcher, bin_dir, nproc_per_node, job_id, script, script_args=(), log_dir=None,
+                      node_prefix=''):
+    """What the sbatch script runs: one torchrun agent per node through srun, c10d on the first node.
+
+    Each node's agent sources node_prefix (its own env files), advertises its own NodeAddr and
+    logs its ranks under log_dir/<node>."""
     if launcher != 'torchrun':
         raise TrainingError('slurm_launcher must be torchrun, got %r' % launcher)
-    agent = torchrun_command(bin_dir, '$SLURM_NNODES', nproc_per_node, '__MASTER__', '$MASTER_PORT', job_id,
-                             script, script_args, log_dir=log_dir)
-    line = join(agent).replace(q('$SLURM_NNODES'), '"$SLURM_NNODES"').replace(
-        q('__MASTER__:$MASTER_PORT'), '"$MASTER_ADDR:$MASTER_PORT"')
-    return 'srun --ntasks-per-node=1 --kill-on-bad-exit=1 ' + line
+    agent = torchrun_command(bin_dir, '__NNODES__', nproc_per_node, '__MASTER__', '', job_id, script, script_args,
+                             log_dir=(log_dir.rstrip('/') + '/__NODE__') if log_dir else None,
+                             local_addr='__LOCAL__')
+    line = join(agent)
+    line = line.replace(q('__NNODES__'), '"$SLURM_NNODES"').replace(q('__MASTER__:'), '"$MASTER_ADDR:$MASTER_PORT"')
+    line = line.replace(q('__LOCAL__'), '"$(node_addr "$SLURMD_NODENAME")"')
+    if log_dir:
+        line = line.replace(q(log_dir.rstrip('/') + '/__NODE__'), q(log_dir.rstrip('/') + '/') + '"$SLURMD_NODENAME"')
+    body = node_prefix + 'exec ' + line
+    return 'srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c ' + q(body)
 
 
 PDSH_EXIT_RE = re.compile(r'^pdsh@[^:]+: (?P<host>[^:\s]+): ssh exited with exit code (?P<code>\d+)', re.M)

@@ -249,10 +249,12 @@ versions:
 
 import json
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import jobs
+from ansible_collections.gpucluster.multinode.plugins.module_utils import slurm
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
 
 VERSIONS_PY = (
@@ -376,8 +378,14 @@ class Job:
             names = list(self.env().keys())
             names = [n for n in tr.forwarded_env_names(names)]
             return tr.mpirun_command(self.bin, self.hostfile, self.nproc * len(self.nodes), self.nproc, names,
-                                     p['script'], p['script_args'])
+                                     p['script'], p['script_args'], node_prefix=self.shell_prefix())
         return None  # slurm: rendered script, see start_slurm
+
+    def slurm_installed(self):
+        return bool(self.m.get_bin_path('sbatch')) and bool(self.m.get_bin_path('sinfo'))
+
+    def slurm_log(self, slurm_id):
+        return os.path.join(self.log_dir, '%s-%s.out' % (self.job_id, slurm_id))
 
     def launcher_binary(self):
         launcher = self.p['launcher']
@@ -408,11 +416,14 @@ class Job:
             if holders:
                 problems.append(jobs.describe_listeners(self.p['master_port'], holders) +
                                 '; stop that job or choose another master_port')
-        if self.p['launcher'] == 'slurm' and self.is_head and self.p['slurm_partition']:
-            rc, out, err = self.m.run_command(['sinfo', '-h', '-p', self.p['slurm_partition'], '-o', '%P'])
-            if rc != 0 or not out.strip():
-                problems.append('slurm_partition %s does not exist (sinfo: %s)'
-                                % (self.p['slurm_partition'], (err or out).strip() or 'no such partition'))
+        if self.p['launcher'] == 'slurm' and self.is_head and self.p['slurm_partition'] and self.slurm_installed():
+            rc, out, err = self.m.run_command(['sinfo', '--noheader', '--format', '%R'])
+            known = slurm.partitions(out) if rc == 0 else []
+            if rc != 0:
+                problems.append('sinfo cannot reach the Slurm controller: %s' % (err or out).strip()[-300:])
+            elif self.p['slurm_partition'] not in known:
+                problems.append('slurm_partition %s does not exist (partitions: %s)'
+                                % (self.p['slurm_partition'], ', '.join(known) or 'none'))
         versions = {}
         if os.path.exists(python):
             rc, out, err = self.m.run_command([python, '-c', VERSIONS_PY], environ_update={'DS_ACCELERATOR': self.p['env'].get('DS_ACCELERATOR', '')} if self.p['env'].get('DS_ACCELERATOR') else None)
@@ -473,11 +484,11 @@ class Job:
             return self.result(changed=False, command='', started=False,
                                msg='Slurm starts the ranks of %s' % self.me)
         launch = tr.slurm_launch_line('torchrun', self.bin, self.nproc, self.job_id, p['script'], p['script_args'],
-                                      log_dir=os.path.join(self.rank_log_dir, '$SLURMD_NODENAME'))
+                                      log_dir=self.rank_log_dir, node_prefix=self.shell_prefix())
         env = {k: str(v) for k, v in p['env'].items()}
         script = tr.sbatch_script(self.job_id, len(self.nodes), p['slurm_gpus_per_node'], p['slurm_time'],
                                   self.log_dir, os.path.join(self.job_dir, 'hostfile'), p['master_port'],
-                                  self.shell_prefix() + '\n' + launch, partition=p['slurm_partition'],
+                                  launch, partition=p['slurm_partition'],
                                   cpus_per_task=p['slurm_cpus_per_task'], env=env)
         path = os.path.join(self.job_dir, 'job.sbatch')
         if self.m.check_mode:
@@ -489,8 +500,23 @@ class Job:
             self.m.fail_json(msg='sbatch refused job %s: %s' % (self.job_id, (err or out).strip()), **self.result())
         slurm_id = out.strip().split(';')[0]
         self.write_file(os.path.join(self.state_dir, 'slurm_job_id'), slurm_id + '\n')
-        return self.result(changed=True, command='sbatch --parsable %s' % path, started=True,
-                           slurm_job_id=slurm_id, sbatch=script)
+        result = self.result(changed=True, command='sbatch --parsable %s' % path, started=True,
+                             slurm_job_id=slurm_id, sbatch=script)
+        result['log'] = self.slurm_log(slurm_id)
+        return result
+
+    def slurm_status(self, sid):
+        """{state, exit_code, ...} of a Slurm job: squeue while it is queued or runs, then scontrol
+        (finished jobs stay known for MinJobAge), then sacct where accounting is kept."""
+        rc, out, _ = self.m.run_command(['squeue', '--noheader', '--jobs', sid, '--format', '%T'])
+        if rc == 0 and out.strip():
+            return {'state': out.strip().split()[0], 'exit_code': None}
+        rc, out, _ = self.m.run_command(['scontrol', 'show', 'job', '--oneliner', sid])
+        if rc == 0 and out.strip():
+            return slurm.job_state(slurm.parse_oneline(out))
+        rc, out, _ = self.m.run_command(['sacct', '--noheader', '--parsable2', '--allocations', '--jobs', sid,
+                                         '--format', 'State,ExitCode'])
+        return (slurm.sacct_state(out) if rc == 0 else None) or {'state': None, 'exit_code': None}
 
     def slurm_id(self):
         try:
@@ -510,22 +536,34 @@ class Job:
             text = '\n'.join(jobs.tail(self.log, 100000))
             out['node_exit_codes'] = tr.pdsh_exit_codes(text)
             out['node_log_tails'] = tr.pdsh_node_tails(text, [n['name'] for n in self.nodes], self.p['log_lines'])
+        if self.p['launcher'] == 'mpirun' and self.is_head:
+            failure = tr.mpirun_failure('\n'.join(jobs.tail(self.log, 100000)))
+            if failure:
+                node = failure['node'] or self.nodes[min(failure['rank'] // max(self.nproc, 1), len(self.nodes) - 1)]['name']
+                out['node_exit_codes'] = {node: failure['exit_code']}
         if self.p['launcher'] == 'slurm' and self.is_head and self.slurm_id():
             sid = self.slurm_id()
-            rc, stdout, _ = self.m.run_command(['squeue', '-h', '-j', sid, '-o', '%T'])
-            state = stdout.strip() if rc == 0 else ''
+            info = self.slurm_status(sid)
             out['slurm_job_id'] = sid
-            out['slurm_state'] = state or None
-            out['running'] = out['running'] or state in ('PENDING', 'RUNNING', 'CONFIGURING', 'COMPLETING')
+            out['slurm_state'] = info['state']
+            out['running'] = out['running'] or info['state'] in slurm.ACTIVE_STATES
             if not out['running']:
-                rc, stdout, _ = self.m.run_command(['sacct', '-n', '-P', '-X', '-j', sid, '-o', 'State,ExitCode'])
-                if rc == 0 and stdout.strip():
-                    state, _, code = stdout.strip().splitlines()[0].partition('|')
-                    out['slurm_state'] = state
-                    out['exit_code'] = int(code.split(':')[0]) if code.split(':')[0].isdigit() else None
-            slurm_log = os.path.join(self.log_dir, '%s-%s.out' % (self.job_id, sid))
-            out['log'] = slurm_log
-            out['log_tail'] = jobs.tail(slurm_log, self.p['log_lines'])
+                out['exit_code'] = info['exit_code']
+            out['log'] = self.slurm_log(sid)
+            text = '\n'.join(jobs.tail(out['log'], 100000))
+            out['log_tail'] = jobs.tail(out['log'], self.p['log_lines'])
+            # srun names the nodes whose task failed; torchrun's report names the one that failed first
+            failures = slurm.srun_failures(text)
+            codes = {}
+            for node, code, _ in failures:
+                codes.setdefault(node, code)
+            first = tr.torchrun_failure(text)
+            if first and first['host'] in codes:
+                codes = dict([(first['host'], codes[first['host']])] + [(n, c) for n, c in codes.items()
+                                                                         if n != first['host']])
+            out['node_exit_codes'] = codes
+            out['rank_failure'] = first
+            out['node_log_tails'] = tr.pdsh_node_tails(text, [n['name'] for n in self.nodes], self.p['log_lines'])
         return out
 
     def stop(self):
@@ -535,7 +573,13 @@ class Job:
             return self.result(changed=bool(procs) or bool(sid), running=bool(procs),
                                stopped_pids=[p['pid'] for p in procs])
         if sid:
-            self.m.run_command(['scancel', sid])
+            rc, out, err = self.m.run_command(['scancel', sid])
+            if rc != 0:
+                self.m.fail_json(msg='scancel %s (job %s) failed: %s' % (sid, self.job_id, (err or out).strip()),
+                                 **self.result())
+            deadline = time.time() + self.p['stop_timeout'] + 30
+            while time.time() < deadline and self.slurm_status(sid)['state'] in slurm.ACTIVE_STATES:
+                time.sleep(1)
         stopped = jobs.stop_job(self.job_id, grace=self.p['stop_timeout'], pgids=self.own_groups())
         left = jobs.job_processes(self.job_id, pgids=self.own_groups())
         if left:

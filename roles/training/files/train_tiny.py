@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""A small model trained with DeepSpeed (ZeRO stage 2 by default).
+"""A small model trained with DeepSpeed (ZeRO stage 2 by default), or plain torch DDP.
 
 Runs on GPUs with NCCL and on CPUs with gloo (DS_ACCELERATOR=cpu), under the deepspeed
 launcher, torchrun, mpirun or srun. Rank 0 logs the loss of every step; checkpoints are saved
 with DeepSpeed's own format and training resumes from the latest one with --resume-from.
+--engine ddp trains the same model with torch's DistributedDataParallel and never imports
+DeepSpeed (no JIT build of its CPU ops: a quick check of a launcher).
 
     deepspeed --hostfile hostfile train_tiny.py --steps 50 --checkpoint-dir /shared/checkpoints/tiny
     torchrun --nnodes 3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint head:29500 train_tiny.py
@@ -18,8 +20,6 @@ import time
 
 import torch
 import torch.distributed as dist
-
-import deepspeed
 
 STARTED = time.time()
 
@@ -36,6 +36,8 @@ def parse_args():
     parser.add_argument('--resume-from', default=None, help='checkpoint directory to resume from (its latest tag)')
     parser.add_argument('--step-delay', type=float, default=0.0, help='seconds to sleep after each step')
     parser.add_argument('--seed', type=int, default=1234)
+    parser.add_argument('--engine', choices=['deepspeed', 'ddp'], default='deepspeed',
+                        help='deepspeed (ZeRO) or torch DDP (no DeepSpeed; no checkpoints)')
     parser.add_argument('--deepspeed_config', default=None, help='DeepSpeed JSON config file')
     parser.add_argument('--local_rank', type=int, default=int(os.environ.get('LOCAL_RANK', -1)))
     return parser.parse_args()
@@ -56,11 +58,35 @@ def ds_config(args, world):
     }
 
 
+class DDPEngine:
+    """The three calls the loop makes on a DeepSpeed engine, done with torch DDP and AdamW."""
+
+    def __init__(self, model, lr, device_ids):
+        self.module = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+        self.optimizer = torch.optim.AdamW(self.module.parameters(), lr=lr)
+
+    def __call__(self, x):
+        return self.module(x)
+
+    def backward(self, loss):
+        self.optimizer.zero_grad()
+        loss.backward()
+
+    def step(self):
+        self.optimizer.step()
+
+
 def main():
     args = parse_args()
     on_gpu = torch.cuda.is_available()
     backend = 'nccl' if on_gpu else 'gloo'
-    deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=True)
+    if args.engine == 'ddp':
+        if args.checkpoint_dir or args.resume_from:
+            raise SystemExit('--engine ddp keeps no checkpoints: drop --checkpoint-dir/--resume-from')
+        dist.init_process_group(backend=backend)
+    else:
+        import deepspeed  # pylint: disable=import-outside-toplevel
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=True)
     rank, world = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get('LOCAL_RANK', max(args.local_rank, 0)))
     device = torch.device('cuda', local_rank) if on_gpu else torch.device('cpu')
@@ -72,8 +98,11 @@ def main():
         torch.nn.Linear(32, args.hidden), torch.nn.ReLU(),
         torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
         torch.nn.Linear(args.hidden, 1))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config(args, world))
+    if args.engine == 'ddp':
+        engine = DDPEngine(model.to(device), args.lr, [local_rank] if on_gpu else None)
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+        engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=ds_config(args, world))
 
     # A fixed regression problem; every rank draws its own samples of it.
     true_w = torch.randn(32, 1, generator=torch.Generator().manual_seed(args.seed))

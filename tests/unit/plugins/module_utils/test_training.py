@@ -41,7 +41,8 @@ def test_mpirun_forwards_nccl_and_master_variables():
 
 
 def test_sbatch_script_takes_hostfile_from_scontrol_and_runs_torchrun_through_srun():
-    launch = tr.slurm_launch_line('torchrun', '/opt/env/bin', 8, 'job-7', '/shared/train.py', ['--steps', '5'])
+    launch = tr.slurm_launch_line('torchrun', '/opt/env/bin', 8, 'job-7', '/shared/train.py', ['--steps', '5'],
+                                  log_dir='/shared/jobs/job-7/logs/ranks')
     script = tr.sbatch_script('job-7', 4, 8, '02:00:00', '/shared/jobs/job-7/logs', '/shared/jobs/job-7/hostfile',
                               29500, launch, partition='gpu', env={'NCCL_DEBUG': 'WARN'})
     assert '#SBATCH --nodes=4\n' in script
@@ -51,8 +52,12 @@ def test_sbatch_script_takes_hostfile_from_scontrol_and_runs_torchrun_through_sr
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" > /shared/jobs/job-7/hostfile' in script
     assert 'export GPUCLUSTER_JOB_ID=job-7' in script
     assert 'export NCCL_DEBUG=WARN' in script
-    assert 'srun --ntasks-per-node=1 --kill-on-bad-exit=1 /opt/env/bin/torchrun --nnodes "$SLURM_NNODES"' in script
+    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'exec /opt/env/bin/torchrun --nnodes \"$SLURM_NNODES\"" in script
     assert '--rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT"' in script
+    # every node advertises its own NodeAddr and logs its ranks under its own name
+    assert '--local-addr "$(node_addr "$SLURMD_NODENAME")"' in script
+    assert '--log-dir /shared/jobs/job-7/logs/ranks/"$SLURMD_NODENAME"' in script
+    assert 'MASTER_ADDR=$(node_addr "$(head -n 1 /shared/jobs/job-7/hostfile)")' in script
     cpu = tr.sbatch_script('j', 2, 0, '00:10:00', '/l', '/h', 29500, 'true')
     assert '--gpus-per-node' not in cpu and '--partition' not in cpu
 
@@ -219,3 +224,52 @@ def test_verdict_reports_the_final_loss_line():
     verdict = training_verdict(results)
     assert verdict['last_loss_line'] == 'h: final loss 0.41 steps 50 world 3 backend gloo'
     assert 'last loss line: h: final loss 0.41 steps 50 world 3 backend gloo' in verdict['lines']
+
+
+def test_sbatch_script_runs_under_bash_with_each_node_its_own_address(tmp_path):
+    """The rendered script, run by bash with scontrol and srun standing in for Slurm's: srun runs the
+    per-node line once per node, and torchrun (here: echo) gets that node's address and log dir."""
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    (bin_dir / 'scontrol').write_text(
+        '#!/bin/bash\n'
+        'case "$1 $2" in\n'
+        '  "show hostnames") printf "n1\\nn2\\n" ;;\n'
+        '  "show node") echo "NodeName=$3 Arch=x86_64 NodeAddr=10.0.0.${3#n} NodeHostName=$3 Version=22.05.8" ;;\n'
+        'esac\n')
+    (bin_dir / 'srun').write_text('#!/bin/bash\nshift 2\nfor n in n1 n2; do SLURMD_NODENAME=$n "$@"; done\n')
+    (bin_dir / 'torchrun').write_text('#!/bin/bash\necho "torchrun $*"\n')
+    for name in ('scontrol', 'srun', 'torchrun'):
+        (bin_dir / name).chmod(0o755)
+    launch = tr.slurm_launch_line('torchrun', str(bin_dir), 1, 'job 7', '/shared/my train.py', ['--steps', '5'],
+                                  log_dir=str(tmp_path / 'ranks'))
+    script = tr.sbatch_script('job-7', 2, 0, '00:10:00', str(tmp_path), str(tmp_path / 'hostfile'), 29500, launch,
+                              env={'DS_ACCELERATOR': 'cpu'})
+    (tmp_path / 'job.sbatch').write_text(script)
+    env = dict(os.environ, PATH='%s:%s' % (bin_dir, os.environ['PATH']), SLURM_JOB_NODELIST='n[1-2]',
+               SLURM_NNODES='2', SLURM_JOB_ID='42')
+    out = subprocess.run(['bash', str(tmp_path / 'job.sbatch')], env=env, capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    assert lines[0] == 'job job-7: slurm job 42 on n1,n2, master 10.0.0.1:29500'
+    assert len(lines) == 3
+    for node, line in zip(('n1', 'n2'), lines[1:]):
+        assert '--nnodes 2 ' in line and '--rdzv-endpoint 10.0.0.1:29500 --rdzv-id job 7 ' in line
+        assert '--local-addr 10.0.0.%s ' % node[1] in line
+        assert '--log-dir %s/ranks/%s ' % (tmp_path, node) in line
+        assert line.endswith('/shared/my train.py --steps 5')
+
+
+def test_mpirun_ranks_get_torch_rank_variables_and_node_env_files(tmp_path):
+    """The rank wrapper mpirun starts, run by bash with Open MPI's variables set."""
+    env_file = tmp_path / 'nccl.sh'
+    env_file.write_text('GLOO_SOCKET_IFNAME=eth7\n')
+    prefix = 'set -a; [ -r %s ] && . %s; set +a; ' % (env_file, env_file)
+    argv = tr.mpirun_command('/usr', 'hf', 2, 1, [], '-c', ['import os; print(os.environ["RANK"], '
+                                                              'os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"], '
+                                                              'os.environ["GLOO_SOCKET_IFNAME"])'], node_prefix=prefix)
+    wrapper = argv[argv.index('/bin/bash'):]
+    wrapper[3] = sys.executable
+    env = dict(os.environ, OMPI_COMM_WORLD_RANK='1', OMPI_COMM_WORLD_SIZE='2', OMPI_COMM_WORLD_LOCAL_RANK='0',
+               OMPI_COMM_WORLD_LOCAL_SIZE='1')
+    out = subprocess.run(wrapper, env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ['1', '2', '0', 'eth7']
