@@ -1,0 +1,117 @@
+"""The net_bandwidth module run as Ansible runs it, with the real iperf3 on loopback addresses."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
+MODULE = os.path.join(ROOT, 'plugins', 'modules', 'net_bandwidth.py')
+COLLECTIONS = os.path.join(ROOT, '.build', 'collections')
+
+pytestmark = pytest.mark.skipif(shutil.which('iperf3') is None, reason='needs iperf3 (make setup installs it)')
+
+
+def run(tmp_path, path=None, check=False, **args):
+    payload = {'ANSIBLE_MODULE_ARGS': dict(args, _ansible_check_mode=check, _ansible_tmpdir=str(tmp_path))}
+    args_file = tmp_path / 'args.json'
+    args_file.write_text(json.dumps(payload))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([COLLECTIONS, os.environ.get('PYTHONPATH', '')]))
+    if path is not None:
+        env['PATH'] = path
+    proc = subprocess.run([sys.executable, MODULE, str(args_file)], capture_output=True, text=True, env=env,
+                          check=False, timeout=120)
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail('module printed no JSON (rc %d): %s %s' % (proc.returncode, proc.stdout, proc.stderr))
+
+
+def free_port():
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open('/proc/%d/stat' % pid) as handle:
+        return handle.read().split(')')[-1].split()[0] != 'Z'
+
+
+def test_a_pair_measured_both_ways_and_the_server_stopped(tmp_path):
+    port = free_port()
+    common = dict(port=port, run_dir=str(tmp_path / 'run'))
+    started = run(tmp_path, state='server', node='n2', bind='127.0.0.12', **common)
+    assert not started.get('failed'), started
+    pid = started['pid']
+    assert alive(pid)
+    try:
+        measured = run(tmp_path, state='client', node='n1', server='127.0.0.12', peer='n2', streams=2,
+                       duration=1, **common)
+    finally:
+        stopped = run(tmp_path, state='stopped', node='n2', **common)
+    assert stopped['stopped'] == [pid] and not alive(pid)
+    assert not (tmp_path / 'run' / ('net_bandwidth-n2-iperf3-%d.pid' % port)).exists()
+    results = measured['results']
+    assert [(r['client'], r['server']) for r in results] == [('n1', 'n2'), ('n2', 'n1')]
+    assert all(r['error'] is None and r['gbps'] > 0 and r['streams'] == 2 for r in results)
+    assert measured['changed'] is False
+    again = run(tmp_path, state='stopped', node='n2', **common)
+    assert again['stopped'] == [] and not again.get('failed')
+
+
+def test_a_client_without_a_server_is_a_failed_result_not_a_module_failure(tmp_path):
+    measured = run(tmp_path, state='client', node='n1', server='127.0.0.12', peer='n2', port=free_port(),
+                   duration=1, both_directions=False, connect_timeout=2)
+    assert not measured.get('failed'), measured
+    assert measured['results'][0]['gbps'] is None
+    assert 'unable to connect' in measured['results'][0]['error']
+
+
+def test_check_names_the_process_holding_the_port(tmp_path):
+    holder = socket.socket()
+    holder.bind(('127.0.0.12', 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        checked = run(tmp_path, state='check', node='n2', port=port, bind='127.0.0.12')
+        refused = run(tmp_path, state='server', node='n2', port=port, bind='127.0.0.12',
+                      run_dir=str(tmp_path / 'run'))
+    finally:
+        holder.close()
+    name = os.path.basename(sys.executable)
+    assert checked['problems'] == ['host n2: port %d (the bandwidth test port) is already in use by %s (pid %d) on 127.0.0.12'
+                                   % (port, name, os.getpid())]
+    assert refused['failed'] and refused['msg'] == checked['problems'][0]
+
+
+def test_check_names_the_node_and_the_package_when_iperf3_is_missing(tmp_path):
+    empty = tmp_path / 'bin'
+    empty.mkdir()
+    checked = run(tmp_path, path=str(empty), state='check', node='gpu-worker-2', port=free_port())
+    assert 'host gpu-worker-2: iperf3 is not installed (install the package iperf3)' in checked['problems']
+    client = run(tmp_path, path=str(empty), state='client', node='gpu-worker-2', server='127.0.0.1', peer='x')
+    assert client['failed'] and client['msg'] == 'host gpu-worker-2: iperf3 is not installed (install the package iperf3)'
+
+
+def test_check_mode_starts_nothing(tmp_path):
+    port = free_port()
+    out = run(tmp_path, check=True, state='server', node='n2', bind='127.0.0.12', port=port,
+              run_dir=str(tmp_path / 'run'))
+    assert not out.get('failed') and 'pid' not in out
+    assert not (tmp_path / 'run').exists()
+
+
+def test_out_of_range_settings_name_the_host(tmp_path):
+    out = run(tmp_path, state='check', node='n1', streams=0)
+    assert out['failed'] and out['msg'] == 'host n1: streams must be from 1 to 128, got 0'
