@@ -387,6 +387,11 @@ def dist_check_report(results, nodes):
         problems.append({'node': node, 'stage': r.get('stage'), 'cause': r.get('cause'), 'error': r.get('error')})
     missing = [n for n in nodes if n not in joined]
     ok = not problems and all((results.get(n) or {}).get('ok') for n in nodes)
+    # a node that did not join, or that names a cause of its own, is at fault; the others
+    # only waited for it
+    waiting = ('process group did not form', 'waited ', 'rendezvous store failed')
+    at_fault = [p['node'] for p in problems
+                if p['node'] in missing or not str(p['cause'] or '').startswith(waiting)]
     lines = []
     if ok:
         lines.append('dist_check: %d of %d node(s) joined one %s group through %s; all-reduce sum %s '
@@ -394,16 +399,19 @@ def dist_check_report(results, nodes):
                      % (len(joined), len(nodes), head_result.get('backend'), head_result.get('rendezvous'),
                         head_result.get('sum'), head_result.get('expected')))
     else:
-        lines.append('dist_check: %d of %d node(s) joined (%s)%s'
-                     % (len(joined), len(nodes), ', '.join(joined) or 'none',
-                        '; did not join: %s' % ', '.join(missing) if missing else ''))
-        # the nodes that did not join first: their cause is the root, the others only waited
-        order = sorted(problems, key=lambda p: (p['node'] not in missing, nodes.index(p['node'])))
+        if missing:
+            lines.append('dist_check: %d of %d node(s) joined (%s); did not join: %s'
+                         % (len(joined), len(nodes), ', '.join(joined) or 'none', ', '.join(missing)))
+        else:
+            lines.append('dist_check: %d of %d node(s) reached the rendezvous but the check failed%s'
+                         % (len(joined), len(nodes),
+                            ' at %s' % ', '.join(at_fault) if at_fault else ''))
+        order = sorted(problems, key=lambda p: (p['node'] not in at_fault, nodes.index(p['node'])))
         for p in order:
             lines.append('host %s: %s%s%s' % (p['node'], p['cause'] or 'failed',
-                                              ' at %s' % p['stage'] if p['stage'] else '',
+                                              ' (at %s)' % p['stage'] if p['stage'] else '',
                                               ': %s' % p['error'] if p['error'] else ''))
-    return {'ok': ok, 'nodes': list(nodes), 'joined': joined, 'missing': missing,
+    return {'ok': ok, 'nodes': list(nodes), 'joined': joined, 'missing': missing, 'at_fault': at_fault,
             'problems': problems, 'lines': lines}
 
 

@@ -245,9 +245,7 @@ def main():
         result['cause'] = 'the check did not run (exit %d)' % rc
         result['error'] = ct.tail(err or out, 3)
     if iface_problem and not result.get('ok'):
-        # the interface is the likelier cause than what the library said
-        result['error'] = '%s; %s' % (result.get('cause'), result.get('error'))
-        result['cause'] = iface_problem
+        result['cause'] = iface_problem  # the likelier cause than what the library said
     if not result.get('ok'):
         result['output'] = ct.tail(out + '\n' + err)
     result.update(node=node, rank=rank, socket_ifname=ifname)

@@ -240,3 +240,20 @@ def test_dist_check_report_counts_a_node_ansible_could_not_run():
                                   ['head', 'w1'])
     assert report['missing'] == ['w1']
     assert any(line.startswith('host w1: Ansible did not run the check there') for line in report['lines'])
+
+
+def test_dist_check_report_puts_the_node_with_a_wrong_interface_first():
+    nodes = ['head', 'w1', 'w2']
+    waited = {'ok': False, 'stage': 'init', 'cause': 'process group did not form', 'error': 'wait timeout'}
+    results = {
+        'head': dict(waited, joined=nodes),
+        'w1': dict(waited),
+        'w2': {'ok': False, 'stage': 'init', 'cause': 'interface mismatch: socket interface eth9 does not exist '
+               'here (eth0 holds 10.0.0.3)', 'error': 'Unable to find address for: eth9'},
+    }
+    report = ct.dist_check_report(results, nodes)
+    assert report['missing'] == [] and report['at_fault'] == ['w2']
+    assert report['lines'][0] == 'dist_check: 3 of 3 node(s) reached the rendezvous but the check failed at w2'
+    assert report['lines'][1] == ('host w2: interface mismatch: socket interface eth9 does not exist here '
+                                  '(eth0 holds 10.0.0.3) (at init): Unable to find address for: eth9')
+    assert report['lines'][2].startswith('host head: process group did not form (at init)')
