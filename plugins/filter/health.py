@@ -1,0 +1,100 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Filters of the health playbook: the records of a tier from what the nodes returned."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpucluster.multinode.plugins.module_utils import health
+from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
+
+
+def _plain(value):
+    """Registered results come back as Ansible's lazy containers; make them plain."""
+    if isinstance(value, dict) or hasattr(value, 'items'):
+        return dict((k, _plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _unreachable(result):
+    if not result:
+        return None
+    if result.get('unreachable'):
+        return ' '.join(str(result.get('msg') or 'no answer').split())
+    return None
+
+
+def health_nodes(groups, hostvars, hosts=None):
+    """The nodes as evaluate_quick wants them, from the registered __health_* results."""
+    order = contract.ordered_nodes(groups)
+    if hosts is not None:
+        order = [h for h in order if h in hosts]
+    head = (groups.get('head') or [None])[0]
+    nodes = []
+    for h in order:
+        hv = hostvars[h]
+        prep = _plain(hv.get('__health_head_prepare') or {}) if h == head else {}
+        probe = _plain(hv.get('__health_probe') or {})
+        gpu = _plain(hv.get('__health_gpu') or {})
+        why = _unreachable(prep) or _unreachable(probe)
+        usable_probe = probe if 'interfaces' in probe and not why else None
+        node = {
+            'name': h,
+            'address': contract.cluster_address(hostvars, h),
+            'unreachable': why,
+            'probe': usable_probe,
+            'gpu': gpu if 'gpu_count' in gpu else ({'disabled': True} if gpu.get('skipped') and not why else None),
+            'gpu_slots': hv.get('gpu_slots'),
+            'versions': dict(usable_probe.get('versions') or {}) if usable_probe else {},
+            'xid': (usable_probe or {}).get('xid') or [],
+            'probe_error': (' '.join(str(probe.get('msg') or 'the probe failed').split())
+                            if probe and not usable_probe and not why and not probe.get('skipped') else None),
+            'listen': prep.get('listen') if prep and not prep.get('skipped') else None,
+        }
+        if node['gpu']:
+            node['versions']['driver'] = node['gpu'].get('driver_version')
+            node['versions']['cuda'] = node['gpu'].get('cuda_version')
+        nodes.append(node)
+    return nodes
+
+
+def health_quick_records(groups, hostvars, hosts=None, token='', thresholds=None):
+    """Records of the quick tier (see module_utils/health.py)."""
+    nodes = health_nodes(groups, hostvars, hosts)
+    manifest = contract.cluster_manifest(groups, hostvars)
+    try:
+        return health.evaluate_quick(nodes, manifest['head'], manifest['master_port'], token,
+                                     _plain(thresholds or {}))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError('health_quick_records: %s' % exc)
+
+
+def health_deep_records(nodes, bandwidth=None, smoke=None, collective=None, errors=None, tests=None,
+                        thresholds=None):
+    """Records of the deep tier from the cluster_tests results (see module_utils/health.py)."""
+    return health.evaluate_deep(list(nodes), _plain(bandwidth), _plain(smoke), _plain(collective),
+                                _plain(errors or {}), _plain(tests))
+
+
+def health_summary(records, changes=None):
+    """The human summary table (a list of lines)."""
+    return health.summary_lines(_plain(records), changes)
+
+
+def health_failed(records):
+    """Records whose status is fail."""
+    return [r for r in records if r.get('status') == 'fail']
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            'health_nodes': health_nodes,
+            'health_quick_records': health_quick_records,
+            'health_deep_records': health_deep_records,
+            'health_summary': health_summary,
+            'health_failed': health_failed,
+        }

@@ -1,0 +1,766 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Cluster health: node-side parsers, the per-node checks, cross-node comparisons and the
+report formats (summary table, JSON, JUnit XML, Prometheus textfile, changes since last run).
+
+A record is one check on one node::
+
+    {'node': 'gpu-worker-2', 'check': 'version.torch', 'status': 'fail',
+     'value': '2.12.0', 'threshold': '== 2.13.0 (3 of 4 nodes)',
+     'detail': 'torch 2.12.0 here, 2.13.0 on gpu-master, gpu-worker-1, gpu-worker-3',
+     'remedy': 'reinstall the environment on gpu-worker-2: site.yml --tags python_env --limit gpu-worker-2'}
+
+Status is one of ok, warn, fail, unknown (unknown: could not be measured, e.g. no GPU).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from xml.sax.saxutils import escape as _xml_escape, quoteattr as _xml_quoteattr
+
+STATUSES = ('ok', 'warn', 'fail', 'unknown')
+# Worst first when several findings make one record.
+_SEVERITY = {'ok': 0, 'unknown': 1, 'warn': 2, 'fail': 3}
+# Prometheus gauge value of a status (documented in the README).
+PROM_STATUS_VALUE = {'ok': 0, 'warn': 1, 'fail': 2, 'unknown': 3}
+
+TIERS = ('quick', 'deep')
+
+DEFAULT_THRESHOLDS = {
+    # free space and inodes on each path in disk_paths, percent
+    'disk_free_warn_pct': 15,
+    'disk_free_fail_pct': 5,
+    'inodes_free_warn_pct': 15,
+    'inodes_free_fail_pct': 5,
+    # clock offset to the shared storage server (the head), seconds
+    'clock_offset_warn_s': 1.0,
+    'clock_offset_fail_s': 10.0,
+    # GPU: uncorrected volatile ECC errors above this fail
+    'ecc_uncorrected_max': 0,
+    # Xid codes that fail the node (others warn)
+    'xid_fail_codes': [48, 63, 64, 74, 79, 92, 94, 95, 119, 120],
+    # clock event (throttle) reasons that warn; matched as substrings, case-insensitive
+    'throttle_warn_reasons': ['hw_slowdown', 'hw_thermal_slowdown', 'hw_power_brake_slowdown',
+                              'sw_thermal_slowdown', 'sw_power_cap'],
+    # auto: a node without GPUs fails when another node has GPUs, is unknown when none has;
+    # required: fails; optional: unknown
+    'expect_gpus': 'auto',
+    'persistence_mode_required': True,
+    # deep tier: a link below this fraction of the median bandwidth is slow
+    'bandwidth_min_ratio': 0.7,
+    # changes since the last run: a numeric value that fell by more than this percent
+    'change_drop_pct': 20,
+}
+
+# Versions compared across nodes, and the status of a mismatch.
+VERSION_COMPONENTS = dict([
+    ('driver', 'fail'),
+    ('cuda', 'fail'),
+    ('torch_cuda', 'fail'),
+    ('nccl', 'fail'),
+    ('torch', 'fail'),
+    ('deepspeed', 'fail'),
+    ('kernel', 'warn'),
+])
+
+VERSION_REMEDY = {
+    'driver': 'install the same NVIDIA driver on every node (site.yml --tags nvidia_driver --limit {node})',
+    'cuda': 'install the same NVIDIA driver (its CUDA version) on every node (--limit {node})',
+    'torch_cuda': 'install the same torch build on every node: site.yml --tags python_env --limit {node}',
+    'nccl': 'install the same torch/NCCL packages on every node: site.yml --tags python_env --limit {node}',
+    'torch': 'reinstall the environment on {node}: site.yml --tags python_env --limit {node}',
+    'deepspeed': 'reinstall the environment on {node}: site.yml --tags python_env --limit {node}',
+    'kernel': 'boot {node} into the same kernel as the other nodes (drivers and RDMA modules follow it)',
+}
+
+
+# ---------------------------------------------------------------- node-side parsers
+
+_EXPORT_RE = re.compile(r'''^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(?:"([^"]*)"|'([^']*)'|(\S*))''')
+
+
+def parse_profile_env(text):
+    """Variables a profile script sets (``export NAME=value`` / ``NAME="value"``), last one wins."""
+    env = {}
+    for line in (text or '').splitlines():
+        m = _EXPORT_RE.match(line)
+        if m:
+            value = next(v for v in m.groups()[1:] if v is not None)
+            env[m.group(1)] = value
+    return env
+
+
+def ifname_matches(spec, names):
+    """Interfaces of ``names`` that NCCL_SOCKET_IFNAME ``spec`` selects (NCCL's rules: a comma
+    list of prefixes; ``=`` before the list means exact names; ``^`` means all but these)."""
+    spec = (spec or '').strip()
+    if not spec:
+        return sorted(names)
+    exclude = spec.startswith('^')
+    if exclude:
+        spec = spec[1:]
+    exact = spec.startswith('=')
+    if exact:
+        spec = spec[1:]
+    items = [s for s in spec.split(',') if s]
+
+    def hit(name):
+        return any((name == i) if exact else name.startswith(i) for i in items)
+    return sorted(n for n in names if (not hit(n)) == exclude)
+
+
+_XID_RE = re.compile(r'NVRM: Xid \((?P<pci>[^)]*)\): (?P<code>\d+)(?:, (?P<text>.*))?')
+
+
+def parse_xid_lines(text):
+    """Xid events in kernel log text: [{'pci': 'PCI:0000:3b:00', 'code': 79, 'text': ...}]."""
+    found = []
+    for line in (text or '').splitlines():
+        m = _XID_RE.search(line)
+        if m:
+            found.append({'pci': m.group('pci'), 'code': int(m.group('code')),
+                          'text': (m.group('text') or '').strip()})
+    return found
+
+
+def parse_proc_net_tcp_listeners(text, port):
+    """Socket inodes listening on ``port`` in /proc/net/tcp(6) text."""
+    inodes = []
+    for line in (text or '').splitlines()[1:]:
+        parts = line.split()
+        if len(parts) < 10:
+            continue
+        local, state, inode = parts[1], parts[3], parts[9]
+        try:
+            lport = int(local.rsplit(':', 1)[1], 16)
+        except (IndexError, ValueError):
+            continue
+        if state == '0A' and lport == int(port):
+            inodes.append(inode)
+    return inodes
+
+
+# ---------------------------------------------------------------- records
+
+def record(node, check, status, value=None, threshold=None, detail='', remedy=''):
+    if status not in STATUSES:
+        raise ValueError('unknown status %r' % status)
+    return dict([('node', node), ('check', check), ('status', status), ('value', value),
+                        ('threshold', threshold), ('detail', detail),
+                        ('remedy', remedy if status != 'ok' else '')])
+
+
+def worst(statuses):
+    statuses = list(statuses)
+    return max(statuses, key=lambda s: _SEVERITY[s]) if statuses else 'ok'
+
+
+def _pct_status(value, warn, fail):
+    if value is None:
+        return 'unknown'
+    if value < fail:
+        return 'fail'
+    if value < warn:
+        return 'warn'
+    return 'ok'
+
+
+def _majority(values, head_value):
+    """The reference value: the most common one; a tie goes to the head's value."""
+    counts = Counter(values)
+    best = max(counts.values())
+    tied = sorted(v for v, c in counts.items() if c == best)
+    if head_value in tied:
+        return head_value
+    return tied[0]
+
+
+# ---------------------------------------------------------------- the checks
+
+def check_reachable(node):
+    if node.get('unreachable'):
+        return record(node['name'], 'reachable', 'fail', 'unreachable', 'answers over SSH',
+                      node['unreachable'],
+                      'start the node or its sshd (systemctl start ssh), check its network, then '
+                      'ssh to %s' % (node.get('address') or node['name']))
+    return record(node['name'], 'reachable', 'ok', 'reachable', 'answers over SSH')
+
+
+def check_gpu(node, any_gpus, t):
+    """GPU count, ECC, remapped rows, retired pages, throttle reasons, persistence, Xid."""
+    name = node['name']
+    gpu = node.get('gpu')
+    if gpu is not None and gpu.get('disabled'):
+        return None
+    if gpu is None:
+        return record(name, 'gpu', 'unknown', None, None, 'gpu_facts did not run on this node',
+                      'run the quick tier again; check that gpucluster.multinode.gpu_facts is installed')
+    count = int(gpu.get('gpu_count') or 0)
+    slots = node.get('gpu_slots')
+    expect = t['expect_gpus']
+    if count == 0:
+        reason = gpu.get('reason') or 'no GPU found'
+        must = expect == 'required' or (expect == 'auto' and any_gpus) or (slots and int(slots) > 0)
+        if must:
+            return record(name, 'gpu', 'fail', 0, '>= %s' % (slots or 1), 'no GPU: %s' % reason,
+                          'check the driver on %s (nvidia-smi; dmesg | grep -i nvrm), reinstall it or '
+                          'replace the GPU' % name)
+        return record(name, 'gpu', 'unknown', 0, 'expect_gpus=%s' % expect, 'no GPU: %s' % reason,
+                      'none needed on a node without GPUs; set health_expect_gpus=required on a GPU cluster')
+    findings = []  # (status, text, remedy)
+    pci = gpu.get('pci_gpu_count')
+    if isinstance(pci, int) and pci > count:
+        findings.append(('fail', '%d GPU(s) on the PCI bus, %d readable by the driver' % (pci, count),
+                         'a GPU fell off the bus or the driver lost it: check dmesg for Xid 79, reset or reseat it'))
+    if slots and count < int(slots):
+        findings.append(('fail', '%d GPU(s), gpu_slots is %s' % (count, slots),
+                         'a GPU fell off the bus or the driver lost it: check dmesg for Xid 79 and reseat or replace it'))
+    for g in gpu.get('gpus') or []:
+        idx = g.get('index')
+        ecc = g.get('ecc_errors_uncorrected_volatile')
+        if isinstance(ecc, int) and ecc > int(t['ecc_uncorrected_max']):
+            findings.append(('fail', 'GPU %s: %d uncorrected ECC error(s)' % (idx, ecc),
+                             'drain the node and reset the GPU (nvidia-smi -r) or replace it'))
+        if g.get('remapped_rows_failure') in (True, 'Yes', 'yes', 1):
+            findings.append(('fail', 'GPU %s: row remapping failed' % idx, 'replace the GPU (RMA)'))
+        if g.get('remapped_rows_pending') in (True, 'Yes', 'yes', 1) or g.get('retired_pages_pending') in (True, 'Yes', 'yes', 1):
+            findings.append(('warn', 'GPU %s: remap/retirement pending' % idx,
+                             'reset the GPU or reboot the node when it is idle to apply the pending remap'))
+        reasons = [str(r).lower() for r in (g.get('clock_event_reasons') or [])]
+        bad = [r for r in reasons if any(w in r for w in t['throttle_warn_reasons'])]
+        if bad:
+            findings.append(('warn', 'GPU %s throttled: %s' % (idx, ', '.join(bad)),
+                             'check cooling and power limits (nvidia-smi -q -d PERFORMANCE)'))
+        pm = str(g.get('persistence_mode', '')).lower()
+        if t['persistence_mode_required'] and pm in ('disabled', 'off', 'false', '0'):
+            findings.append(('warn', 'GPU %s: persistence mode off' % idx,
+                             'enable it: systemctl enable --now nvidia-persistenced (or nvidia-smi -pm 1)'))
+    xids = node.get('xid')
+    if xids:
+        fail_codes = set(int(c) for c in t['xid_fail_codes'])
+        codes = sorted(set(x['code'] for x in xids))
+        st = 'fail' if any(c in fail_codes for c in codes) else 'warn'
+        findings.append((st, 'Xid %s in the kernel log' % ','.join(str(c) for c in codes),
+                         'look up the Xid in NVIDIA\'s Xid catalog; 79/48/94/95 mean drain and reset or replace the GPU'))
+    if not findings:
+        return record(name, 'gpu', 'ok', count, '>= %s' % (slots or 1), '%d GPU(s) healthy' % count)
+    st = worst(f[0] for f in findings)
+    top = [f for f in findings if f[0] == st]
+    return record(name, 'gpu', st, count, '>= %s' % (slots or 1), '; '.join(f[1] for f in findings), top[0][2])
+
+
+def check_versions(nodes, head):
+    """One record per node and component whose version at least one node reports."""
+    out = []
+    live = [n for n in nodes if not n.get('unreachable')]
+    for comp, mismatch in VERSION_COMPONENTS.items():
+        values = {n['name']: (n.get('versions') or {}).get(comp) for n in live}
+        present = [v for v in values.values() if v]
+        if not present:
+            for n in live:
+                out.append(record(n['name'], 'version.' + comp, 'unknown', None, 'equal on all nodes',
+                                  'no node reports a %s version' % comp,
+                                  'none needed without a GPU driver' if comp in ('driver', 'cuda', 'torch_cuda', 'nccl')
+                                  else 'install the environment: site.yml --tags python_env'))
+            continue
+        as_text = dict((k, v or 'absent') for k, v in values.items())
+        ref = _majority(list(as_text.values()), as_text.get(head))
+        agree = sorted(k for k, v in as_text.items() if v == ref)
+        for n in live:
+            v = as_text[n['name']]
+            thr = '== %s (%d of %d nodes)' % (ref, len(agree), len(live))
+            if v == ref:
+                out.append(record(n['name'], 'version.' + comp, 'ok', v, thr))
+            else:
+                out.append(record(n['name'], 'version.' + comp, mismatch, v, thr,
+                                  '%s %s here, %s on %s' % (comp, v, ref, ', '.join(agree)),
+                                  VERSION_REMEDY[comp].format(node=n['name'])))
+    return out
+
+
+def _cluster_iface(probe, address):
+    for iface in probe.get('interfaces') or []:
+        if address in (iface.get('addresses') or []):
+            return iface
+    return None
+
+
+def check_nccl_interface(node):
+    name, probe, addr = node['name'], node['probe'], node['address']
+    ifaces = dict((i['name'], i) for i in probe.get('interfaces') or [])
+    holder = _cluster_iface(probe, addr)
+    nccl = probe.get('nccl_env') or {}
+    spec = nccl.get('NCCL_SOCKET_IFNAME')
+    gloo = nccl.get('GLOO_SOCKET_IFNAME')
+    thr = 'selects the interface holding %s' % addr
+    if holder is None:
+        return record(name, 'nccl_interface', 'fail', None, thr,
+                      'no interface holds the cluster address %s (%s)' % (addr, ', '.join(sorted(ifaces))),
+                      'bring the cluster NIC up with %s (site.yml --tags network) or correct cluster_address' % addr)
+    if not probe.get('nccl_env_file_found'):
+        return record(name, 'nccl_interface', 'warn', None, thr,
+                      '%s is missing: NCCL picks an interface by itself' % probe.get('nccl_env_file'),
+                      'write it: site.yml --tags nccl_env --limit %s' % name)
+    problems = []
+    for var, spec_value in (('NCCL_SOCKET_IFNAME', spec), ('GLOO_SOCKET_IFNAME', gloo)):
+        if not spec_value:
+            continue
+        if var == 'GLOO_SOCKET_IFNAME':
+            chosen = [n for n in spec_value.split(',') if n in ifaces]
+            missing = [n for n in spec_value.split(',') if n not in ifaces]
+        else:
+            chosen = ifname_matches(spec_value, [n for n in ifaces if n != 'lo'] if not spec_value.lstrip('^=').startswith('lo') else list(ifaces))
+            missing = [] if chosen else [spec_value]
+        if missing:
+            problems.append('%s=%s names no interface of %s (has %s)'
+                            % (var, spec_value, name, ', '.join(sorted(ifaces))))
+        elif holder['name'] not in chosen:
+            problems.append('%s=%s selects %s, the cluster address %s is on %s'
+                            % (var, spec_value, ','.join(chosen), addr, holder['name']))
+    if problems:
+        return record(name, 'nccl_interface', 'fail', spec or gloo, thr, '; '.join(problems),
+                      'set it to %s: site.yml --tags nccl_env --limit %s (nccl_env_socket_ifname)' % (holder['name'], name))
+    return record(name, 'nccl_interface', 'ok', spec or holder['name'], thr,
+                  'NCCL/gloo use %s' % holder['name'])
+
+
+def check_mtu(nodes):
+    live = [n for n in nodes if n.get('probe')]
+    mtus = {}
+    for n in live:
+        iface = _cluster_iface(n['probe'], n['address'])
+        mtus[n['name']] = iface.get('mtu') if iface else None
+    known = [m for m in mtus.values() if m]
+    out = []
+    if not known:
+        return out
+    ref = _majority(known, None)
+    agree = sorted(k for k, v in mtus.items() if v == ref)
+    for n in live:
+        m = mtus[n['name']]
+        thr = '== %s (%d of %d nodes)' % (ref, len(agree), len(live))
+        if m is None:
+            out.append(record(n['name'], 'mtu', 'unknown', None, thr, 'no interface holds the cluster address',
+                              'see nccl_interface'))
+        elif m == ref:
+            out.append(record(n['name'], 'mtu', 'ok', m, thr))
+        else:
+            out.append(record(n['name'], 'mtu', 'fail', m, thr,
+                              'MTU %s here, %s on %s: large packets are dropped and NCCL hangs' % (m, ref, ', '.join(agree)),
+                              'set MTU %s on the cluster NIC of %s (and on the switch port)' % (ref, n['name'])))
+    return out
+
+
+def check_names(node):
+    name, probe = node['name'], node['probe']
+    res = probe.get('resolve') or []
+    if not res:
+        return record(name, 'name_resolution', 'unknown', None, None, 'no names to resolve', '')
+    wrong = [r for r in res if r.get('expected') not in (r.get('addresses') or [])]
+    thr = '%d name(s) resolve to their cluster address' % len(res)
+    if not wrong:
+        return record(name, 'name_resolution', 'ok', len(res), thr)
+    parts = []
+    for r in wrong:
+        got = ', '.join(r.get('addresses') or []) or (r.get('error') or 'nothing')
+        parts.append('%s -> %s (cluster address %s)' % (r['name'], got, r['expected']))
+    return record(name, 'name_resolution', 'fail', len(res) - len(wrong), thr, '; '.join(parts),
+                  'correct /etc/hosts (or DNS) on %s: site.yml --tags network --limit %s' % (name, name))
+
+
+def check_port(node, head_node, port):
+    name, probe = node['name'], node['probe']
+    conn = probe.get('connect') or {}
+    thr = 'TCP connect to %s:%s' % (head_node.get('address') if head_node else '?', port)
+    if head_node is None or head_node.get('unreachable'):
+        return record(name, 'rendezvous_port', 'unknown', None, thr, 'the head does not answer', 'see reachable on the head')
+    if not conn:
+        return record(name, 'rendezvous_port', 'unknown', None, thr, 'not measured', '')
+    if conn.get('result') == 'connected':
+        return record(name, 'rendezvous_port', 'ok', 'connected', thr, '%.1f ms' % (conn.get('seconds', 0) * 1000))
+    if conn.get('result') == 'timeout':
+        return record(name, 'rendezvous_port', 'fail', 'timeout', thr,
+                      'no answer from %s:%s within %ss: a firewall on the head or on the way drops it'
+                      % (head_node['address'], port, conn.get('timeout')),
+                      'allow %s to port %s on the head (site.yml --tags firewall; iptables -S / ufw status there)'
+                      % (node['address'], port))
+    return record(name, 'rendezvous_port', 'fail', conn.get('result'), thr,
+                  '%s:%s: %s' % (head_node['address'], port, conn.get('error') or conn.get('result')),
+                  'allow %s to port %s on the head; check the health listener ran (port_free on the head)'
+                  % (node['address'], port))
+
+
+def check_port_free(node, port):
+    holder = (node.get('listen') or {})
+    if not holder:
+        return None
+    if holder.get('in_use'):
+        who = '; '.join('pid %s (%s)' % (p.get('pid'), p.get('cmdline')) for p in holder.get('holders') or []) or 'unknown process'
+        return record(node['name'], 'port_free', 'warn', 'in use', 'port %s free between jobs' % port,
+                      'port %s is held by %s' % (port, who),
+                      'stop the stale job (train.yml -e training_state=stopped -e training_job_id=...) or kill it, '
+                      'or choose another cluster_master_port')
+    return record(node['name'], 'port_free', 'ok', 'free', 'port %s free between jobs' % port)
+
+
+def check_shared(node, token):
+    name, sh = node['name'], (node['probe'].get('shared') or {})
+    path = sh.get('path')
+    thr = 'mounted, writable, same content as the head'
+    if not sh:
+        return None
+    problems = []
+    remedy = ''
+    if not sh.get('exists'):
+        problems.append('%s does not exist' % path)
+        remedy = 'mount the shared storage on %s: site.yml --tags shared_storage --limit %s' % (name, name)
+    else:
+        if sh.get('must_be_mount') and not sh.get('mounted'):
+            problems.append('%s is not a mount point' % path)
+            remedy = 'mount it: mount %s (site.yml --tags shared_storage --limit %s)' % (path, name)
+        if not sh.get('writable'):
+            problems.append('%s is not writable: %s' % (path, sh.get('write_error') or 'unknown error'))
+            remedy = remedy or ('remount %s read-write on %s (mount -o remount,rw %s) and check the export'
+                                % (path, name, path))
+        if token and sh.get('token_read') != token:
+            problems.append('the head\'s marker file %s' % (
+                'is missing' if sh.get('token_read') is None else 'has other content (%s)' % sh.get('token_read')))
+            remedy = remedy or ('%s on %s is not the head\'s shared storage: mount it (site.yml --tags shared_storage)'
+                                % (path, name))
+    if problems:
+        return record(name, 'shared_storage', 'fail', sh.get('fstype'), thr, '; '.join(problems), remedy)
+    return record(name, 'shared_storage', 'ok', sh.get('fstype'), thr, '%s mounted rw' % path)
+
+
+def check_disk(node, t):
+    name, disks = node['name'], node['probe'].get('disks') or []
+    out = []
+    for check, key, warn, fail in (('disk_free', 'free_pct', t['disk_free_warn_pct'], t['disk_free_fail_pct']),
+                                   ('inodes_free', 'inodes_free_pct', t['inodes_free_warn_pct'], t['inodes_free_fail_pct'])):
+        measured = [(d['path'], d.get(key)) for d in disks if d.get(key) is not None]
+        if not measured:
+            out.append(record(name, check, 'unknown', None, None, 'no path measured', ''))
+            continue
+        path, low = min(measured, key=lambda pv: pv[1])
+        st = _pct_status(low, float(warn), float(fail))
+        thr = 'warn < %s%%, fail < %s%%' % (warn, fail)
+        detail = ', '.join('%s %.1f%%' % pv for pv in measured)
+        what = 'space' if check == 'disk_free' else 'inodes'
+        out.append(record(name, check, st, round(low, 1), thr, detail,
+                          'free %s on %s:%s (old checkpoints, logs, pip/torch caches)' % (what, name, path)))
+    return out
+
+
+def check_clock(node, t):
+    name, clock = node['name'], node['probe'].get('clock') or {}
+    thr = 'warn > %ss, fail > %ss' % (t['clock_offset_warn_s'], t['clock_offset_fail_s'])
+    off = clock.get('offset_s')
+    if off is None:
+        return record(name, 'clock_offset', 'unknown', None, thr,
+                      clock.get('error') or 'no shared file to compare with', 'fix shared storage first')
+    a = abs(off)
+    st = 'fail' if a > float(t['clock_offset_fail_s']) else 'warn' if a > float(t['clock_offset_warn_s']) else 'ok'
+    return record(name, 'clock_offset', st, round(off, 3), thr,
+                  'clock %+.3f s against the shared storage server (%s)' % (off, clock.get('reference') or 'head'),
+                  'synchronise the clock of %s: systemctl enable --now chrony (or systemd-timesyncd); chronyc tracking' % name)
+
+
+def evaluate_quick(nodes, head, port, token=None, thresholds=None):
+    """Records of the quick tier.
+
+    nodes: list of dicts, head first: name, address, unreachable (message or None), probe (the
+    health_probe result), gpu (gpu_facts result or None), gpu_slots, versions (component -> version),
+    listen (the head's port check), xid (list from parse_xid_lines).
+    """
+    t = dict(DEFAULT_THRESHOLDS)
+    t.update(thresholds or {})
+    head_node = next((n for n in nodes if n['name'] == head), None)
+    any_gpus = any(int((n.get('gpu') or {}).get('gpu_count') or 0) > 0 for n in nodes)
+    per_node = dict((n['name'], [check_reachable(n)]) for n in nodes)
+    for n in nodes:
+        if n.get('probe_error'):
+            per_node[n['name']].append(record(n['name'], 'probe', 'fail', None, 'the probe runs', n['probe_error'],
+                                              'read the error; the node needs python3 and a working /proc'))
+        if n.get('unreachable') or not n.get('probe'):
+            continue
+        recs = per_node[n['name']]
+        gpu_rec = check_gpu(n, any_gpus, t)
+        if gpu_rec:
+            recs.append(gpu_rec)
+        recs.append(check_nccl_interface(n))
+        recs.append(check_names(n))
+        recs.append(check_port(n, head_node, port))
+        if n['name'] == head:
+            pf = check_port_free(n, port)
+            if pf:
+                recs.append(pf)
+        sh = check_shared(n, token)
+        if sh:
+            recs.append(sh)
+        recs.extend(check_disk(n, t))
+        recs.append(check_clock(n, t))
+    for rec in check_versions(nodes, head) + check_mtu(nodes):
+        per_node[rec['node']].append(rec)
+    return [r for recs in per_node.values() for r in recs]
+
+
+# ---------------------------------------------------------------- deep tier
+
+def evaluate_deep(nodes, bandwidth=None, smoke=None, collective=None, errors=None, tests=None):
+    """Records of the deep tier from the cluster_tests results.
+
+    bandwidth: the bandwidth_report dict (node_summary, culprits, slow_links, median_gbps);
+    smoke: the dist_check_report dict (ok, problems, missing); collective: a dict with 'ok' and
+    optionally 'lines'/'below'; errors: {test: message} for a test that did not finish.
+    """
+    errors = errors or {}
+    tests = list(tests if tests is not None else ('smoke', 'bandwidth', 'collective'))
+    out = []
+    for test in tests:
+        check = {'bandwidth': 'bandwidth', 'smoke': 'dist_smoke', 'collective': 'collective'}[test]
+        if test in errors:
+            for n in nodes:
+                out.append(record(n, check, 'fail', None, 'the test finishes',
+                                  'the %s test did not finish: %s' % (test, errors[test]),
+                                  'fix the cause named, then run the deep tier again'))
+            continue
+        if test == 'bandwidth':
+            out.extend(_bandwidth_records(nodes, bandwidth))
+        elif test == 'smoke':
+            out.extend(_smoke_records(nodes, smoke))
+        else:
+            out.extend(_collective_records(nodes, collective))
+    return out
+
+
+def _bandwidth_records(nodes, rep):
+    if not rep:
+        return [record(n, 'bandwidth', 'unknown', None, None, 'no bandwidth result', 'run the deep tier again')
+                for n in nodes]
+    summary = rep.get('node_summary') or {}
+    culprits = set(rep.get('culprits') or [])
+    flagged = {}
+    for f in rep.get('slow_links') or []:
+        for end in (f.get('a'), f.get('b')):
+            flagged.setdefault(end, []).append(f)
+    median = rep.get('median_gbps')
+    thr = 'no slow link (fleet median %s Gbit/s, threshold %s)' % (_fmt(median), _fmt(rep.get('threshold_gbps')))
+    out = []
+    for n in nodes:
+        s = summary.get(n) or {}
+        value = s.get('median')
+        links = flagged.get(n) or []
+        text = '; '.join('%s-%s %s' % (f.get('a'), f.get('b'), 'slow, %s Gbit/s' % _fmt(f.get('gbps'))
+                                       if f.get('reason') == 'slow' else f.get('reason')) for f in links)
+        if n in culprits:
+            out.append(record(n, 'bandwidth', 'fail', value, thr, 'slow node: ' + text,
+                              'check the NIC of %s: ethtool (speed, errors), tc qdisc show, the cable and switch port' % n))
+        elif links:
+            out.append(record(n, 'bandwidth', 'warn', value, thr, 'on flagged link(s): ' + text,
+                              'compare with the other end of the link; the node at fault is slow on all its links'))
+        elif not s:
+            out.append(record(n, 'bandwidth', 'unknown', None, thr, 'not measured', 'run the deep tier again'))
+        else:
+            out.append(record(n, 'bandwidth', 'ok', value, thr, 'median of %s link(s)' % s.get('links')))
+    return out
+
+
+def _smoke_records(nodes, rep):
+    if not rep:
+        return [record(n, 'dist_smoke', 'unknown', None, None, 'no smoke test result', 'run the deep tier again')
+                for n in nodes]
+    problems = dict((p.get('node'), p) for p in rep.get('problems') or [])
+    missing = set(rep.get('missing') or [])
+    out = []
+    for n in nodes:
+        thr = 'joins one torch.distributed group, all-reduce sum right'
+        if n in problems or n in missing:
+            p = problems.get(n) or {}
+            out.append(record(n, 'dist_smoke', 'fail', 'not joined' if n in missing else 'failed', thr,
+                              '%s%s%s' % (p.get('cause') or 'did not join', ' at %s' % p['stage'] if p.get('stage') else '',
+                                          ': %s' % p['error'] if p.get('error') else ''),
+                              'fix the cause named on %s (interface, firewall, rendezvous port), then run again' % n))
+        else:
+            out.append(record(n, 'dist_smoke', 'ok', 'joined', thr))
+    return out
+
+
+def _collective_records(nodes, rep):
+    if not rep:
+        return [record(n, 'collective', 'unknown', None, None, 'no collective test result', 'run the deep tier again')
+                for n in nodes]
+    below = rep.get('below') or []
+    ok = rep.get('ok', not below)
+    detail = '; '.join(rep.get('lines') or [])[-300:] if not ok else 'all-reduce within thresholds'
+    value = rep.get('busbw_gbs')
+    return [record(n, 'collective', 'ok' if ok else 'fail', value, 'busbw thresholds per size', detail,
+                   'read the collective test output; with one slow node see bandwidth') for n in nodes]
+
+
+# ---------------------------------------------------------------- report formats
+
+def counts(records):
+    c = dict((s, 0) for s in STATUSES)
+    for r in records:
+        c[r['status']] += 1
+    return c
+
+
+def make_report(records, tier, started, finished, cluster=None):
+    return dict([
+        ('format', 1),
+        ('tier', tier),
+        ('cluster', cluster or ''),
+        ('started', started),
+        ('finished', finished),
+        ('counts', counts(records)),
+        ('nodes', sorted(set(r['node'] for r in records))),
+        ('records', list(records)),
+    ])
+
+
+def _fmt(v):
+    if v is None:
+        return '-'
+    if isinstance(v, float):
+        return ('%.3f' % v).rstrip('0').rstrip('.')
+    return str(v)
+
+
+def summary_lines(records, changes=None):
+    """The human summary: one line per node with its counts, then every non-ok record."""
+    lines = []
+    nodes = {}
+    for r in records:
+        nodes.setdefault(r['node'], []).append(r)
+    total = counts(records)
+    lines.append('health: %d node(s), %d check(s): %d ok, %d warn, %d fail, %d unknown'
+                 % (len(nodes), len(records), total['ok'], total['warn'], total['fail'], total['unknown']))
+    w = max([len(n) for n in nodes] + [4])
+    lines.append('%s  %-7s %4s %4s %4s %7s' % ('NODE'.ljust(w), 'STATUS', 'OK', 'WARN', 'FAIL', 'UNKNOWN'))
+    for n, recs in nodes.items():
+        c = counts(recs)
+        lines.append('%s  %-7s %4d %4d %4d %7d' % (n.ljust(w), worst(r['status'] for r in recs).upper(),
+                                                   c['ok'], c['warn'], c['fail'], c['unknown']))
+    bad = [r for r in records if r['status'] in ('fail', 'warn')]
+    if bad:
+        lines.append('problems:')
+        for r in sorted(bad, key=lambda r: (-_SEVERITY[r['status']], r['node'], r['check'])):
+            lines.append('%s %s %s: %s (value %s, threshold %s)' % (r['status'].upper(), r['node'], r['check'],
+                                                                   r['detail'], _fmt(r['value']), _fmt(r['threshold'])))
+            lines.append('    remedy: %s' % r['remedy'])
+    unknown = sorted(set(r['check'] for r in records if r['status'] == 'unknown'))
+    if unknown:
+        lines.append('unknown (not measurable here): %s' % ', '.join(unknown))
+    if changes is not None:
+        if changes:
+            lines.append('changed since the last run:')
+            lines.extend('  ' + c for c in changes)
+        else:
+            lines.append('changed since the last run: nothing')
+    return lines
+
+
+def junit_xml(records, tier, timestamp, duration_s=0.0):
+    """JUnit XML: one testsuite per node, one testcase per check; fail -> <failure>,
+    unknown -> <skipped>, warn passes with the finding in <system-out>."""
+    nodes = {}
+    for r in records:
+        nodes.setdefault(r['node'], []).append(r)
+    c = counts(records)
+    out = ['<?xml version="1.0" encoding="UTF-8"?>',
+           '<testsuites name=%s tests="%d" failures="%d" skipped="%d" time="%.3f">'
+           % (_xml_quoteattr('gpucluster health %s' % tier), len(records), c['fail'], c['unknown'], duration_s)]
+    for node, recs in nodes.items():
+        nc = counts(recs)
+        out.append('  <testsuite name=%s tests="%d" failures="%d" errors="0" skipped="%d" timestamp=%s>'
+                   % (_xml_quoteattr(node), len(recs), nc['fail'], nc['unknown'], _xml_quoteattr(timestamp)))
+        for r in recs:
+            head = '    <testcase classname=%s name=%s' % (_xml_quoteattr('%s.%s' % (tier, node)), _xml_quoteattr(r['check']))
+            text = 'value %s, threshold %s: %s' % (_fmt(r['value']), _fmt(r['threshold']), r['detail'])
+            if r['status'] == 'ok':
+                out.append(head + '/>')
+            elif r['status'] == 'fail':
+                out.append(head + '>')
+                out.append('      <failure message=%s type="fail">%s</failure>'
+                           % (_xml_quoteattr(r['remedy']), _xml_escape(text)))
+                out.append('    </testcase>')
+            elif r['status'] == 'unknown':
+                out.append(head + '>')
+                out.append('      <skipped message=%s/>' % _xml_quoteattr('unknown: %s' % r['detail']))
+                out.append('    </testcase>')
+            else:
+                out.append(head + '>')
+                out.append('      <system-out>%s</system-out>' % _xml_escape('WARN %s; remedy: %s' % (text, r['remedy'])))
+                out.append('    </testcase>')
+        out.append('  </testsuite>')
+    out.append('</testsuites>')
+    return '\n'.join(out) + '\n'
+
+
+def _label(v):
+    return str(v).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+
+
+def prometheus_text(records, tier, timestamp_s):
+    """node_exporter textfile collector format (text exposition format 0.0.4)."""
+    lines = [
+        '# HELP gpucluster_health_check_status Health check status: 0 ok, 1 warn, 2 fail, 3 unknown.',
+        '# TYPE gpucluster_health_check_status gauge',
+    ]
+    for r in records:
+        lines.append('gpucluster_health_check_status{tier="%s",node="%s",check="%s"} %d'
+                     % (_label(tier), _label(r['node']), _label(r['check']), PROM_STATUS_VALUE[r['status']]))
+    numeric = [r for r in records if isinstance(r['value'], (int, float)) and not isinstance(r['value'], bool)]
+    if numeric:
+        lines.append('# HELP gpucluster_health_check_value Measured value of a numeric health check.')
+        lines.append('# TYPE gpucluster_health_check_value gauge')
+        for r in numeric:
+            lines.append('gpucluster_health_check_value{tier="%s",node="%s",check="%s"} %s'
+                         % (_label(tier), _label(r['node']), _label(r['check']), repr(float(r['value']))))
+    c = counts(records)
+    lines.append('# HELP gpucluster_health_checks Checks of the last run by status.')
+    lines.append('# TYPE gpucluster_health_checks gauge')
+    for s in STATUSES:
+        lines.append('gpucluster_health_checks{tier="%s",status="%s"} %d' % (_label(tier), s, c[s]))
+    lines.append('# HELP gpucluster_health_last_run_timestamp_seconds When the last run finished.')
+    lines.append('# TYPE gpucluster_health_last_run_timestamp_seconds gauge')
+    lines.append('gpucluster_health_last_run_timestamp_seconds{tier="%s"} %s' % (_label(tier), repr(float(timestamp_s))))
+    return '\n'.join(lines) + '\n'
+
+
+def changes_since(previous, current, drop_pct=20):
+    """What changed from the previous report of the same tier: status changes, values that
+    drifted (versions), numeric values that fell by more than drop_pct, nodes gone or new."""
+    if not previous:
+        return []
+    prev = dict(((r['node'], r['check']), r) for r in previous.get('records') or [])
+    cur = dict(((r['node'], r['check']), r) for r in current.get('records') or [])
+    out = []
+    pn = set(n for n, _ in prev)
+    cn = set(n for n, _ in cur)
+    for n in sorted(cn - pn):
+        out.append('%s: new node' % n)
+    for n in sorted(pn - cn):
+        out.append('%s: no longer in the report' % n)
+    for key in sorted(cur):
+        if key not in prev:
+            continue
+        a, b = prev[key], cur[key]
+        node, check = key
+        va, vb = a.get('value'), b.get('value')
+        if a['status'] != b['status']:
+            out.append('%s %s: %s -> %s (%s -> %s)' % (node, check, a['status'], b['status'], _fmt(va), _fmt(vb)))
+        elif check.startswith('version.') and va != vb:
+            out.append('%s %s: %s -> %s (drifted)' % (node, check, _fmt(va), _fmt(vb)))
+        elif (isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool)
+              and va > 0 and check in ('bandwidth', 'collective_busbw') and (va - vb) * 100.0 / va > float(drop_pct)):
+            out.append('%s %s: %s -> %s (-%.0f%%, became slow)' % (node, check, _fmt(va), _fmt(vb), (va - vb) * 100.0 / va))
+    return out
+
+
+def dumps(report):
+    return json.dumps(report, indent=2) + '\n'
