@@ -273,3 +273,30 @@ def test_mpirun_ranks_get_torch_rank_variables_and_node_env_files(tmp_path):
                OMPI_COMM_WORLD_LOCAL_SIZE='1')
     out = subprocess.run(wrapper, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ['1', '2', '0', 'eth7']
+
+
+def test_verdict_of_slurm_jobs_reads_slurms_state():
+    nodes = ['h', 'w']
+    done = [{'node': 'h', 'role': 'launcher', 'running': False, 'exit_code': 0, 'slurm_job_id': '5',
+             'slurm_state': 'COMPLETED', 'node_exit_codes': {}}, {'node': 'w', 'role': 'ranks', 'running': False}]
+    assert training_verdict(done, nodes)['state'] == 'succeeded'
+    # scancel: srun reports the tasks it killed, but the job was stopped, not failed
+    cancelled = [dict(done[0], exit_code=143, slurm_state='CANCELLED', node_exit_codes={'h': 143, 'w': 143}), done[1]]
+    assert training_verdict(cancelled, nodes)['state'] == 'stopped'
+    running = [dict(done[0], running=True, exit_code=None, slurm_state='RUNNING'), dict(done[1], running=True)]
+    assert training_verdict(running, nodes)['state'] == 'running'
+    # a rank killed on w: srun names both tasks, torchrun's report names w first
+    failed = [dict(done[0], exit_code=1, slurm_state='FAILED', node_exit_codes={'w': 1, 'h': 137},
+                   rank_failure={'time': '2026-11-23_05:00:00', 'host': 'w', 'rank': 1, 'exit_code': -9,
+                                 'signal': 'SIGKILL'}), done[1]]
+    verdict = training_verdict(failed, nodes)
+    assert verdict['state'] == 'failed' and verdict['failed_nodes'][0] == 'w'
+    assert verdict['first_failure']['node'] == 'w'
+
+
+def test_verdict_puts_the_node_the_launcher_names_before_the_head():
+    results = [{'node': 'h', 'role': 'launcher', 'running': False, 'exit_code': 1, 'node_exit_codes': {'w': 137}},
+               {'node': 'w', 'role': 'ranks', 'running': False}]
+    verdict = training_verdict(results, ['h', 'w'])
+    assert verdict['failed_nodes'] == ['w', 'h']
+    assert verdict['first_failure']['node'] == 'w'
