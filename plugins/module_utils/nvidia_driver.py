@@ -32,24 +32,24 @@ def setting_errors(settings):
     branch = settings.get('nvidia_driver_branch')
     branch = str(branch) if isinstance(branch, int) and not isinstance(branch, bool) else branch
     if not _is_branch(branch):
-        errors.append('nvidia_driver_branch %r is not a driver branch number (three digits, e.g. "580")' % (branch,))
+        errors.append('nvidia_driver_branch %s is not a driver branch number (three digits, e.g. "580")' % (branch,))
         branch = None
     version = settings.get('nvidia_driver_version') or ''
     if version:
         if not re.match(r'^[0-9]+(\.[0-9]+)+$', str(version)):
-            errors.append('nvidia_driver_version %r is not a driver version such as 580.95.05' % (version,))
+            errors.append('nvidia_driver_version %s is not a driver version such as 580.95.05' % (version,))
         elif branch and not str(version).startswith(branch + '.'):
             errors.append('nvidia_driver_version %s is not in nvidia_driver_branch %s' % (version, branch))
     for name in ('nvidia_driver_open', 'nvidia_driver_fabricmanager'):
         if tristate(settings.get(name, 'auto')) is None:
-            errors.append('%s %r is not auto, true or false' % (name, settings.get(name)))
+            errors.append('%s %s is not auto, true or false' % (name, settings.get(name)))
     if settings.get('nvidia_driver_source') not in SOURCES:
-        errors.append('nvidia_driver_source %r is not one of %s' % (settings.get('nvidia_driver_source'),
+        errors.append('nvidia_driver_source %s is not one of %s' % (settings.get('nvidia_driver_source'),
                                                                     ', '.join(SOURCES)))
     if settings.get('nvidia_driver_cuda_toolkit'):
         cuda = cuda_major_minor(settings.get('nvidia_driver_cuda_toolkit_version'))
         if cuda is None:
-            errors.append('nvidia_driver_cuda_toolkit_version %r is not a CUDA version such as 12.8'
+            errors.append('nvidia_driver_cuda_toolkit_version %s is not a CUDA version such as 12.8'
                           % (settings.get('nvidia_driver_cuda_toolkit_version'),))
         elif cuda not in CUDA_MIN_BRANCH:
             errors.append('nvidia_driver_cuda_toolkit_version %s is not a CUDA release this role knows (%s)'

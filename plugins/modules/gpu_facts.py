@@ -186,21 +186,28 @@ class Reader(object):
 
     def query(self, fields):
         """Rows for the fields; fields the driver refuses are dropped and the query retried."""
-        dropped = []
+        dropped, refused, valid = [], set(), None
         wanted = list(fields)
-        for _attempt in range(3):
+        for _attempt in range(len(fields) + 1):
             rc, out = self.run('--query-gpu=' + ','.join(wanted), '--format=csv,nounits')
             if rc == 0:
                 return nvidia_smi.parse_query_csv(out), dropped, None
-            refused = nvidia_smi.invalid_fields(out)
-            if not refused:
+            newly = set(nvidia_smi.invalid_fields(out)) - refused
+            if not newly:
                 return None, dropped, nvidia_smi.failure_reason(out, rc)
-            hrc, help_text = self.run('--help-query-gpu')
-            valid = nvidia_smi.parse_help_query_gpu(help_text) if hrc == 0 else set()
-            keep = nvidia_smi.usable_fields(wanted, valid) if valid else [f for f in wanted if f not in refused]
-            dropped += [f for f in wanted if f not in keep and f not in nvidia_smi.CANONICAL
-                        and nvidia_smi.ALIASES.get(f) not in keep]
-            if not keep or keep == wanted:
+            refused |= newly
+            if valid is None:
+                hrc, help_text = self.run('--help-query-gpu')
+                valid = nvidia_smi.parse_help_query_gpu(help_text) if hrc == 0 else set()
+            keep = []
+            for field in wanted:
+                names = [field, nvidia_smi.ALIASES.get(field), nvidia_smi.CANONICAL.get(field)]
+                usable = [n for n in names if n and n not in refused and (not valid or n in valid)]
+                if usable:
+                    keep.append(usable[0])
+                else:
+                    dropped.append(nvidia_smi.CANONICAL.get(field, field))
+            if not keep:
                 return None, dropped, nvidia_smi.failure_reason(out, rc)
             wanted = keep
         return None, dropped, 'nvidia-smi kept refusing the query fields'
