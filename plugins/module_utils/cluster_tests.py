@@ -335,6 +335,7 @@ def bandwidth_report(results, nodes, threshold_gbps=None, relative=None, rounds=
     elif not flags['slow_links']:
         lines.append('no slow or failed link')
     report.update(flags)
+    report['rounds'] = rounds
     report['ok'] = not flags['slow_links']
     report['lines'] = lines
     return report
