@@ -19,9 +19,9 @@ description:
     rank + 1, checks that every element is n(n+1)/2, and leaves.
   - When a node does not join within O(timeout) seconds, the head's result names which nodes
     joined (RV(joined)) and the node's own result says where it stopped (RV(stage)) and the
-    likely cause (RV(cause)) from quick probes: the head's name does not resolve, its port is
+    likely cause (RV(cause)) from quick probes (the head's name does not resolve, its port is
     closed or filtered, or the socket interface (C(GLOO_SOCKET_IFNAME)) does not exist or
-    does not hold the node's cluster address.
+    does not hold the node's cluster address).
   - A failed check is a result with RV(ok=false), not a module failure; the
     P(gpucluster.multinode.dist_check_report#filter) filter makes one verdict of all nodes.
     Bad input, and the rendezvous port already in use on the head, fail the module.
@@ -65,7 +65,7 @@ options:
     default: 120
   socket_ifname:
     description:
-      - Interface gloo and NCCL use (C(GLOO_SOCKET_IFNAME), C(NCCL_SOCKET_IFNAME)). Empty: the
+      - Interface gloo and NCCL use (C(GLOO_SOCKET_IFNAME), C(NCCL_SOCKET_IFNAME)); empty for the
         value from O(env_files), else none (the libraries pick one).
     type: str
     default: ""

@@ -12,11 +12,11 @@ short_description: Collective bandwidth test with nccl-tests, or a torch.distrib
 version_added: "0.1.0"
 description:
   - O(method=nccl_tests) runs an nccl-tests binary (C(all_reduce_perf) and friends) from the
-    node it runs on (run it once, on the head): on one node with C(-g) GPUs, on several
+    node it runs on (run it once, on the head); on one node with C(-g) GPUs, on several
     through C(mpirun) with one rank per slot. The table is read by its column header (the
-    columns differ across versions), with the C(# Out of bounds values) and
-    C(# Avg bus bandwidth) lines.
-  - O(method=torch) is one node's part of the built-in all-reduce benchmark: every node runs
+    columns differ across versions), with the C(Out of bounds values) and
+    C(Avg bus bandwidth) lines.
+  - O(method=torch) is one node's part of the built-in all-reduce benchmark; every node runs
     it at the same time (start it with C(async)); each starts C(torchrun) with its node rank,
     the head holds the rendezvous. C(nccl) on GPUs, C(gloo) on CPUs. For each size it reports
     time, algbw and busbw by the nccl-tests formulas (algbw = size / time, busbw = algbw x
@@ -192,7 +192,7 @@ correct:
   returned: on the reporter
   type: bool
 avg_busbw_gbs:
-  description: Mean busbw over the sizes (the C(# Avg bus bandwidth) line of nccl-tests).
+  description: Mean busbw over the sizes (as the C(Avg bus bandwidth) line of nccl-tests).
   returned: on the reporter
   type: float
 max_busbw_gbs:

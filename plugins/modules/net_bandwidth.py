@@ -21,7 +21,7 @@ description:
     one line each naming the node, so a play can report every node at once.
   - O(state=server) starts a server bound to O(bind) on O(port) in its own process group,
     limited to O(server_lifetime) seconds even if nobody stops it, and waits until it listens.
-  - O(state=client) measures against the server at O(server): with iperf3, O(streams)
+  - O(state=client) measures against the server at O(server). With iperf3, O(streams)
     parallel streams for O(duration) seconds from this node to the server, then (with
     O(both_directions)) from the server to this node (C(-R)); with ib_write_bw, one run on
     O(device). A test that fails (refused, timed out) is a result with RV(results[].error),
