@@ -56,7 +56,7 @@ options:
     type: int
     default: 2
   thresholds:
-    description: Minimum busbw in GB/s per size, e.g. C({64M: 10.0}); each key must be one of O(sizes).
+    description: "Minimum busbw in GB/s per size, e.g. C({64M: 10.0}); each key must be one of O(sizes)."
     type: dict
     default: {}
   node:
