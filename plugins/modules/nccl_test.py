@@ -98,10 +98,10 @@ options:
     description: Path of C(allreduce_bench.py) on the node (method torch).
     type: path
   nccl_tests_dir:
-    description: Directory of the nccl-tests binaries; empty: found on C(PATH).
+    description: Directory of the nccl-tests binaries; empty for the one found on C(PATH).
     type: path
   mpirun:
-    description: mpirun for multi-node nccl-tests; empty: found on C(PATH).
+    description: mpirun for multi-node nccl-tests; empty for the one found on C(PATH).
     type: path
   timeout:
     description: Seconds the whole test may take.
