@@ -359,7 +359,13 @@ def check_names(node):
     res = probe.get('resolve') or []
     if not res:
         return record(name, 'name_resolution', 'unknown', None, None, 'no names to resolve', '')
-    wrong = [r for r in res if r.get('expected') not in (r.get('addresses') or [])]
+    def bad(r):
+        addrs = r.get('addresses') or []
+        v4 = [a for a in addrs if ':' not in a]
+        # connect() takes the first address; a loopback one keeps the other nodes out
+        return (r.get('expected') not in addrs or any(a.startswith('127.') or a == '::1' for a in addrs)
+                or (':' not in r.get('expected', '') and v4 and v4[0] != r.get('expected')))
+    wrong = [r for r in res if bad(r)]
     thr = '%d name(s) resolve to their cluster address' % len(res)
     if not wrong:
         return record(name, 'name_resolution', 'ok', len(res), thr)

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Fault injection on a running lab: plant one fault at a time on one node, run the health
+# playbook, check that the report names that node with the expected status and remedy, then
+# remove the fault. Starts and ends with a healthy run (no failure, exit code 0).
+#
+#   ansible-playbook playbooks/lab.yml -e lab_name=lab-health -e lab_subnet=10.213.50.0/24 \
+#       -e lab_inventory_dir=inventories/lab-health -e lab_nodes=4
+#   ansible-playbook playbooks/site.yml -i inventories/lab-health   (python_env and nccl_env at least)
+#   tests/lab/health_faults.sh                         # every fault
+#   tests/lab/health_faults.sh torch clock             # only these
+#
+# Settings (environment): HEALTH_LAB_NAME (lab-health), HEALTH_LAB_INVENTORY
+# (inventories/<name>), HEALTH_FAULT_NODE (the last worker), HEALTH_FAULT_LOG_DIR (a new temp dir).
+# Faults: sshd torch port shared hosts nccl_iface clock link (link runs the deep tier's
+# bandwidth matrix: minutes). How each is planted is printed as it is planted.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck source=scripts/env.sh
+source scripts/env.sh
+
+LAB=${HEALTH_LAB_NAME:-lab-health}
+INV=${HEALTH_LAB_INVENTORY:-inventories/$LAB}
+OUT=${HEALTH_FAULT_LOG_DIR:-$(mktemp -d /tmp/health-faults.XXXXXX)}
+ALL_FAULTS="sshd torch port shared hosts nccl_iface clock link"
+FAULTS=${*:-$ALL_FAULTS}
+mkdir -p "$OUT"
+
+# Node names, addresses and the master port from the lab's inventory.
+eval "$(python3 - "$INV/hosts.yml" <<'PY'
+import sys, yaml
+inv = yaml.safe_load(open(sys.argv[1]))['all']
+kids = inv['children']['cluster']['children']
+head = list(kids['head']['hosts'])[0]
+workers = list((kids['workers'].get('hosts') or {}))
+addr = dict((h, v['ansible_host']) for g in ('head', 'workers') for h, v in (kids[g].get('hosts') or {}).items())
+print('HEAD=%s; HEAD_ADDR=%s; LAST_WORKER=%s' % (head, addr[head], workers[-1]))
+print('declare -A ADDR=(%s)' % ' '.join('[%s]=%s' % kv for kv in addr.items()))
+PY
+)"
+NODE=${HEALTH_FAULT_NODE:-$LAST_WORKER}
+PORT=$(python3 -c "import yaml,sys; print((yaml.safe_load(open('$INV/group_vars/all.yml')) or {}).get('cluster_master_port', 29500))" 2>/dev/null || echo 29500)
+SITE=/opt/gpucluster/env/lib/python3.11/site-packages
+
+cx() { podman exec "$LAB-$1" bash -c "$2"; }
+cpid() { podman inspect -f '{{.State.Pid}}' "$LAB-$1"; }
+
+passed=0; failed=0; results=()
+run_health() {  # label, extra ansible-playbook args...
+  local label=$1; shift
+  local cp; cp=$(mktemp -d /tmp/health-cp.XXXXXX)   # fresh SSH masters: no session outlives a fault
+  local start=$SECONDS
+  ANSIBLE_SSH_CONTROL_PATH_DIR=$cp ansible-playbook playbooks/health.yml -i "$INV" \
+    -e "health_local_report_dir=$OUT/$label" "$@" >"$OUT/$label.log" 2>&1
+  echo $? >"$OUT/$label.rc"
+  rm -rf "$cp"
+  echo "    ($label: health run took $((SECONDS - start)) s, exit $(cat "$OUT/$label.rc"), log $OUT/$label.log)"
+}
+expect() {  # label tier args-for-health_expect...
+  local label=$1 tier=$2; shift 2
+  if python3 tests/lab/health_expect.py "$OUT/$label/latest-$tier.json" "$(cat "$OUT/$label.rc")" "$@"; then
+    passed=$((passed + 1)); results+=("ok    $label")
+  else
+    failed=$((failed + 1)); results+=("FAIL  $label"); grep -E '^ *- .(FAIL|WARN)|remedy' "$OUT/$label.log" | head -20
+  fi
+}
+
+echo "=== lab $LAB, head $HEAD ($HEAD_ADDR), faults planted on $NODE (${ADDR[$NODE]}), logs in $OUT"
+echo "=== healthy: no failure"
+run_health healthy-before
+expect healthy-before quick healthy
+
+for fault in $FAULTS; do
+  echo "=== fault $fault on $NODE"
+  case $fault in
+    sshd)
+      echo "    plant: systemctl stop ssh.service ssh.socket in $NODE"
+      cx "$NODE" 'systemctl stop ssh.socket ssh.service 2>/dev/null; systemctl stop ssh.service'
+      run_health sshd
+      cx "$NODE" 'systemctl start ssh.service'
+      expect sshd quick "$NODE" reachable fail "sshd"
+      ;;
+    torch)
+      echo "    plant: in $NODE's env, torch's installed distribution renamed to version 2.12.0+cpu (dist-info directory and METADATA Version:)"
+      cx "$NODE" "set -e; cd $SITE; d=\$(ls -d torch-*.dist-info | head -1); v=\${d#torch-}; v=\${v%.dist-info};
+        echo \$v > /root/health-fault-torch-version; sed -i \"s/^Version: \$v\$/Version: 2.12.0+cpu/\" \$d/METADATA;
+        mv \$d torch-2.12.0+cpu.dist-info"
+      run_health torch
+      cx "$NODE" "set -e; cd $SITE; v=\$(cat /root/health-fault-torch-version); sed -i \"s/^Version: 2.12.0+cpu\$/Version: \$v/\" torch-2.12.0+cpu.dist-info/METADATA;
+        mv torch-2.12.0+cpu.dist-info torch-\$v.dist-info; rm /root/health-fault-torch-version"
+      expect torch quick "$NODE" version.torch fail "python_env --limit $NODE"
+      ;;
+    port)
+      echo "    plant: on $HEAD, iptables -I INPUT -s ${ADDR[$NODE]} -p tcp --dport $PORT -j DROP"
+      cx "$HEAD" 'command -v iptables >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q iptables >/dev/null'
+      cx "$HEAD" "iptables -I INPUT -s ${ADDR[$NODE]} -p tcp --dport $PORT -j DROP"
+      run_health port
+      cx "$HEAD" "iptables -D INPUT -s ${ADDR[$NODE]} -p tcp --dport $PORT -j DROP"
+      expect port quick "$NODE" rendezvous_port fail "allow ${ADDR[$NODE]} to port $PORT on the head"
+      ;;
+    shared)
+      echo "    plant: in $NODE's mount namespace, mount -o remount,bind,ro /shared"
+      nsenter -t "$(cpid "$NODE")" -m mount -o remount,bind,ro /shared
+      run_health shared
+      nsenter -t "$(cpid "$NODE")" -m mount -o remount,bind,rw /shared
+      expect shared quick "$NODE" shared_storage fail "remount /shared read-write"
+      ;;
+    hosts)
+      other=$HEAD
+      echo "    plant: in $NODE's /etc/hosts, $other -> 10.213.50.99 instead of ${ADDR[$other]}"
+      cx "$NODE" "cp /etc/hosts /root/health-fault-hosts; sed 's/^${ADDR[$other]}\([[:space:]]\+$other\)\$/10.213.50.99\1/' /root/health-fault-hosts > /etc/hosts"
+      run_health hosts
+      cx "$NODE" 'cat /root/health-fault-hosts > /etc/hosts && rm /root/health-fault-hosts'
+      expect hosts quick "$NODE" name_resolution fail "correct /etc/hosts"
+      ;;
+    nccl_iface)
+      echo "    plant: in $NODE's /etc/profile.d/gpucluster-nccl.sh, NCCL_SOCKET_IFNAME=ens9f1 (no such NIC)"
+      cx "$NODE" "cp -p /etc/profile.d/gpucluster-nccl.sh /root/health-fault-nccl.sh; sed -i 's/NCCL_SOCKET_IFNAME=[^ ]*/NCCL_SOCKET_IFNAME=ens9f1/' /etc/profile.d/gpucluster-nccl.sh"
+      run_health nccl_iface
+      cx "$NODE" 'cp -p /root/health-fault-nccl.sh /etc/profile.d/gpucluster-nccl.sh && rm /root/health-fault-nccl.sh'
+      expect nccl_iface quick "$NODE" nccl_interface fail "nccl_env --limit $NODE"
+      ;;
+    clock)
+      # Containers share the host's kernel clock, so the node's clock is moved for every
+      # program on it with libfaketime: /etc/ld.so.preload loads it, /etc/faketimerc says -30s.
+      echo "    plant: libfaketime in $NODE's /etc/ld.so.preload with /etc/faketimerc = -30s"
+      cx "$NODE" 'lib=$(dpkg -L libfaketime 2>/dev/null | grep "/libfaketime.so.1$"); if [ -z "$lib" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -q libfaketime >/dev/null; lib=$(dpkg -L libfaketime | grep "/libfaketime.so.1$"); fi; echo -30s > /etc/faketimerc; echo "$lib" > /etc/ld.so.preload'
+      run_health clock
+      cx "$NODE" 'rm -f /etc/ld.so.preload /etc/faketimerc'
+      expect clock quick "$NODE" clock_offset fail "synchronise the clock of $NODE"
+      ;;
+    link)
+      echo "    plant: in $NODE, tc qdisc add dev eth0 root tbf rate 500mbit burst 64kb latency 50ms"
+      cx "$NODE" 'tc qdisc add dev eth0 root tbf rate 500mbit burst 64kb latency 50ms'
+      run_health link -e health_tier=deep -e '{"health_deep_tests": ["bandwidth"]}'
+      cx "$NODE" 'tc qdisc del dev eth0 root'
+      expect link deep "$NODE" bandwidth fail "check the NIC of $NODE"
+      ;;
+    *) echo "unknown fault $fault (known: $ALL_FAULTS)"; exit 2 ;;
+  esac
+done
+
+echo "=== healthy again: every fault removed"
+run_health healthy-after
+expect healthy-after quick healthy
+
+echo
+echo "=== summary"
+printf '%s\n' "${results[@]}"
+echo "health faults: $passed passed, $failed failed (logs and reports in $OUT)"
+[ "$failed" -eq 0 ]
