@@ -81,7 +81,7 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Checks the input and the port, probes nothing and runs nothing; RV(stage) is C(skipped).
+    description: Checks the input only (the environment and the script may come with the same run); runs nothing; RV(stage) is C(skipped).
   diff_mode:
     support: none
   platform:
@@ -208,6 +208,9 @@ def main():
     rank = nodes.index(node)
     base = {'node': node, 'rank': rank, 'backend': p['backend'], 'joined_store': False,
             'rendezvous': '%s:%d' % (p['master_addr'], p['master_port'])}
+    if module.check_mode:
+        # the environment and the script may come with this same run: nothing to probe yet
+        module.exit_json(changed=False, ok=True, stage='skipped', cause=None, error=None, socket_ifname=None, **base)
     if not os.access(p['python'], os.X_OK):
         module.fail_json(msg='host %s: python %s does not exist; install torch first (the python_env role)'
                          % (node, p['python']), **base)
@@ -226,8 +229,6 @@ def main():
         env['NCCL_SOCKET_IFNAME'] = p['socket_ifname']
     ifname = env.get('GLOO_SOCKET_IFNAME' if p['backend'] == 'gloo' else 'NCCL_SOCKET_IFNAME', '')
     base['socket_ifname'] = ifname
-    if module.check_mode:
-        module.exit_json(changed=False, ok=True, stage='skipped', cause=None, error=None, **base)
 
     iface_problem = ct.interface_problem(ifname, p['address'], ct.own_interfaces(module)) if ifname else None
     command = [p['python'], p['script'], '--nodes', json.dumps(nodes), '--rank', str(rank),

@@ -119,7 +119,7 @@ options:
 attributes:
   check_mode:
     support: full
-    description: Checks the input, the tools and the port; runs no test and returns no rows.
+    description: Checks the input (and with nccl-tests the binary); runs no test and returns no rows.
   diff_mode:
     support: none
   platform:
@@ -327,6 +327,10 @@ def run_torch(module, p, sizes, thresholds, env):
     if nt.collective_name(p['collective']) != 'all_reduce':
         module.fail_json(msg='host %s: collective %s: the torch benchmark does all_reduce only '
                          '(nccl-tests does the others)' % (node, p['collective']))
+    rank = names.index(node)
+    if module.check_mode:
+        # the environment and the script may come with this same run
+        module.exit_json(changed=False, method='torch', reporter=rank == 0, ok=True, rows=[])
     torchrun = _torchrun(p)
     if not torchrun:
         module.fail_json(msg='host %s: %s/bin/torchrun not found; install torch (the python_env role) or set env_path'
@@ -334,7 +338,6 @@ def run_torch(module, p, sizes, thresholds, env):
     if not p['script'] or not os.path.isfile(p['script']):
         module.fail_json(msg='host %s: script %s does not exist (copied by roles/cluster_tests/tasks/collective.yml)'
                          % (node, p['script']))
-    rank = names.index(node)
     head = nodes[0]
     slots = nodes[rank]['slots']
     if rank == 0:
@@ -349,8 +352,6 @@ def run_torch(module, p, sizes, thresholds, env):
                '--master-addr', head['address'], '--master-port', str(p['master_port']), '--max-restarts', '0',
                p['script'], '--sizes', ','.join(str(s) for s in sizes), '--iters', str(p['iterations']),
                '--warmup', str(p['warmup']), '--backend', p['backend'], '--timeout', str(p['timeout'])]
-    if module.check_mode:
-        module.exit_json(changed=False, method='torch', reporter=rank == 0, ok=True, rows=[], command=command)
     timeout = module.get_bin_path('timeout')
     full = ([timeout, '-k', '10', str(p['timeout'])] if timeout else []) + command
     rc, out, err = module.run_command(full, environ_update=env)
