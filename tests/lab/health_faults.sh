@@ -50,7 +50,7 @@ run_health() {  # label, extra ansible-playbook args...
   local cp; cp=$(mktemp -d /tmp/health-cp.XXXXXX)   # fresh SSH masters: no session outlives a fault
   local start=$SECONDS
   ANSIBLE_SSH_CONTROL_PATH_DIR=$cp ansible-playbook playbooks/health.yml -i "$INV" \
-    -e "health_local_report_dir=$OUT/$label" "$@" >"$OUT/$label.log" 2>&1
+    -e "health_local_report_dir=$OUT/$label" -e "health_raw_dir=$OUT/$label/raw" "$@" >"$OUT/$label.log" 2>&1
   echo $? >"$OUT/$label.rc"
   rm -rf "$cp"
   echo "    ($label: health run took $((SECONDS - start)) s, exit $(cat "$OUT/$label.rc"), log $OUT/$label.log)"
