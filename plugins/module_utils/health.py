@@ -255,7 +255,7 @@ def check_gpu(node, any_gpus, t):
 def check_versions(nodes, head):
     """One record per node and component whose version at least one node reports."""
     out = []
-    live = [n for n in nodes if not n.get('unreachable')]
+    live = [n for n in nodes if not n.get('unreachable') and n.get('probe')]
     for comp, mismatch in VERSION_COMPONENTS.items():
         values = {n['name']: (n.get('versions') or {}).get(comp) for n in live}
         present = [v for v in values.values() if v]

@@ -91,7 +91,7 @@ for fault in $FAULTS; do
       ;;
     port)
       echo "    plant: on $HEAD, iptables -I INPUT -s ${ADDR[$NODE]} -p tcp --dport $PORT -j DROP"
-      cx "$HEAD" 'command -v iptables >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q iptables >/dev/null'
+      cx "$HEAD" 'command -v iptables >/dev/null || { apt-get update -q >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -q iptables >/dev/null; }'
       cx "$HEAD" "iptables -I INPUT -s ${ADDR[$NODE]} -p tcp --dport $PORT -j DROP"
       run_health port
       cx "$HEAD" "iptables -D INPUT -s ${ADDR[$NODE]} -p tcp --dport $PORT -j DROP"
@@ -120,12 +120,20 @@ for fault in $FAULTS; do
       expect nccl_iface quick "$NODE" nccl_interface fail "nccl_env --limit $NODE"
       ;;
     clock)
-      # Containers share the host's kernel clock, so the node's clock is moved for every
-      # program on it with libfaketime: /etc/ld.so.preload loads it, /etc/faketimerc says -30s.
-      echo "    plant: libfaketime in $NODE's /etc/ld.so.preload with /etc/faketimerc = -30s"
-      cx "$NODE" 'lib=$(dpkg -L libfaketime 2>/dev/null | grep "/libfaketime.so.1$"); if [ -z "$lib" ]; then DEBIAN_FRONTEND=noninteractive apt-get install -y -q libfaketime >/dev/null; lib=$(dpkg -L libfaketime | grep "/libfaketime.so.1$"); fi; echo -30s > /etc/faketimerc; echo "$lib" > /etc/ld.so.preload'
+      # Containers share the host's kernel clock, which cannot be moved for one of them, and
+      # libfaketime loaded system-wide (/etc/ld.so.preload) breaks sshd in these nodes. So the
+      # clock is moved for every Python program on the node, the health probe included: a
+      # sitecustomize.py that makes time.time() and time.time_ns() return 30 s less.
+      echo "    plant: /usr/local/lib/python3.11/dist-packages/sitecustomize.py in $NODE: Python's time.time() 30 s behind"
+      cx "$NODE" 'cat > /usr/local/lib/python3.11/dist-packages/sitecustomize.py <<PY
+# gpucluster health fault (tests/lab/health_faults.sh): the clock of this node runs 30 s behind
+import time as _time
+_real_time, _real_time_ns = _time.time, _time.time_ns
+_time.time = lambda: _real_time() - 30.0
+_time.time_ns = lambda: _real_time_ns() - 30 * 10**9
+PY'
       run_health clock
-      cx "$NODE" 'rm -f /etc/ld.so.preload /etc/faketimerc'
+      cx "$NODE" 'rm -f /usr/local/lib/python3.11/dist-packages/sitecustomize.py'
       expect clock quick "$NODE" clock_offset fail "synchronise the clock of $NODE"
       ;;
     link)

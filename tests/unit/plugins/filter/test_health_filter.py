@@ -1,0 +1,65 @@
+"""The health filters turn the registered results of every node into records."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ansible_collections.gpucluster.multinode.plugins.filter import health as hf
+
+FIX = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'health', 'lab-healthy')
+
+
+def load(name):
+    with open(os.path.join(FIX, name)) as f:
+        return json.load(f)
+
+
+def lab():
+    meta = load('nodes.json')
+    names = [n for n, _ in meta['nodes']]
+    groups = {'cluster': names, 'head': names[:1], 'workers': names[1:]}
+    hostvars = {}
+    for name, address in meta['nodes']:
+        hostvars[name] = {'ansible_host': address, 'cluster_master_port': meta['port'],
+                          '__health_probe': load(name + '.json'),
+                          '__health_gpu': {'gpu_count': 0, 'reason': 'no NVIDIA GPU on the PCI bus', 'gpus': []}}
+    hostvars[names[0]]['__health_head_prepare'] = {'listen': meta['listen']}
+    return groups, hostvars, meta
+
+
+def test_records_of_the_recorded_lab():
+    groups, hostvars, meta = lab()
+    recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
+    assert not [r for r in recs if r['status'] == 'fail']
+    assert {r['node'] for r in recs} == set(groups['cluster'])
+
+
+def test_an_unreachable_worker_and_a_failed_probe():
+    groups, hostvars, meta = lab()
+    w1, w2 = groups['workers'][0], groups['workers'][1]
+    hostvars[w1]['__health_probe'] = {'unreachable': True, 'changed': False,
+                                      'msg': 'Failed to connect to the host via ssh: ssh: connect to host '
+                                             '10.213.50.11 port 22: Connection refused'}
+    hostvars[w1]['__health_gpu'] = {'skipped': True}
+    hostvars[w2]['__health_probe'] = {'failed': False, 'failed_when_result': False, 'changed': False,
+                                      'msg': 'MODULE FAILURE: /usr/bin/python3: not found'}
+    recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
+    bad = sorted((r['node'], r['check']) for r in recs if r['status'] == 'fail')
+    assert bad == [(w1, 'reachable'), (w2, 'probe')]
+    assert 'Connection refused' in [r for r in recs if r['node'] == w1][0]['detail']
+
+
+def test_gpu_checks_switched_off_leave_no_gpu_record():
+    groups, hostvars, meta = lab()
+    for hv in hostvars.values():
+        hv['__health_gpu'] = {'skipped': True, 'changed': False}
+    recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
+    assert 'gpu' not in {r['check'] for r in recs}
+
+
+def test_summary_and_failed():
+    groups, hostvars, meta = lab()
+    recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
+    assert hf.health_summary(recs)[0].startswith('health: 4 node(s)')
+    assert hf.health_failed(recs) == []
