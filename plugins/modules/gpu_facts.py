@@ -10,16 +10,16 @@ DOCUMENTATION = r'''
 module: gpu_facts
 short_description: NVIDIA GPUs of a node as nvidia-smi and the PCI bus report them
 description:
-  - Counts the NVIDIA devices on the PCI bus (C(/sys/bus/pci/devices/*/vendor) is C(0x10de)):
+  - Counts the NVIDIA devices on the PCI bus (C(/sys/bus/pci/devices/*/vendor) is C(0x10de)),
     GPUs (display class) and NVSwitches (bridge class C(0x0680)), without needing a driver.
   - Reads the driver and CUDA versions from the C(nvidia-smi) banner, then every GPU with
     C(nvidia-smi --query-gpu=FIELDS --format=csv,nounits), parsed by the header nvidia-smi
     prints, so a field the GPU does not report (C([N/A])) is null and a field the driver does
     not know (nvidia-smi exits 2 naming it) is dropped and the query retried with the fields
     C(nvidia-smi --help-query-gpu) lists.
-  - Reads the C(nvidia-smi topo -m) matrix: NVLink or PCIe path between GPUs, NIC affinity.
+  - Reads the C(nvidia-smi topo -m) matrix (NVLink or PCIe path between GPUs, NIC affinity).
   - No GPU, no driver, or a driver that does not answer (for example a driver/library version
-    mismatch) is not a failure: C(gpu_count) is 0 and C(reason) says why.
+    mismatch) is not a failure; C(gpu_count) is 0 and C(reason) says why.
   - Returns the same keys at the top level and as C(ansible_facts.gpu_facts).
 version_added: 0.1.0
 author: gpucluster.multinode contributors
