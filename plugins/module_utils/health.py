@@ -542,6 +542,10 @@ def evaluate_deep(nodes, bandwidth=None, smoke=None, collective=None, errors=Non
     return out
 
 
+def _round(value, digits=3):
+    return round(value, digits) if isinstance(value, float) else value
+
+
 def _bandwidth_records(nodes, rep):
     if not rep:
         return [record(n, 'bandwidth', 'unknown', None, None, 'no bandwidth result', 'run the deep tier again')
@@ -562,15 +566,18 @@ def _bandwidth_records(nodes, rep):
         text = '; '.join('%s-%s %s' % (f.get('a'), f.get('b'), 'slow, %s Gbit/s' % _fmt(f.get('gbps'))
                                        if f.get('reason') == 'slow' else f.get('reason')) for f in links)
         if n in culprits:
-            out.append(record(n, 'bandwidth', 'fail', value, thr, 'slow node: ' + text,
+            out.append(record(n, 'bandwidth', 'fail', _round(value), thr, 'slow node: ' + text,
                               'check the NIC of %s: ethtool (speed, errors), tc qdisc show, the cable and switch port' % n))
+        elif links and all(culprits & set((f.get('a'), f.get('b'))) for f in links):
+            out.append(record(n, 'bandwidth', 'ok', _round(value), thr,
+                              'its flagged link(s) end at the slow node %s: %s' % (', '.join(sorted(culprits)), text)))
         elif links:
-            out.append(record(n, 'bandwidth', 'warn', value, thr, 'on flagged link(s): ' + text,
+            out.append(record(n, 'bandwidth', 'warn', _round(value), thr, 'on flagged link(s): ' + text,
                               'compare with the other end of the link; the node at fault is slow on all its links'))
         elif not s:
             out.append(record(n, 'bandwidth', 'unknown', None, thr, 'not measured', 'run the deep tier again'))
         else:
-            out.append(record(n, 'bandwidth', 'ok', value, thr, 'median of %s link(s)' % s.get('links')))
+            out.append(record(n, 'bandwidth', 'ok', _round(value), thr, 'median of %s link(s)' % s.get('links')))
     return out
 
 

@@ -122,18 +122,21 @@ for fault in $FAULTS; do
     clock)
       # Containers share the host's kernel clock, which cannot be moved for one of them, and
       # libfaketime loaded system-wide (/etc/ld.so.preload) breaks sshd in these nodes. So the
-      # clock is moved for every Python program on the node, the health probe included: a
-      # sitecustomize.py that makes time.time() and time.time_ns() return 30 s less.
-      echo "    plant: /usr/local/lib/python3.11/dist-packages/sitecustomize.py in $NODE: Python's time.time() 30 s behind"
-      cx "$NODE" 'cat > /usr/local/lib/python3.11/dist-packages/sitecustomize.py <<PY
+      # clock is moved for every Python program on the node, the health probe included: a .pth
+      # file in the system's dist-packages imports a module that makes time.time() and
+      # time.time_ns() return 30 s less.
+      echo "    plant: /usr/local/lib/python3.11/dist-packages/health_fault_clock.{pth,py} in $NODE: Python's time.time() 30 s behind"
+      cx "$NODE" 'd=/usr/local/lib/python3.11/dist-packages; mkdir -p $d; cat > $d/health_fault_clock.py <<PY
 # gpucluster health fault (tests/lab/health_faults.sh): the clock of this node runs 30 s behind
 import time as _time
 _real_time, _real_time_ns = _time.time, _time.time_ns
 _time.time = lambda: _real_time() - 30.0
 _time.time_ns = lambda: _real_time_ns() - 30 * 10**9
-PY'
+PY
+echo "import health_fault_clock" > $d/health_fault_clock.pth; python3 -c "import time; print(\"node python clock now\", time.time())"'
+      date +"    controller clock now %s.%N"
       run_health clock
-      cx "$NODE" 'rm -f /usr/local/lib/python3.11/dist-packages/sitecustomize.py'
+      cx "$NODE" 'rm -f /usr/local/lib/python3.11/dist-packages/health_fault_clock.py /usr/local/lib/python3.11/dist-packages/health_fault_clock.pth'
       expect clock quick "$NODE" clock_offset fail "synchronise the clock of $NODE"
       ;;
     link)

@@ -240,8 +240,19 @@ def test_bandwidth_culprit_from_the_cluster_tests_report():
                           {'a': 'c', 'b': 'b', 'gbps': 0.48, 'reason': 'slow'}],
            'culprits': ['c'], 'median_gbps': 19.9, 'threshold_gbps': 9.95}
     recs = health.evaluate_deep(['a', 'b', 'c'], bandwidth=rep, tests=['bandwidth'])
-    assert [(r['node'], r['status']) for r in recs] == [('a', 'warn'), ('b', 'warn'), ('c', 'fail')]
+    # a and b are slow only towards c, the node on every flagged link: c is named, a and b pass
+    assert [(r['node'], r['status']) for r in recs] == [('a', 'ok'), ('b', 'ok'), ('c', 'fail')]
     assert 'check the NIC of c' in recs[2]['remedy']
+    assert recs[0]['detail'].startswith('its flagged link(s) end at the slow node c')
+
+
+def test_a_slow_link_without_a_culprit_warns_both_ends():
+    rep = {'node_summary': {'a': {'links': 2, 'median': 20.1}, 'b': {'links': 2, 'median': 12.0},
+                            'c': {'links': 2, 'median': 12.0}},
+           'slow_links': [{'a': 'b', 'b': 'c', 'gbps': 3.9, 'reason': 'slow'}],
+           'culprits': [], 'median_gbps': 19.9, 'threshold_gbps': 9.95}
+    recs = health.evaluate_deep(['a', 'b', 'c'], bandwidth=rep, tests=['bandwidth'])
+    assert [(r['node'], r['status']) for r in recs] == [('a', 'ok'), ('b', 'warn'), ('c', 'warn')]
 
 
 def test_a_deep_test_that_did_not_finish_fails_every_node():
