@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Wall time of the health quick tier on labs of N nodes (default 4 16 32), and the ratio of the
-# largest to the smallest. The goal: 32 nodes under 3x the time of 4.
-#   benchmarks/health_quick.sh                    # NODES="4 16 32" ROUNDS=2
+# largest measured size to the smallest. The goal: 32 nodes under 3x the time of 4.
+#   benchmarks/health_quick.sh                         # NODES="4 16 32" ROUNDS=2
 #   NODES="4 8" ROUNDS=1 benchmarks/health_quick.sh
-# Each size is a lab of its own (LAB_NAME, LAB_SUBNET), created, measured, and removed; the
-# first run on a fresh lab is a warm-up (SSH host keys, control sockets, Python byte code) and
-# is not counted. The nodes are bare lab nodes (no site.yml): the quick tier runs every check
-# and reports what is missing, which is what is timed.
-set -euo pipefail
+# The lab (LAB_NAME, LAB_SUBNET) is grown to each size in turn (lab.yml -e lab_nodes=N) and
+# removed at the end unless KEEP_LAB=1. The first run at each size is a warm-up (SSH control
+# sockets, Python byte code on new nodes) and is not counted; the best of ROUNDS is printed.
+# New nodes are bare lab nodes (no site.yml): the quick tier still runs every check and
+# reports what is missing, which is what is timed. A size whose lab cannot be made within
+# LAB_UP_TIMEOUT seconds is reported and skipped.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
@@ -15,30 +17,42 @@ NODES=${NODES:-4 16 32}
 ROUNDS=${ROUNDS:-2}
 LAB_NAME=${LAB_NAME:-lab-health}
 LAB_SUBNET=${LAB_SUBNET:-10.213.50.0/24}
+LAB_UP_TIMEOUT=${LAB_UP_TIMEOUT:-1800}
 INV=inventories/$LAB_NAME
-KEEP_LAB=${KEEP_LAB:-}
-lab() { ansible-playbook playbooks/lab.yml -e lab_name="$LAB_NAME" -e lab_subnet="$LAB_SUBNET" -e lab_inventory_dir="$INV" "$@" >/dev/null; }
-quick() {
+LOG=${LOG_DIR:-$(mktemp -d /tmp/health-bench.XXXXXX)}
+lab() {
+  timeout "$LAB_UP_TIMEOUT" ansible-playbook playbooks/lab.yml -e lab_name="$LAB_NAME" -e lab_subnet="$LAB_SUBNET" \
+    -e lab_inventory_dir="$INV" "$@" >>"$LOG/lab.log" 2>&1
+}
+quick() {  # prints the wall time of one quick-tier run
   local t0 t1
   t0=$(date +%s.%N)
   ansible-playbook playbooks/health.yml -i "$INV" -e health_report_dir=/var/lib/gpucluster/health-bench \
-    -e health_shared_must_be_mount=true >/tmp/health-bench-$1.log 2>&1 || true   # failures expected on bare nodes
+    >"$LOG/quick-$1.log" 2>&1   # exits 2 on bare nodes: failures are expected there
   t1=$(date +%s.%N)
-  grep -q "Summarise the health of the cluster" /tmp/health-bench-$1.log || { echo "quick tier did not finish: /tmp/health-bench-$1.log" >&2; exit 1; }
+  grep -q "Summarise the health of the cluster" "$LOG/quick-$1.log" || { echo "quick tier did not finish: $LOG/quick-$1.log" >&2; return 1; }
   echo "$t1 - $t0" | bc
 }
 declare -A best
+measured=()
 for n in $NODES; do
-  echo "=== $n node(s): lab up"
-  lab -e lab_nodes="$n"
-  quick "$n-warm" >/dev/null
+  echo "=== $n node(s): lab up (log $LOG/lab.log)"
+  if ! lab -e lab_nodes="$n"; then
+    echo "lab of $n node(s) could not be made within $LAB_UP_TIMEOUT s; skipped (see $LOG/lab.log)"
+    continue
+  fi
+  quick "$n-warm" >/dev/null || continue
   times=()
-  for r in $(seq "$ROUNDS"); do times+=("$(quick "$n-$r")"); done
+  for r in $(seq "$ROUNDS"); do t=$(quick "$n-$r") && times+=("$t"); done
+  [ "${#times[@]}" -gt 0 ] || continue
   best[$n]=$(printf '%s\n' "${times[@]}" | sort -n | head -1)
-  printf 'quick tier, %2d node(s): %s s (best of %s: %s), load average %s\n' "$n" "${best[$n]}" "$ROUNDS" \
-    "${times[*]}" "$(cut -d' ' -f1-3 /proc/loadavg)"
-  [ -n "$KEEP_LAB" ] || lab -e lab_state=absent
+  measured+=("$n")
+  printf 'quick tier, %2d node(s): %.1f s (best of: %s), load average %s\n' "$n" "${best[$n]}" "${times[*]}" \
+    "$(cut -d' ' -f1-3 /proc/loadavg)"
 done
-first=$(echo "$NODES" | awk '{print $1}'); last=$(echo "$NODES" | awk '{print $NF}')
-ratio=$(echo "scale=2; ${best[$last]} / ${best[$first]}" | bc)
-echo "ratio ${last}/${first} nodes: $ratio (goal: under 3)"
+[ -n "${KEEP_LAB:-}" ] || lab -e lab_state=absent
+if [ "${#measured[@]}" -ge 2 ]; then
+  first=${measured[0]}; last=${measured[-1]}
+  printf 'ratio %s/%s nodes: %.2f (goal for 32/4: under 3)\n' "$last" "$first" "$(echo "${best[$last]} / ${best[$first]}" | bc -l)"
+fi
+echo "logs: $LOG"
