@@ -20,8 +20,8 @@ description:
   - On the head, O(listen_port) checks whether the rendezvous port is free, names the processes
     holding it, and otherwise holds it open for O(listen_seconds) in a detached child, so that the
     other nodes can test the path to it; O(shared_token_write) writes the marker file.
-  - Everything is reported, nothing fails: a missing file or a refused connection is a finding,
-    judged by the health playbook. The module fails only on invalid arguments.
+  - Everything is reported, nothing fails. A missing file or a refused connection is a finding,
+    judged by the health playbook; the module fails only on invalid arguments.
 version_added: 0.1.0
 author: gpucluster.multinode contributors
 options:
@@ -128,7 +128,7 @@ released:
   type: bool
 kernel:
   description: Kernel release.
-  returned: always
+  returned: unless release_port is set
   type: str
   sample: 6.1.0-18-amd64
 interfaces:
