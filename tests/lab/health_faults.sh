@@ -140,8 +140,8 @@ echo "import health_fault_clock" > $d/health_fault_clock.pth; python3 -c "import
       expect clock quick "$NODE" clock_offset fail "synchronise the clock of $NODE"
       ;;
     link)
-      echo "    plant: in $NODE, tc qdisc add dev eth0 root tbf rate 500mbit burst 64kb latency 50ms"
-      cx "$NODE" 'tc qdisc add dev eth0 root tbf rate 500mbit burst 64kb latency 50ms'
+      echo "    plant: in $NODE, tc qdisc add dev eth0 root tbf rate 100mbit burst 64kb latency 50ms"
+      cx "$NODE" 'tc qdisc add dev eth0 root tbf rate 100mbit burst 64kb latency 50ms'
       run_health link -e health_tier=deep -e '{"health_deep_tests": ["bandwidth"]}'
       cx "$NODE" 'tc qdisc del dev eth0 root'
       expect link deep "$NODE" bandwidth fail "check the NIC of $NODE"
