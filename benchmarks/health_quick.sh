@@ -20,6 +20,7 @@ LAB_SUBNET=${LAB_SUBNET:-10.213.50.0/24}
 LAB_UP_TIMEOUT=${LAB_UP_TIMEOUT:-1800}
 INV=inventories/$LAB_NAME
 LOG=${LOG_DIR:-$(mktemp -d /tmp/health-bench.XXXXXX)}
+mkdir -p "$LOG"
 lab() {
   timeout "$LAB_UP_TIMEOUT" ansible-playbook playbooks/lab.yml -e lab_name="$LAB_NAME" -e lab_subnet="$LAB_SUBNET" \
     -e lab_inventory_dir="$INV" "$@" >>"$LOG/lab.log" 2>&1
