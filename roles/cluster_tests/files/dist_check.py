@@ -4,8 +4,8 @@
 """Distributed smoke test: every node joins one torch.distributed group, all-reduces a known
 tensor, checks the sum and leaves.
 
-Run once per node with its rank (the head is rank 0 and holds the rendezvous store). Each
-step is reported, so that a node that cannot join says where it stopped:
+Run once per node with its rank (the head is rank 0 and holds the rendezvous store). The
+--timeout clock starts once torch is imported. Each step is reported, so that a node that cannot join says where it stopped:
 
   connect  a worker reaches the head's rendezvous port (a raw TCP probe first, which tells a
            name that does not resolve from a closed port or no route);
@@ -89,6 +89,14 @@ def main():
     result = {'node': node, 'rank': rank, 'world_size': world, 'backend': args.backend, 'stage': 'connect',
               'ok': False, 'cause': None, 'error': None, 'joined_store': False,
               'rendezvous': '%s:%d' % (args.master_addr, args.master_port)}
+    try:
+        # before the clock starts: importing torch takes long on a busy node
+        import torch
+        import torch.distributed as dist
+    except Exception as exc:  # noqa: BLE001 - reported with its text
+        result.update(stage='import', cause='torch does not import', error=str(exc).splitlines()[0])
+        emit(result)
+        return 3
     deadline = time.time() + args.timeout
 
     if rank != 0:
@@ -100,10 +108,8 @@ def main():
 
     result['stage'] = 'store'
     try:
-        import torch
-        import torch.distributed as dist
         store = dist.TCPStore(args.master_addr, args.master_port, world, rank == 0,
-                              timeout=datetime.timedelta(seconds=max(5, int(deadline - time.time()))),
+                              timeout=datetime.timedelta(seconds=max(15, int(deadline - time.time()))),
                               wait_for_workers=False)
         store.set('joined/%d' % rank, node)
     except Exception as exc:  # noqa: BLE001 - any failure here is reported, with its text
