@@ -21,8 +21,9 @@ play() {
 }
 stop() { play -e training_state=stopped -e training_job_id="$1" -e training_wait=none || true; }
 
-echo "warm-up (JIT builds of DeepSpeed's CPU ops)"
-play -e training_job_id=bench-warm -e training_wait=finished -e '{"training_script_args": ["--steps", "3"]}'
+echo "warm-up (JIT builds of DeepSpeed's CPU ops; over 20 minutes on a busy 2-core machine)"
+play -e training_job_id=bench-warm-$$ -e training_wait=finished -e training_wait_timeout="${WARMUP_TIMEOUT:-3600}" \
+  -e '{"training_script_args": ["--steps", "3"]}'
 
 pb=(); hand=()
 for i in $(seq "$ROUNDS"); do
@@ -34,7 +35,7 @@ for i in $(seq "$ROUNDS"); do
   pb+=("$(echo "$t1 - $t0" | bc)")
 
   # By hand: the launcher line train.yml recorded for the warm-up job, typed on the head.
-  jd=/shared/jobs/bench-warm
+  jd=/shared/jobs/bench-warm-$$
   t0=$(date +%s.%N)
   on_head "sudo -u train -H bash -c 'cd $jd && export DS_ACCELERATOR=cpu DS_ENV_FILE=$jd/deepspeed_env \
      PATH=$ENV_PATH/bin:\$PATH && exec deepspeed --hostfile $jd/hostfile --launcher pdsh \
