@@ -11,7 +11,10 @@
 #
 #   ansible-playbook playbooks/lab.yml -e lab_name=lab-net -e lab_subnet=10.213.40.0/24 \
 #       -e lab_inventory_dir=inventories/lab-net -e lab_nodes=8
-#   benchmarks/network_matrix.sh        # INV=inventories/lab-net DURATION=2 ROUNDS=3 THROTTLE=1gbit
+#   benchmarks/network_matrix.sh        # INV=inventories/lab-net DURATION=2 ROUNDS=3 THROTTLE=1gbit PARTS="1 2 3 4"
+#
+# THROTTLE must be well under the normal rate of a link (tbf with a 64 kB burst and several
+# streams gets well under its rate: 1gbit gave 0.14-0.44 Gbit/s here).
 #
 # On the lab every node is a container on one machine, so pairs running at the same time share
 # its CPUs: the rates are those of this machine, and the ratios are what to read.
@@ -22,6 +25,8 @@ INV=${INV:-inventories/lab-net}
 DURATION=${DURATION:-2}
 ROUNDS=${ROUNDS:-3}
 THROTTLE=${THROTTLE:-1gbit}
+PARTS=${PARTS:-1 2 3 4}
+part() { [[ " $PARTS " == *" $1 "* ]]; }
 OUT=$(mktemp -d /tmp/network-matrix.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 
@@ -54,10 +59,13 @@ matrix() {
 }
 field() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {"r": r}))' "$@"; }
 
+if part 1 || part 3; then
 echo "== 1. all pairs: round-robin against one pair at a time (${DURATION} s per direction)"
 for n in 4 8; do
+  if ! part 1 && [ "$n" = 8 ]; then continue; fi
   set -- "${NODES[@]:0:$n}"
   rr=$(matrix "rr$n" round_robin "$@")
+  if ! part 1; then echo "4 nodes: round-robin $rr s (for part 3)"; continue; fi
   seq=$(matrix "seq$n" sequential "$@")
   printf '%d nodes, %d pairs: round-robin %.0f s in %s rounds, sequential %.0f s; ratio sequential / round-robin %.2f\n' \
     "$n" $((n * (n - 1) / 2)) "$rr" "$(field "$OUT/rr$n/bandwidth.json" 'r["rounds"]')" \
@@ -66,7 +74,9 @@ for n in 4 8; do
     "$(field "$OUT/rr$n/bandwidth.json" '"%.2f" % r["link_median_gbps"]')" \
     "$(field "$OUT/seq$n/bandwidth.json" '"%.2f" % r["link_median_gbps"]')"
 done
+fi
 
+if part 2; then
 echo "== 2. one pair: net_bandwidth against iperf3 by hand (${NODES[0]} -> ${NODES[1]}, 4 streams, ${DURATION} s, $ROUNDS rounds)"
 a=${NODES[0]}; b=${NODES[1]}; b_ip=$(address "$b")
 mod=(); hand=()
@@ -89,12 +99,18 @@ print('net_bandwidth (Gbit/s): ' + ' '.join('%.2f' % x for x in mod) + '   media
 print('iperf3 by hand (Gbit/s): ' + ' '.join('%.2f' % x for x in hand) + '   median %.2f' % statistics.median(hand))
 print('ratio module / by hand: %.2f' % (statistics.median(mod) / statistics.median(hand)))
 PY
+fi
 
+if part 3; then
 echo "== 3. all-reduce busbw at the largest size against the pair bandwidth (4 nodes)"
 set -- "${NODES[@]:0:4}"
+# torch once, into /shared/env (the lab's /shared is one directory on every node), linked as
+# /opt/gpucluster/env on the 4 nodes: one offline install instead of four at once
+ansible -i "$INV" "$1" -m ansible.builtin.shell -a \
+  'test -x /shared/env/bin/torchrun || { python3 -m venv /shared/env &&
+   /shared/env/bin/pip install -q --no-index --find-links /opt/wheelhouse torch==2.13.0; }' >"$OUT/torch.log"
 ansible -i "$INV" "$(IFS=,; echo "$*")" -m ansible.builtin.shell -a \
-  'test -x /opt/gpucluster/env/bin/torchrun || { python3 -m venv /opt/gpucluster/env &&
-   /opt/gpucluster/env/bin/pip install -q --no-index --find-links /opt/wheelhouse torch==2.13.0; }' >"$OUT/torch.log"
+  'mkdir -p /opt/gpucluster && { test -e /opt/gpucluster/env || ln -s /shared/env /opt/gpucluster/env; }' >>"$OUT/torch.log"
 mkdir -p "$OUT/coll"
 ansible-playbook playbooks/nccl_test.yml -i "$INV" -e cluster_tests_fail=false \
   -e "{\"cluster_tests_nodes\": $(json_list "$@"), \"cluster_tests_collective_sizes\": [\"1M\", \"16M\", \"64M\"],
@@ -108,13 +124,16 @@ busbw_gbit = coll['max_busbw_gbs'] * 8
 print('busbw at %d bytes: %.2f Gbit/s; median pair bandwidth of the same 4 nodes: %.2f Gbit/s; ratio %.2f'
       % (coll['rows'][-1]['size'], busbw_gbit, bw['link_median_gbps'], busbw_gbit / bw['link_median_gbps']))
 PY
+fi
 
+part 4 || exit 0
 slow=${NODES[5]}
 echo "== 4. planted fault: $slow sends at most $THROTTLE (tc tbf on eth0), 8 nodes"
 on "$slow" "sudo tc qdisc replace dev eth0 root tbf rate $THROTTLE burst 64kb latency 50ms"
 trap 'on "$slow" "sudo tc qdisc del dev eth0 root" || true; rm -rf "$OUT"' EXIT
 matrix fault round_robin "${NODES[@]}" >/dev/null
 on "$slow" "sudo tc qdisc del dev eth0 root"
+trap 'rm -rf "$OUT"' EXIT
 python3 - "$OUT/fault/bandwidth.json" "$slow" <<'PY'
 import json, sys
 r, slow = json.load(open(sys.argv[1])), sys.argv[2]
