@@ -44,3 +44,8 @@ def test_sacct_line():
     assert slurm.sacct_state('FAILED|1:0\n') == {'state': 'FAILED', 'exit_code': 1}
     assert slurm.sacct_state('CANCELLED by 2000|0:15\n') == {'state': 'CANCELLED', 'exit_code': 143}
     assert slurm.sacct_state('') is None
+
+
+def test_srun_names_the_node_whose_task_failed_first():
+    failures = slurm.srun_failures(fixture('srun-task-exit3.txt'))
+    assert failures == [('mol-slurm-worker-1', 3, 'Exited with exit code 3'), ('mol-slurm-head', 143, 'Terminated')]

@@ -300,3 +300,15 @@ def test_verdict_puts_the_node_the_launcher_names_before_the_head():
     verdict = training_verdict(results, ['h', 'w'])
     assert verdict['failed_nodes'] == ['w', 'h']
     assert verdict['first_failure']['node'] == 'w'
+
+
+def _openmpi(name):
+    with open(os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'openmpi', name)) as handle:
+        return handle.read()
+
+
+def test_mpirun_reports_name_the_failed_rank_and_its_node():
+    assert tr.mpirun_failure(_openmpi('mpirun-rank-killed.txt')) == {'rank': 1, 'node': 'mol-slurm-worker-1',
+                                                                     'exit_code': 137}
+    assert tr.mpirun_failure(_openmpi('mpirun-rank-exit3.txt')) == {'rank': 1, 'node': None, 'exit_code': 3}
+    assert tr.mpirun_failure('step 1 loss 0.5\n') is None
