@@ -213,8 +213,10 @@ exit_code:
   returned: state is status
   type: int
 node_exit_codes:
-  description: Exit status per node as the launcher on the head saw it (pdsh reports failed hosts).
-  returned: state is status and launcher is deepspeed
+  description:
+    - Exit status per node as the launcher on the head saw it, the node that failed first first
+      (pdsh's "ssh exited" lines, mpirun's failure report, srun's error lines with torchrun's report).
+  returned: state is status and launcher is deepspeed, mpirun or slurm
   type: dict
   sample: {lab-worker-1: 1}
 node_log_tails:
@@ -238,7 +240,11 @@ stopped_pids:
   elements: int
 slurm_job_id:
   description: Slurm's id of the submitted job.
-  returned: launcher is slurm and state is started
+  returned: launcher is slurm and state is started or status
+  type: str
+slurm_state:
+  description: Slurm's state of the job (squeue while queued or running, then scontrol show job, then sacct).
+  returned: launcher is slurm and state is status
   type: str
 versions:
   description: torch, CUDA, NCCL and deepspeed versions of the environment on this node.
