@@ -28,12 +28,17 @@ check_collection() {
   rm -rf "$dist" && mkdir -p "$dist"
   inst=$(mktemp -d)
   ansible-galaxy collection build --force --output-path "$dist" . >/dev/null || return 1
-  ansible-galaxy collection install --offline --no-deps -p "$inst" "$dist"/gpucluster-multinode-*.tar.gz >/dev/null || return 1
-  local m rc=0
+  # --force: without it ansible-galaxy sees the linked checkout and installs nothing here.
+  ansible-galaxy collection install --offline --no-deps --force -p "$inst" "$dist"/gpucluster-multinode-*.tar.gz >/dev/null || return 1
+  [ -f "$inst/ansible_collections/gpucluster/multinode/MANIFEST.json" ] || { echo "the built collection did not install"; return 1; }
+  local m rc=0 doc
   for m in plugins/modules/*.py; do
     m=$(basename "$m" .py)
-    if ! ANSIBLE_COLLECTIONS_PATH="$inst" ansible-doc "gpucluster.multinode.$m" >/dev/null; then
-      echo "ansible-doc failed for gpucluster.multinode.$m"; rc=1
+    # ansible-doc exits 0 with a warning when it cannot load a module: read what it printed.
+    if ! doc=$(ANSIBLE_COLLECTIONS_PATH="$inst" ansible-doc "gpucluster.multinode.$m" 2>&1) \
+        || grep -q 'was not found\|Error loading plugin' <<<"$doc" \
+        || ! grep -q "^> MODULE .*gpucluster.multinode.$m" <<<"$doc"; then
+      echo "ansible-doc failed for gpucluster.multinode.$m:"; head -5 <<<"$doc"; rc=1
     fi
   done
   rm -rf "$inst"
