@@ -346,7 +346,12 @@ def _iperf3_run(module, binary, params, reverse):
                '-t', str(params['duration']), '-J', '--connect-timeout', str(params['connect_timeout'] * 1000)]
     if reverse:
         command.append('-R')
-    rc, out, err = module.run_command(command)
+    for attempt in range(5):
+        rc, out, err = module.run_command(command)
+        # the server ends the previous test a moment after the client: wait and try again
+        if 'server is busy' not in out or attempt == 4:
+            break
+        time.sleep(1 + attempt)
     sender, receiver = (params['peer'], params['node']) if reverse else (params['node'], params['peer'])
     result = {'client': sender, 'server': receiver, 'tool': 'iperf3', 'streams': params['streams'],
               'gbps': None, 'retransmits': None, 'error': None}

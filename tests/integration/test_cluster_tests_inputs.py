@@ -131,7 +131,7 @@ def test_iperf3_missing_names_the_nodes_and_the_package(tmp_path):
 def test_bad_message_sizes_fail_before_anything_starts(tmp_path, sizes, message):
     rc, out = play(tmp_path, 'nccl_test.yml', {'cluster_tests_collective_sizes': sizes})
     assert rc != 0
-    assert "'collective test: nothing was started' - " + message in out
+    assert "['collective test: nothing was started', %r]" % message in out
 
 
 def test_a_threshold_for_a_size_not_tested_is_refused(tmp_path):
