@@ -115,3 +115,20 @@ def test_check_mode_starts_nothing(tmp_path):
 def test_out_of_range_settings_name_the_host(tmp_path):
     out = run(tmp_path, state='check', node='n1', streams=0)
     assert out['failed'] and out['msg'] == 'host n1: streams must be from 1 to 128, got 0'
+
+
+def test_a_server_busy_with_another_test_is_tried_again(tmp_path):
+    port = free_port()
+    common = dict(port=port, run_dir=str(tmp_path / 'run'))
+    started = run(tmp_path, state='server', node='n2', bind='127.0.0.12', **common)
+    assert not started.get('failed'), started
+    other = subprocess.Popen(['iperf3', '-c', '127.0.0.12', '-p', str(port), '-t', '3'],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        measured = run(tmp_path, state='client', node='n1', server='127.0.0.12', peer='n2', duration=1,
+                       both_directions=False, **common)
+    finally:
+        other.wait(timeout=30)
+        run(tmp_path, state='stopped', node='n2', **common)
+    assert measured['results'][0]['error'] is None, measured
+    assert measured['results'][0]['gbps'] > 0
