@@ -31,12 +31,21 @@ def cluster_job_nodes(groups, hostvars, by='name'):
     for host in contract.ordered_nodes(groups):
         hv = hostvars[host]
         facts = hv.get('ansible_facts') or {}
-        detected = (facts.get('gpu') or {}).get('gpu_count') or 0
+        detected = _gpu_count(facts)
         slots = hv.get('gpu_slots')
         slots = int(slots) if slots not in (None, '') else (int(detected) or 1)
         address = contract.cluster_address(hostvars, host)
         out.append({'name': address if by == 'address' else host, 'address': address, 'slots': slots})
     return out
+
+
+def _gpu_count(facts):
+    """GPUs the gpu_facts module found on a node (ansible_facts.gpu_facts; .gpu of older runs), else 0."""
+    for key in ('gpu_facts', 'gpu'):
+        count = (facts.get(key) or {}).get('gpu_count')
+        if count:
+            return int(count)
+    return 0
 
 
 def _size(num_bytes):
@@ -53,7 +62,6 @@ def summary_rows(groups, hostvars, hosts=None):
         if hosts is not None and host not in hosts:
             continue
         facts = hostvars[host].get('ansible_facts') or {}
-        gpu = facts.get('gpu') or {}
         rows.append({
             'name': host,
             'role': 'head' if host in heads else 'worker',
@@ -62,7 +70,7 @@ def summary_rows(groups, hostvars, hosts=None):
             'kernel': facts.get('kernel', '?'),
             'cpus': facts.get('processor_vcpus') or facts.get('processor_count') or '-',
             'mem_mb': facts.get('memtotal_mb'),
-            'gpus': gpu.get('gpu_count', '-'),
+            'gpus': _gpu_count(facts) or '-',
         })
     return rows
 
