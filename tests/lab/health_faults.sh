@@ -38,7 +38,7 @@ print('declare -A ADDR=(%s)' % ' '.join('[%s]=%s' % kv for kv in addr.items()))
 PY
 )"
 NODE=${HEALTH_FAULT_NODE:-$LAST_WORKER}
-PORT=$(python3 -c "import yaml,sys; print((yaml.safe_load(open('$INV/group_vars/all.yml')) or {}).get('cluster_master_port', 29500))" 2>/dev/null || echo 29500)
+PORT=$(python3 -c "import yaml,sys; print((yaml.safe_load(open('$INV/hosts.yml')) or {}).get('all', {}).get('vars', {}).get('cluster_master_port', 29500))" 2>/dev/null || echo 29500)
 SITE=/opt/gpucluster/env/lib/python3.11/site-packages
 
 cx() { podman exec "$LAB-$1" bash -c "$2"; }
