@@ -59,7 +59,9 @@ EXAMPLES = r'''
 
 - name: Name the nodes whose GPUs are not all readable
   ansible.builtin.debug:
-    msg: "{{ inventory_hostname }}: {{ ansible_facts.gpu_facts.gpu_count }} of {{ ansible_facts.gpu_facts.pci_gpu_count }} GPU(s) {{ ansible_facts.gpu_facts.reason }}"
+    msg: >-
+      {{ inventory_hostname }}: {{ ansible_facts.gpu_facts.gpu_count }} of
+      {{ ansible_facts.gpu_facts.pci_gpu_count }} GPU(s) {{ ansible_facts.gpu_facts.reason }}
   when: ansible_facts.gpu_facts.gpu_count != ansible_facts.gpu_facts.pci_gpu_count
 '''
 
