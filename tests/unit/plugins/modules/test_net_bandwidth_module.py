@@ -16,6 +16,11 @@ COLLECTIONS = os.path.join(ROOT, '.build', 'collections')
 pytestmark = pytest.mark.skipif(shutil.which('iperf3') is None, reason='needs iperf3 (make setup installs it)')
 
 
+def own_process_name():
+    """The name the kernel gives this test process (python, or pytest when started as pytest)."""
+    with open('/proc/self/comm') as comm:
+        return comm.read().strip()
+
 def run(tmp_path, path=None, check=False, **args):
     payload = {'ANSIBLE_MODULE_ARGS': dict(args, _ansible_check_mode=check, _ansible_tmpdir=str(tmp_path))}
     args_file = tmp_path / 'args.json'
@@ -89,7 +94,7 @@ def test_check_names_the_process_holding_the_port(tmp_path):
                       run_dir=str(tmp_path / 'run'))
     finally:
         holder.close()
-    name = os.path.basename(sys.executable)
+    name = own_process_name()
     assert checked['problems'] == ['host n2: port %d (the bandwidth test port) is already in use by %s (pid %d) on 127.0.0.12'
                                    % (port, name, os.getpid())]
     assert refused['failed'] and refused['msg'] == checked['problems'][0]
