@@ -44,6 +44,7 @@ def own_process_name():
     with open('/proc/self/comm') as comm:
         return comm.read().strip()
 
+
 def free_port():
     sock = socket.socket()
     sock.bind(('127.0.0.1', 0))

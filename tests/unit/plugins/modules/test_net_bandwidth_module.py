@@ -21,6 +21,7 @@ def own_process_name():
     with open('/proc/self/comm') as comm:
         return comm.read().strip()
 
+
 def run(tmp_path, path=None, check=False, **args):
     payload = {'ANSIBLE_MODULE_ARGS': dict(args, _ansible_check_mode=check, _ansible_tmpdir=str(tmp_path))}
     args_file = tmp_path / 'args.json'
