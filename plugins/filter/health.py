@@ -38,7 +38,8 @@ def health_nodes(groups, hostvars, hosts=None):
         hv = hostvars[h]
         prep = _plain(hv.get('__health_head_prepare') or {}) if h == head else {}
         probe = _plain(hv.get('__health_probe') or {})
-        gpu = _plain(hv.get('__health_gpu') or {})
+        # The probe reads the GPUs itself (option gpus); __health_gpu is a separate gpu_facts result.
+        gpu = _plain(probe.get('gpu') or hv.get('__health_gpu') or {})
         why = _unreachable(prep) or _unreachable(probe)
         usable_probe = probe if 'interfaces' in probe and not why else None
         node = {
@@ -46,7 +47,8 @@ def health_nodes(groups, hostvars, hosts=None):
             'address': contract.cluster_address(hostvars, h),
             'unreachable': why,
             'probe': usable_probe,
-            'gpu': gpu if 'gpu_count' in gpu else ({'disabled': True} if gpu.get('skipped') and not why else None),
+            'gpu': gpu if 'gpu_count' in gpu else (
+                {'disabled': True} if (gpu.get('skipped') or usable_probe) and not why else None),
             'gpu_slots': hv.get('gpu_slots'),
             'versions': dict(usable_probe.get('versions') or {}) if usable_probe else {},
             'xid': (usable_probe or {}).get('xid') or [],

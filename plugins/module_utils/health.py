@@ -203,9 +203,12 @@ def check_gpu(node, any_gpus, t):
     expect = t['expect_gpus']
     if count == 0:
         reason = gpu.get('reason') or 'no GPU found'
-        must = expect == 'required' or (expect == 'auto' and any_gpus) or (slots and int(slots) > 0)
+        on_bus = gpu.get('pci_gpu_count') if isinstance(gpu.get('pci_gpu_count'), int) else 0
+        # auto: GPUs on the PCI bus that the driver cannot read are a fault, even on a lone node.
+        must = (expect == 'required' or (expect == 'auto' and (any_gpus or on_bus > 0))
+                or (slots and int(slots) > 0))
         if must:
-            return record(name, 'gpu', 'fail', 0, '>= %s' % (slots or 1), 'no GPU: %s' % reason,
+            return record(name, 'gpu', 'fail', 0, '>= %s' % (slots or on_bus or 1), 'no GPU: %s' % reason,
                           'check the driver on %s (nvidia-smi; dmesg | grep -i nvrm), reinstall it or '
                           'replace the GPU' % name)
         return record(name, 'gpu', 'unknown', 0, 'expect_gpus=%s' % expect, 'no GPU: %s' % reason,

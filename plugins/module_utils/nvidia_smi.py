@@ -3,12 +3,15 @@
 # Apache License 2.0
 """What nvidia-smi and the PCI bus say about a node's GPUs, parsed.
 
-Everything here works on text already read (a command's output, a sysfs listing), so it is
-tested on recorded real output without a GPU. The gpu_facts module runs the commands.
+The parsers work on text already read (a command's output, a sysfs listing), so they are tested
+on recorded real output without a GPU. read_gpu_facts() at the end runs the commands for the
+gpu_facts module and the health probe.
 """
 
 from __future__ import annotations
 
+import glob
+import os
 import re
 
 NVIDIA_VENDOR = '0x10de'
@@ -342,3 +345,127 @@ def summarize(gpus, driver_version=None, cuda_version=None):
         versions = sorted(set(g.get('driver_version') for g in gpus if g.get('driver_version')))
         driver_version = versions[0] if len(versions) == 1 else (', '.join(versions) or None)
     return driver_version, cuda_version
+
+
+# Reading a node (used by the gpu_facts module and by the health probe, which reads the GPUs in
+# the same round trip as its other checks).
+
+def read_pci(root):
+    """NVIDIA devices under a sysfs PCI directory, as pci_device() describes them."""
+    devices = []
+    for path in sorted(glob.glob(os.path.join(root, '*'))):
+        try:
+            with open(os.path.join(path, 'vendor')) as f:
+                vendor = f.read().strip().lower()
+            if vendor != NVIDIA_VENDOR:
+                continue
+            with open(os.path.join(path, 'device')) as f:
+                device = f.read().strip()
+            with open(os.path.join(path, 'class')) as f:
+                pci_class = f.read().strip()
+        except (IOError, OSError):
+            continue
+        devices.append(pci_device(os.path.basename(path), device, pci_class))
+    return devices
+
+
+class Reader(object):
+    """Runs nvidia-smi through an AnsibleModule, each call bounded by timeout(1)."""
+
+    def __init__(self, module, binary, timeout):
+        self.module = module
+        self.binary = binary
+        self.timeout = timeout
+
+    def run(self, *args):
+        cmd = ['timeout', str(self.timeout), self.binary] + list(args)
+        rc, out, err = self.module.run_command(cmd, environ_update={'LC_ALL': 'C'})
+        return rc, (out or '') + (('\n' + err) if err else '')
+
+    def query(self, fields):
+        """Rows for the fields; fields the driver refuses are dropped and the query retried."""
+        dropped, refused, valid = [], set(), None
+        wanted = list(fields)
+        for _attempt in range(len(fields) + 1):
+            rc, out = self.run('--query-gpu=' + ','.join(wanted), '--format=csv,nounits')
+            if rc == 0:
+                return parse_query_csv(out), dropped, None
+            newly = set(invalid_fields(out)) - refused
+            if not newly:
+                return None, dropped, failure_reason(out, rc)
+            refused |= newly
+            if valid is None:
+                hrc, help_text = self.run('--help-query-gpu')
+                valid = parse_help_query_gpu(help_text) if hrc == 0 else set()
+            keep = []
+            for field in wanted:
+                names = [field, ALIASES.get(field), CANONICAL.get(field)]
+                usable = [n for n in names if n and n not in refused and (not valid or n in valid)]
+                if usable:
+                    keep.append(usable[0])
+                else:
+                    dropped.append(CANONICAL.get(field, field))
+            if not keep:
+                return None, dropped, failure_reason(out, rc)
+            wanted = keep
+        return None, dropped, 'nvidia-smi kept refusing the query fields'
+
+
+def read_gpu_facts(module, nvidia_smi='nvidia-smi', timeout=60, topology=True,
+                   sysfs_pci='/sys/bus/pci/devices'):
+    """The gpu_facts of this node (see the gpu_facts module's RETURN); never fails."""
+    pci = read_pci(sysfs_pci)
+    pci_gpus = [d for d in pci if d['kind'] == 'gpu']
+    facts = {
+        'gpu_count': 0, 'reason': '', 'driver_version': None, 'cuda_version': None, 'gpus': [],
+        'topology': {}, 'pci_gpu_count': len(pci_gpus),
+        'pci_nvswitch_count': len([d for d in pci if d['kind'] == 'nvswitch']),
+        'pci_devices': pci, 'query_fields_dropped': [],
+    }
+
+    def done(reason=''):
+        facts['reason'] = reason
+        return facts
+
+    binary = nvidia_smi
+    if os.sep not in binary:
+        binary = module.get_bin_path(binary, opt_dirs=['/usr/bin', '/usr/local/bin']) or ''
+    if not binary or not os.access(binary, os.X_OK):
+        if pci_gpus:
+            return done('nvidia-smi not found: no NVIDIA driver is installed (%d NVIDIA GPU(s) on the PCI bus)'
+                        % len(pci_gpus))
+        return done('no NVIDIA GPU on the PCI bus and no nvidia-smi')
+
+    reader = Reader(module, binary, timeout)
+    rc, banner = reader.run()
+    if rc != 0:
+        reason = failure_reason(banner, rc)
+        if not pci_gpus:
+            reason += ' (no NVIDIA GPU on the PCI bus)'
+        return done(reason)
+    facts['driver_version'], facts['cuda_version'] = parse_versions(banner)
+
+    try:
+        rows, dropped, error = reader.query(QUERY_FIELDS)
+    except ParseError as exc:
+        return done('cannot parse the nvidia-smi query output: %s' % exc)
+    facts['query_fields_dropped'] = dropped
+    if rows is None:
+        return done(error)
+    facts['gpus'] = gpus_from_rows(rows)
+    facts['gpu_count'] = len(facts['gpus'])
+    facts['driver_version'], facts['cuda_version'] = summarize(
+        facts['gpus'], facts['driver_version'], facts['cuda_version'])
+
+    if topology and facts['gpu_count']:
+        trc, topo = reader.run('topo', '-m')
+        if trc == 0:
+            try:
+                facts['topology'] = parse_topology(topo)
+            except ParseError as exc:
+                facts['topology'] = {'error': str(exc)}
+        else:
+            facts['topology'] = {'error': failure_reason(topo, trc)}
+    if not facts['gpu_count']:
+        return done('nvidia-smi answers but lists no GPU')
+    return done('')

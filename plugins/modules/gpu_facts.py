@@ -150,69 +150,8 @@ query_fields_dropped:
   sample: []
 '''
 
-import glob
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi
-
-
-def read_pci(root):
-    devices = []
-    for path in sorted(glob.glob(os.path.join(root, '*'))):
-        try:
-            with open(os.path.join(path, 'vendor')) as f:
-                vendor = f.read().strip().lower()
-            if vendor != nvidia_smi.NVIDIA_VENDOR:
-                continue
-            with open(os.path.join(path, 'device')) as f:
-                device = f.read().strip()
-            with open(os.path.join(path, 'class')) as f:
-                pci_class = f.read().strip()
-        except (IOError, OSError):
-            continue
-        devices.append(nvidia_smi.pci_device(os.path.basename(path), device, pci_class))
-    return devices
-
-
-class Reader(object):
-    def __init__(self, module, binary, timeout):
-        self.module = module
-        self.binary = binary
-        self.timeout = timeout
-
-    def run(self, *args):
-        cmd = ['timeout', str(self.timeout), self.binary] + list(args)
-        rc, out, err = self.module.run_command(cmd, environ_update={'LC_ALL': 'C'})
-        return rc, (out or '') + (('\n' + err) if err else '')
-
-    def query(self, fields):
-        """Rows for the fields; fields the driver refuses are dropped and the query retried."""
-        dropped, refused, valid = [], set(), None
-        wanted = list(fields)
-        for _attempt in range(len(fields) + 1):
-            rc, out = self.run('--query-gpu=' + ','.join(wanted), '--format=csv,nounits')
-            if rc == 0:
-                return nvidia_smi.parse_query_csv(out), dropped, None
-            newly = set(nvidia_smi.invalid_fields(out)) - refused
-            if not newly:
-                return None, dropped, nvidia_smi.failure_reason(out, rc)
-            refused |= newly
-            if valid is None:
-                hrc, help_text = self.run('--help-query-gpu')
-                valid = nvidia_smi.parse_help_query_gpu(help_text) if hrc == 0 else set()
-            keep = []
-            for field in wanted:
-                names = [field, nvidia_smi.ALIASES.get(field), nvidia_smi.CANONICAL.get(field)]
-                usable = [n for n in names if n and n not in refused and (not valid or n in valid)]
-                if usable:
-                    keep.append(usable[0])
-                else:
-                    dropped.append(nvidia_smi.CANONICAL.get(field, field))
-            if not keep:
-                return None, dropped, nvidia_smi.failure_reason(out, rc)
-            wanted = keep
-        return None, dropped, 'nvidia-smi kept refusing the query fields'
 
 
 def main():
@@ -225,61 +164,9 @@ def main():
         ),
         supports_check_mode=True,
     )
-    pci = read_pci(module.params['sysfs_pci'])
-    pci_gpus = [d for d in pci if d['kind'] == 'gpu']
-    facts = {
-        'gpu_count': 0, 'reason': '', 'driver_version': None, 'cuda_version': None, 'gpus': [],
-        'topology': {}, 'pci_gpu_count': len(pci_gpus),
-        'pci_nvswitch_count': len([d for d in pci if d['kind'] == 'nvswitch']),
-        'pci_devices': pci, 'query_fields_dropped': [],
-    }
-
-    def done(reason=''):
-        facts['reason'] = reason
-        module.exit_json(changed=False, ansible_facts={'gpu_facts': facts}, **facts)
-
-    binary = module.params['nvidia_smi']
-    if os.sep not in binary:
-        binary = module.get_bin_path(binary, opt_dirs=['/usr/bin', '/usr/local/bin']) or ''
-    if not binary or not os.access(binary, os.X_OK):
-        if pci_gpus:
-            done('nvidia-smi not found: no NVIDIA driver is installed (%d NVIDIA GPU(s) on the PCI bus)'
-                 % len(pci_gpus))
-        done('no NVIDIA GPU on the PCI bus and no nvidia-smi')
-
-    reader = Reader(module, binary, module.params['timeout'])
-    rc, banner = reader.run()
-    if rc != 0:
-        reason = nvidia_smi.failure_reason(banner, rc)
-        if not pci_gpus:
-            reason += ' (no NVIDIA GPU on the PCI bus)'
-        done(reason)
-    facts['driver_version'], facts['cuda_version'] = nvidia_smi.parse_versions(banner)
-
-    try:
-        rows, dropped, error = reader.query(nvidia_smi.QUERY_FIELDS)
-    except nvidia_smi.ParseError as exc:
-        done('cannot parse the nvidia-smi query output: %s' % exc)
-    facts['query_fields_dropped'] = dropped
-    if rows is None:
-        done(error)
-    facts['gpus'] = nvidia_smi.gpus_from_rows(rows)
-    facts['gpu_count'] = len(facts['gpus'])
-    facts['driver_version'], facts['cuda_version'] = nvidia_smi.summarize(
-        facts['gpus'], facts['driver_version'], facts['cuda_version'])
-
-    if module.params['topology'] and facts['gpu_count']:
-        trc, topo = reader.run('topo', '-m')
-        if trc == 0:
-            try:
-                facts['topology'] = nvidia_smi.parse_topology(topo)
-            except nvidia_smi.ParseError as exc:
-                facts['topology'] = {'error': str(exc)}
-        else:
-            facts['topology'] = {'error': nvidia_smi.failure_reason(topo, trc)}
-    if not facts['gpu_count']:
-        done('nvidia-smi answers but lists no GPU')
-    done('')
+    p = module.params
+    facts = nvidia_smi.read_gpu_facts(module, p['nvidia_smi'], p['timeout'], p['topology'], p['sysfs_pci'])
+    module.exit_json(changed=False, ansible_facts={'gpu_facts': facts}, **facts)
 
 
 if __name__ == '__main__':

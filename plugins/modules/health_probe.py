@@ -15,8 +15,9 @@ description:
     port on the head, shared storage (mounted, writable, the head's marker file, and the clock
     offset against the storage server from the modification time the server gives a fresh file),
     free space and inodes, the kernel release, the versions of torch, DeepSpeed and NCCL in a
-    Python environment (from the installed distributions, without importing them), and NVIDIA
-    Xid events in the kernel log.
+    Python environment (from the installed distributions, without importing them), NVIDIA
+    Xid events in the kernel log and, with O(gpus), the GPUs as M(gpucluster.multinode.gpu_facts)
+    reads them (so a node is contacted once for the whole quick tier).
   - On the head, O(listen_port) checks whether the rendezvous port is free, names the processes
     holding it, and otherwise holds it open for O(listen_seconds) in a detached child, so that the
     other nodes can test the path to it; O(shared_token_write) writes the marker file.
@@ -93,6 +94,20 @@ options:
     description: Read the kernel log (dmesg) for NVIDIA Xid events.
     type: bool
     default: true
+  gpus:
+    description:
+      - Also read the GPUs (PCI bus and C(nvidia-smi), without the topology matrix) and return
+        them as RV(gpu). No GPU or no driver is a finding, not a failure.
+    type: bool
+    default: false
+  nvidia_smi:
+    description: The nvidia-smi program, as in M(gpucluster.multinode.gpu_facts).
+    type: str
+    default: nvidia-smi
+  gpu_timeout:
+    description: Seconds each nvidia-smi call may take (a hung driver makes it hang).
+    type: int
+    default: 30
 attributes:
   check_mode:
     support: full
@@ -193,6 +208,11 @@ kernel_log_error:
   description: Why the kernel log could not be read, if it could not.
   returned: always
   type: str
+gpu:
+  description: The GPUs, with the keys M(gpucluster.multinode.gpu_facts) returns (C(topology) empty).
+  returned: when gpus is true
+  type: dict
+  sample: {gpu_count: 0, reason: no NVIDIA GPU on the PCI bus and no nvidia-smi, pci_gpu_count: 0}
 '''
 
 import errno
@@ -204,6 +224,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health
+from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi
 
 MARKER_DIR = '.gpucluster-health'
 STOP_MESSAGE = b'gpucluster-health-stop'
@@ -495,6 +516,9 @@ def main():
             disk_paths=dict(type='list', elements='path', default=['/']),
             python=dict(type='str', default=''),
             kernel_log=dict(type='bool', default=True),
+            gpus=dict(type='bool', default=False),
+            nvidia_smi=dict(type='str', default='nvidia-smi'),
+            gpu_timeout=dict(type='int', default=30),
         ),
         supports_check_mode=True,
     )
@@ -529,6 +553,8 @@ def main():
     result['versions'] = versions
     result['versions_error'] = verr
     result['xid'], result['kernel_log_error'] = kernel_xids(module) if p['kernel_log'] else ([], 'not read')
+    if p['gpus']:
+        result['gpu'] = nvidia_smi.read_gpu_facts(module, p['nvidia_smi'], p['gpu_timeout'], topology=False)
     module.exit_json(**result)
 
 

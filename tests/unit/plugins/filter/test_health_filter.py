@@ -58,6 +58,24 @@ def test_gpu_checks_switched_off_leave_no_gpu_record():
     assert 'gpu' not in {r['check'] for r in recs}
 
 
+def test_gpus_read_by_the_probe_are_judged():
+    """The probe reads the GPUs in the same round trip (option gpus); no gpu_facts result needed."""
+    groups, hostvars, meta = lab()
+    head = groups['head'][0]
+    for hv in hostvars.values():
+        del hv['__health_gpu']
+        hv['__health_probe'] = dict(hv['__health_probe'], gpu={'gpu_count': 0, 'gpus': [], 'pci_gpu_count': 0,
+                                                               'reason': 'no NVIDIA GPU on the PCI bus'})
+    hostvars[head]['__health_probe']['gpu'] = {
+        'gpu_count': 0, 'gpus': [], 'pci_gpu_count': 2,
+        'reason': 'nvidia-smi not found: no NVIDIA driver is installed (2 NVIDIA GPU(s) on the PCI bus)'}
+    recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
+    gpu = dict((r['node'], r) for r in recs if r['check'] == 'gpu')
+    assert set(gpu) == set(groups['cluster'])
+    assert gpu[head]['status'] == 'fail' and 'no NVIDIA driver' in gpu[head]['detail']
+    assert {gpu[w]['status'] for w in groups['workers']} == {'unknown'}
+
+
 def test_summary_and_failed():
     groups, hostvars, meta = lab()
     recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})

@@ -144,3 +144,21 @@ def test_no_driver_installed_but_a_gpu_on_the_bus(tmp_path, h100_pci):
 def test_no_gpu_and_no_driver(tmp_path):
     out = run(tmp_path, nvidia_smi=str(tmp_path / 'absent' / 'nvidia-smi'), sysfs_pci=str(tmp_path))
     assert (out['gpu_count'], out['pci_gpu_count'], out['reason']) == (0, 0, 'no NVIDIA GPU on the PCI bus and no nvidia-smi')
+
+
+def test_the_health_probe_reads_the_gpus_in_its_own_pass(tmp_path):
+    """health_probe with gpus: true returns what gpu_facts returns, without the topology call."""
+    fake = make_fake(tmp_path)
+    args = {'ANSIBLE_MODULE_ARGS': {'gpus': True, 'nvidia_smi': fake, 'disk_paths': [], 'kernel_log': False,
+                                    'nccl_env_file': str(tmp_path / 'none.sh'), '_ansible_tmpdir': str(tmp_path)}}
+    (tmp_path / 'probe.json').write_text(json.dumps(args))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([COLLECTIONS, os.environ.get('PYTHONPATH', '')]))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, 'plugins', 'modules', 'health_probe.py'),
+                           str(tmp_path / 'probe.json')], capture_output=True, text=True, env=env, check=False)
+    out = json.loads(proc.stdout)
+    gpu = out['gpu']
+    assert (gpu['gpu_count'], gpu['reason'], gpu['driver_version']) == (1, '', '580.159.04')
+    assert gpu['gpus'][0]['name'] == 'NVIDIA H100 80GB HBM3' and gpu['topology'] == {}
+    calls = (tmp_path / 'calls.log').read_text()
+    assert 'topo' not in calls and '--query-gpu=' in calls
+
