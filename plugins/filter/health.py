@@ -91,6 +91,23 @@ def health_failed(records):
     return [r for r in records if r.get('status') == 'fail']
 
 
+def health_failing(records, with_warn=False, width=120):
+    """{node: 'check, check'} of the nodes with a failed check (warnings too with with_warn), for
+    a Slurm drain reason; the list is cut to width characters."""
+    bad = ('fail', 'warn') if with_warn else ('fail',)
+    out = {}
+    for r in _plain(records):
+        if r.get('status') in bad and r.get('node'):
+            checks = out.setdefault(r['node'], [])
+            if r.get('check') not in checks:
+                checks.append(r.get('check'))
+    cut = {}
+    for node, checks in out.items():
+        text = ', '.join(str(c) for c in checks)
+        cut[node] = text if len(text) <= width else text[:width - 3].rstrip(', ') + '...'
+    return cut
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -99,4 +116,5 @@ class FilterModule:
             'health_deep_records': health_deep_records,
             'health_summary': health_summary,
             'health_failed': health_failed,
+            'health_failing': health_failing,
         }

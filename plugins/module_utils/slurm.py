@@ -76,3 +76,81 @@ def srun_failures(text):
         value = int(code.group(1)) if code else signals.get(what.split(' (')[0], 1)
         out.append((match.group('node'), value, what))
     return out
+
+
+# ---------------------------------------------------------------- draining nodes (health playbook)
+
+_REASON_STAMP = re.compile(r'\s*\[[^\]@]*@[^\]]*\]\s*$')
+
+
+def node_records(text):
+    """{node name: {'states': [...], 'reason': str}} from `scontrol show node -o` (one line per node).
+
+    States are the parts of State= (IDLE+DRAIN -> ['IDLE', 'DRAIN']); the reason loses the
+    '[user@time]' stamp Slurm adds and is '' when there is none ('Reason=(null)' or absent)."""
+    nodes = {}
+    for line in (text or '').splitlines():
+        if 'NodeName=' not in line:
+            continue
+        rec = parse_oneline(line)
+        name = rec.get('NodeName')
+        if not name:
+            continue
+        reason = _REASON_STAMP.sub('', rec.get('Reason') or '').strip()
+        if reason in ('(null)', 'none'):
+            reason = ''
+        nodes[name] = {'states': [st for st in (rec.get('State') or '').split('+') if st], 'reason': reason}
+    return nodes
+
+
+def is_drained(record):
+    """Drained or draining (DRAIN among the states; sinfo calls these drng/drain)."""
+    return 'DRAIN' in (record.get('states') or [])
+
+
+def drain_plan(records, failing, checked, prefix, max_pct=50.0):
+    """What to do with Slurm's nodes after a health run.
+
+    records: node_records(); failing: {node: reason text} of the nodes with a failed check;
+    checked: the nodes this run judged. A failing node is drained with the reason
+    '<prefix> <reason>'; a checked node that is healthy again is resumed only if its drain reason
+    starts with prefix (so nodes an administrator drained are never resumed). When more than
+    max_pct percent of the checked nodes fail, nothing is drained (a fault of the cluster, not of
+    its nodes, such as the head or the network) and 'held' says why.
+
+    Returns {'drain': [(node, reason)], 'resume': [node], 'kept': [node], 'foreign': [node],
+    'not_in_slurm': [node], 'held': str}."""
+    plan = {'drain': [], 'resume': [], 'kept': [], 'foreign': [], 'not_in_slurm': [], 'held': ''}
+    checked = [n for n in checked]
+    prefix = prefix.strip()
+    ours = lambda rec: rec['reason'].startswith(prefix)  # noqa: E731
+    to_drain = []
+    for node in checked:
+        rec = records.get(node)
+        if node in failing:
+            if rec is None:
+                plan['not_in_slurm'].append(node)
+            elif not is_drained(rec):
+                to_drain.append((node, ('%s %s' % (prefix, failing[node])).strip()))
+            elif ours(rec):
+                plan['kept'].append(node)
+            else:
+                plan['foreign'].append(node)
+        elif rec is not None and is_drained(rec):
+            if ours(rec):
+                plan['resume'].append(node)
+            else:
+                plan['foreign'].append(node)
+    failing_known = [n for n in checked if n in failing and n in records]
+    if checked and 100.0 * len(failing_known) / len(checked) > float(max_pct):
+        plan['held'] = ('%d of %d node(s) failed, more than %s%%: nothing drained (likely a fault of the cluster '
+                        'rather than of these nodes)' % (len(failing_known), len(checked), _num(max_pct)))
+    else:
+        plan['drain'] = to_drain
+    return plan
+
+
+def _num(value):
+    value = float(value)
+    return ('%d' % value) if value == int(value) else ('%g' % value)
+
