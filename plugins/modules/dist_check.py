@@ -69,11 +69,6 @@ options:
         value from O(env_files), else none (the libraries pick one).
     type: str
     default: ""
-  env_files:
-    description: Shell files sourced for the environment (the NCCL settings of P(gpucluster.multinode.nccl_env#role)).
-    type: list
-    elements: path
-    default: [/etc/profile.d/gpucluster-nccl.sh]
   env:
     description: Extra environment variables (they win).
     type: dict
@@ -91,6 +86,7 @@ seealso:
     plugin_type: filter
 author:
   - gpucluster.multinode contributors
+extends_documentation_fragment: [gpucluster.multinode.launch_env]
 '''
 
 EXAMPLES = r'''

@@ -107,11 +107,6 @@ options:
     description: Seconds the whole test may take.
     type: int
     default: 600
-  env_files:
-    description: Shell files sourced for the environment (the NCCL settings of P(gpucluster.multinode.nccl_env#role)).
-    type: list
-    elements: path
-    default: [/etc/profile.d/gpucluster-nccl.sh]
   env:
     description: Extra environment variables (they win); passed to every rank.
     type: dict
@@ -128,6 +123,7 @@ seealso:
   - module: gpucluster.multinode.net_bandwidth
 author:
   - gpucluster.multinode contributors
+extends_documentation_fragment: [gpucluster.multinode.launch_env]
 '''
 
 EXAMPLES = r'''

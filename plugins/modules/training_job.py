@@ -79,11 +79,6 @@ options:
     description: Extra environment variables of the job (for example C(DS_ACCELERATOR=cpu) on CPU nodes).
     type: dict
     default: {}
-  env_files:
-    description: Shell files sourced before the launcher starts, when present (for example the NCCL settings).
-    type: list
-    elements: path
-    default: [/etc/profile.d/gpucluster-nccl.sh]
   master_addr:
     description: Address of the head on the cluster network (rank 0 and the rendezvous).
     type: str
@@ -144,6 +139,7 @@ notes:
   - The job runs as the user the module runs as (use C(become_user) for the cluster user).
   - Ranks started by pdsh or mpirun on other nodes are found there by their environment, so
     O(state=stopped) must run on every node of the job.
+extends_documentation_fragment: [gpucluster.multinode.launch_env]
 '''
 
 EXAMPLES = r'''
