@@ -21,6 +21,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+# shellcheck source=benchmarks/lib.sh
+source benchmarks/lib.sh
 INV=${INV:-inventories/lab-net}
 DURATION=${DURATION:-2}
 ROUNDS=${ROUNDS:-3}
@@ -91,14 +93,9 @@ for i in $(seq "$ROUNDS"); do
   hand+=("$(on "$a" "iperf3 -c $b_ip -p 5202 -P 4 -t $DURATION -J" \
            | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9)')")
 done
-python3 - "${mod[*]}" "${hand[*]}" <<'PY'
-import statistics, sys
-mod = [float(x) for x in sys.argv[1].split()]
-hand = [float(x) for x in sys.argv[2].split()]
-print('net_bandwidth (Gbit/s): ' + ' '.join('%.2f' % x for x in mod) + '   median %.2f' % statistics.median(mod))
-print('iperf3 by hand (Gbit/s): ' + ' '.join('%.2f' % x for x in hand) + '   median %.2f' % statistics.median(hand))
-print('ratio module / by hand: %.2f' % (statistics.median(mod) / statistics.median(hand)))
-PY
+print_series 'net_bandwidth (Gbit/s): ' 2 "${mod[*]}"
+print_series 'iperf3 by hand (Gbit/s): ' 2 "${hand[*]}"
+print_median_ratio 'ratio module / by hand: ' "${mod[*]}" "${hand[*]}"
 fi
 
 if part 3; then

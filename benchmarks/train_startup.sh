@@ -7,6 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
+# shellcheck source=benchmarks/lib.sh
+source benchmarks/lib.sh
 INV=${INV:-inventories/lab}
 ENV_PATH=${ENV_PATH:-/opt/gpucluster/env}
 ROUNDS=${ROUNDS:-3}
@@ -45,11 +47,6 @@ for i in $(seq "$ROUNDS"); do
   hand+=("$(echo "$t1 - $t0" | bc)")
   sleep 3
 done
-python3 - "${pb[*]}" "${hand[*]}" <<'PY'
-import statistics, sys
-pb = [float(x) for x in sys.argv[1].split()]
-hand = [float(x) for x in sys.argv[2].split()]
-print('train.yml to first step (s):   ' + ' '.join('%.1f' % x for x in pb) + '   median %.1f' % statistics.median(pb))
-print('by hand to first step (s):     ' + ' '.join('%.1f' % x for x in hand) + '   median %.1f' % statistics.median(hand))
-print('ratio train.yml / by hand:     %.2f (goal < 1.2)' % (statistics.median(pb) / statistics.median(hand)))
-PY
+print_series 'train.yml to first step (s):   ' 1 "${pb[*]}"
+print_series 'by hand to first step (s):     ' 1 "${hand[*]}"
+print_median_ratio 'ratio train.yml / by hand:     ' "${pb[*]}" "${hand[*]}" ' (goal < 1.2)'
