@@ -68,3 +68,16 @@ def test_a_subnet_that_holds_a_host_route_is_refused():
     assert rc != 0
     assert 'lab_subnet %s overlaps %s' % (own[0], own[0]) in out
     assert_nothing_made()
+
+
+def test_more_nodes_than_the_inotify_limit_allows_are_refused():
+    # systemd in a container takes inotify instances from the host's per-user limit; past it, a new
+    # node hangs at boot with no error. The lab counts them before it makes anything.
+    with open('/proc/sys/fs/inotify/max_user_instances') as f:
+        limit = int(f.read())
+    rc, out = lab('-e', 'lab_nodes=2', '-e', 'lab_inotify_per_node=%d' % (limit // 2 + 1))
+    assert rc != 0
+    assert 'lab %s: starting 2 more node(s) needs about' % NAME in out
+    assert 'the host allows %d (fs.inotify.max_user_instances)' % limit in out
+    assert 'Nothing was started' in out
+    assert_nothing_made()
