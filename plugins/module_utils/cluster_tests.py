@@ -216,7 +216,12 @@ def describe_users(users):
 
 
 def socket_cause(exc):
-    """The likely cause of a failed TCP connect, in words a user acts on."""
+    """The likely cause of a failed TCP connect, in words a user acts on.
+
+    roles/cluster_tests/files/dist_check.py has the same mapping (cause_of): that script runs
+    on the nodes without the collection, so it keeps its own copy;
+    tests/unit/plugins/module_utils/test_dist_check_script.py fails when the two differ.
+    """
     if isinstance(exc, socket.gaierror):
         return 'name not resolvable'
     if isinstance(exc, (socket.timeout, TimeoutError)):

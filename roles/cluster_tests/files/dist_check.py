@@ -37,6 +37,11 @@ def emit(obj):
 
 
 def cause_of(exc):
+    """The likely cause of a failed TCP connect, in words a user acts on.
+
+    The same mapping as socket_cause in the collection's plugins/module_utils/cluster_tests.py,
+    copied because this script runs without the collection; a unit test keeps the two in step.
+    """
     if isinstance(exc, socket.gaierror):
         return 'name not resolvable'
     if isinstance(exc, (socket.timeout, TimeoutError)):
