@@ -608,12 +608,22 @@ def _collective_records(nodes, rep):
     if not rep:
         return [record(n, 'collective', 'unknown', None, None, 'no collective test result', 'run the deep tier again')
                 for n in nodes]
-    below = rep.get('below') or []
-    ok = rep.get('ok', not below)
-    detail = '; '.join(rep.get('lines') or [])[-300:] if not ok else 'all-reduce within thresholds'
-    value = rep.get('busbw_gbs')
-    return [record(n, 'collective', 'ok' if ok else 'fail', value, 'busbw thresholds per size', detail,
-                   'read the collective test output; with one slow node see bandwidth') for n in nodes]
+    # rep is the cluster_tests collective_summary: rows per size, problems, below_threshold.
+    rows = rep.get('rows') or []
+    below = rep.get('below_threshold') or []
+    ok = rep.get('ok', bool(rows) and not below)
+    last = rows[-1] if rows else {}
+    value = last.get('busbw_gbs')
+    size = last.get('size')
+    if ok:
+        detail = 'busbw %s GB/s at %s bytes, average %s GB/s, %s rank(s), %s' % (
+            _fmt(value), size, _fmt(rep.get('avg_busbw_gbs')), rep.get('world_size'),
+            'values correct' if rep.get('correct') else 'values not checked')
+    else:
+        detail = '; '.join(rep.get('problems') or rep.get('lines') or ['the collective test failed'])[-300:]
+    return [record(n, 'collective', 'ok' if ok else 'fail', value,
+                   'busbw at the largest size (GB/s); thresholds per size: cluster_tests_collective_thresholds',
+                   detail, 'read the collective test output; with one slow node see bandwidth') for n in nodes]
 
 
 # ---------------------------------------------------------------- report formats
@@ -773,7 +783,7 @@ def changes_since(previous, current, drop_pct=20):
         elif check.startswith('version.') and va != vb:
             out.append('%s %s: %s -> %s (drifted)' % (node, check, _fmt(va), _fmt(vb)))
         elif (isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool)
-              and va > 0 and check in ('bandwidth', 'collective_busbw') and (va - vb) * 100.0 / va > float(drop_pct)):
+              and va > 0 and check in ('bandwidth', 'collective') and (va - vb) * 100.0 / va > float(drop_pct)):
             out.append('%s %s: %s -> %s (-%.0f%%, became slow)' % (node, check, _fmt(va), _fmt(vb), (va - vb) * 100.0 / va))
     return out
 

@@ -318,6 +318,32 @@ def test_label_values_are_escaped():
     assert 'node="n\\"1\\\\",check="c\\nx"' in health.prometheus_text([rec], 'quick', 0)
 
 
+def _collective(below=()):
+    """A collective_summary as the cluster_tests role hands it to the deep tier."""
+    from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_tests as ct
+    rows = ct.allreduce_rows([{'size': 65536, 'count': 16384, 'time_us': 800.0, 'wrong': 0},
+                              {'size': 1 << 20, 'count': 1 << 18, 'time_us': 5000.0, 'wrong': 0}], 3)
+    head = {'reporter': True, 'method': 'torch', 'algorithm': 'torch.distributed all_reduce (gloo)', 'backend': 'gloo',
+            'world_size': 3, 'nnodes': 3, 'rows': rows, 'correct': True, 'avg_busbw_gbs': 0.1,
+            'max_busbw_gbs': rows[-1]['busbw_gbs'], 'below_threshold': list(below), 'ok': not below}
+    return ct.collective_summary({'a': head, 'b': {'reporter': False, 'ok': True}}, ['a', 'b'])
+
+
+def test_collective_records_carry_the_busbw_of_the_largest_size():
+    rep = _collective()
+    recs = health.evaluate_deep(['a', 'b'], collective=rep, tests=['collective'])
+    assert [r['status'] for r in recs] == ['ok', 'ok']
+    assert recs[0]['value'] == rep['rows'][-1]['busbw_gbs'] and recs[0]['value'] > 0
+    assert 'at 1048576 bytes' in recs[0]['detail'] and 'values correct' in recs[0]['detail']
+    slow = health.evaluate_deep(['a', 'b'], collective=_collective(
+        [{'size': 1 << 20, 'busbw_gbs': 0.28, 'threshold_gbs': 1.0}]), tests=['collective'])
+    assert [r['status'] for r in slow] == ['fail', 'fail']
+    assert slow[0]['detail'] == 'size 1M: busbw 0.2800 GB/s is under its threshold 1.0000 GB/s'
+    # a collective bandwidth that fell by more than the drop percent is listed as a change
+    before, after = {'records': recs}, {'records': [dict(r, value=r['value'] / 3) for r in recs]}
+    assert [c.split(':')[0] for c in health.changes_since(before, after)] == ['a collective', 'b collective']
+
+
 def test_changes_since_the_last_run():
     before = health.make_report(health.evaluate_quick(*lab_args()), 'quick', 't0', 't1')
     nodes, meta = lab_nodes('lab-healthy')
