@@ -11,8 +11,9 @@
 #
 # Settings (environment): HEALTH_LAB_NAME (lab-health), HEALTH_LAB_INVENTORY
 # (inventories/<name>), HEALTH_FAULT_NODE (the last worker), HEALTH_FAULT_LOG_DIR (a new temp dir).
-# Faults: sshd torch port shared hosts nccl_iface clock link (link runs the deep tier's
-# bandwidth matrix: minutes). How each is planted is printed as it is planted.
+# Faults: sshd torch port shared hosts nccl_iface clock link slurm (link runs the deep tier's
+# bandwidth matrix: minutes; slurm, health_slurm_drain, needs playbooks/slurm.yml applied to
+# the lab and is skipped otherwise). How each is planted is printed as it is planted.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/env.sh
@@ -21,7 +22,7 @@ source scripts/env.sh
 LAB=${HEALTH_LAB_NAME:-lab-health}
 INV=${HEALTH_LAB_INVENTORY:-inventories/$LAB}
 OUT=${HEALTH_FAULT_LOG_DIR:-$(mktemp -d /tmp/health-faults.XXXXXX)}
-ALL_FAULTS="sshd torch port shared hosts nccl_iface clock link"
+ALL_FAULTS="sshd torch port shared hosts nccl_iface clock link slurm"
 FAULTS=${*:-$ALL_FAULTS}
 mkdir -p "$OUT"
 
@@ -69,6 +70,28 @@ echo "=== healthy: no failure"
 run_health healthy-before
 expect healthy-before quick healthy
 
+plant_torch() {
+  echo "    plant: in $NODE's env, torch's installed distribution renamed to version 2.12.0+cpu (dist-info directory and METADATA Version:)"
+  cx "$NODE" "set -e; cd $SITE; d=\$(ls -d torch-*.dist-info | head -1); v=\${d#torch-}; v=\${v%.dist-info};
+    echo \$v > /root/health-fault-torch-version; sed -i \"s/^Version: \$v\$/Version: 2.12.0+cpu/\" \$d/METADATA;
+    mv \$d torch-2.12.0+cpu.dist-info"
+}
+remove_torch() {
+  cx "$NODE" "set -e; cd $SITE; v=\$(cat /root/health-fault-torch-version); sed -i \"s/^Version: 2.12.0+cpu\$/Version: \$v/\" torch-2.12.0+cpu.dist-info/METADATA;
+    mv torch-2.12.0+cpu.dist-info torch-\$v.dist-info; rm /root/health-fault-torch-version"
+}
+slurm_expect() {  # label node reason-or-empty other other-reason: drain reasons as Slurm holds them
+  local label=$1 node=$2 want=$3 other=$4 other_want=$5 got other_got
+  got=$(cx "$HEAD" "scontrol show node -o $node" | sed -n 's/.* Reason=\(.*\) \[.*\]$/\1/p')
+  other_got=$(cx "$HEAD" "scontrol show node -o $other" | sed -n 's/.* Reason=\(.*\) \[.*\]$/\1/p')
+  echo "    slurm after $label: $node reason '${got}', $other reason '${other_got}'; $(grep -o "slurm: .*" "$OUT/$label.log" | head -1)"
+  if [ "$got" = "$want" ] && [ "$other_got" = "$other_want" ]; then
+    passed=$((passed + 1)); results+=("ok    $label (slurm drain reasons)")
+  else
+    failed=$((failed + 1)); results+=("FAIL  $label: $node reason '$got' (want '$want'), $other reason '$other_got' (want '$other_want')")
+  fi
+}
+
 for fault in $FAULTS; do
   echo "=== fault $fault on $NODE"
   case $fault in
@@ -80,14 +103,38 @@ for fault in $FAULTS; do
       expect sshd quick "$NODE" reachable fail "sshd"
       ;;
     torch)
-      echo "    plant: in $NODE's env, torch's installed distribution renamed to version 2.12.0+cpu (dist-info directory and METADATA Version:)"
-      cx "$NODE" "set -e; cd $SITE; d=\$(ls -d torch-*.dist-info | head -1); v=\${d#torch-}; v=\${v%.dist-info};
-        echo \$v > /root/health-fault-torch-version; sed -i \"s/^Version: \$v\$/Version: 2.12.0+cpu/\" \$d/METADATA;
-        mv \$d torch-2.12.0+cpu.dist-info"
+      plant_torch
       run_health torch
-      cx "$NODE" "set -e; cd $SITE; v=\$(cat /root/health-fault-torch-version); sed -i \"s/^Version: 2.12.0+cpu\$/Version: \$v/\" torch-2.12.0+cpu.dist-info/METADATA;
-        mv torch-2.12.0+cpu.dist-info torch-\$v.dist-info; rm /root/health-fault-torch-version"
+      remove_torch
       expect torch quick "$NODE" version.torch fail "python_env --limit $NODE"
+      ;;
+    slurm)
+      # health_slurm_drain: the failing node is drained with the playbook's reason, a node an
+      # administrator drained is left alone, and only the playbook's own drain is resumed.
+      if ! cx "$HEAD" 'command -v scontrol >/dev/null && scontrol ping | grep -q UP'; then
+        echo "    skipped: Slurm does not answer on $HEAD (ansible-playbook playbooks/slurm.yml -i $INV first)"
+        continue
+      fi
+      OTHER=$(python3 -c "import yaml; k=yaml.safe_load(open('$INV/hosts.yml'))['all']['children']['cluster']['children']; print(list(k['workers']['hosts'])[0])")
+      echo "    plant: $OTHER drained by hand (\"bad DIMM, ticket 42\"), the torch fault on $NODE, health with -e health_slurm_drain=true"
+      cx "$HEAD" "scontrol update NodeName=$OTHER State=DRAIN Reason='bad DIMM, ticket 42'"
+      plant_torch
+      run_health slurm-drain -e health_slurm_drain=true
+      expect slurm-drain quick "$NODE" version.torch fail "python_env --limit $NODE"
+      slurm_expect slurm-drain "$NODE" 'gpucluster-health: version.torch' "$OTHER" 'bad DIMM, ticket 42'
+      stamp=$(cx "$HEAD" "scontrol show node -o $NODE" | grep -o ' Reason=.*')
+      sleep 1   # Slurm stamps a drain reason to the second: a new drain would change the stamp
+      run_health slurm-again -e health_slurm_drain=true
+      if [ "$(cx "$HEAD" "scontrol show node -o $NODE" | grep -o ' Reason=.*')" = "$stamp" ]; then
+        passed=$((passed + 1)); results+=("ok    slurm-again (still drained, the same reason and stamp: no new drain)")
+      else
+        failed=$((failed + 1)); results+=("FAIL  slurm-again: the drain of $NODE changed ($stamp)")
+      fi
+      remove_torch
+      run_health slurm-resume -e health_slurm_drain=true
+      expect slurm-resume quick healthy
+      slurm_expect slurm-resume "$NODE" '' "$OTHER" 'bad DIMM, ticket 42'
+      cx "$HEAD" "scontrol update NodeName=$OTHER State=RESUME"
       ;;
     port)
       echo "    plant: on $HEAD, iptables -I INPUT -s ${ADDR[$NODE]} -p tcp --dport $PORT -j DROP"
