@@ -100,6 +100,8 @@ held:
   type: str
 '''
 
+import re
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.multinode.plugins.module_utils import slurm
 
@@ -127,7 +129,8 @@ def main():
     if p['validate_only']:
         rc, out, err = module.run_command([scontrol, 'ping'])
         if rc != 0 or 'UP' not in out:
-            module.fail_json(msg='the Slurm controller does not answer: %s' % ' '.join((out + err).split()))
+            said = ' '.join(re.sub(r'\*{3,}', ' ', out + err).split())   # scontrol frames DOWN in asterisks
+            module.fail_json(msg='the Slurm controller does not answer: %s' % said)
         module.exit_json(changed=False, drained={}, resumed=[], kept=[], foreign=[], not_in_slurm=[], held='')
 
     rc, out, err = module.run_command([scontrol, 'show', 'node', '-o'])
