@@ -73,7 +73,9 @@ def iperf3_servers():
 
 
 def test_the_matrix_of_three_nodes_has_every_pair_and_no_server_is_left(tmp_path):
-    rc, out = play(tmp_path, 'network_test.yml', {})
+    # Loopback links on a busy machine differ a lot; this test is about the matrix and the servers,
+    # so only a link under 1% of the median counts as slow (slow links: the cluster_tests scenario).
+    rc, out = play(tmp_path, 'network_test.yml', {'cluster_tests_bandwidth_relative_threshold': 0.01})
     assert rc == 0, out
     assert 'bandwidth matrix, Gbit/s (row sends to column), 3 node(s), 3 link(s) measured, 3 round(s)' in out
     for node in ('n1', 'n2', 'n3'):
