@@ -221,6 +221,7 @@ import os
 import re
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health
@@ -275,19 +276,26 @@ def interfaces(module):
     return found
 
 
+def _resolve_one(item):
+    name, expected = str(item.get('name')), str(item.get('expected', item.get('address')))
+    addrs, error = [], None
+    try:
+        for info in socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM):
+            if info[4][0] not in addrs:
+                addrs.append(info[4][0])
+    except socket.gaierror as exc:
+        error = str(exc)
+    return {'name': name, 'expected': expected, 'addresses': addrs, 'error': error}
+
+
 def resolve(items):
-    out = []
-    for item in items:
-        name, expected = str(item.get('name')), str(item.get('expected', item.get('address')))
-        addrs, error = [], None
-        try:
-            for info in socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM):
-                if info[4][0] not in addrs:
-                    addrs.append(info[4][0])
-        except socket.gaierror as exc:
-            error = str(exc)
-        out.append({'name': name, 'expected': expected, 'addresses': addrs, 'error': error})
-    return out
+    """Every name at once: a name the resolver does not know costs its DNS timeout, and a node
+    where DNS is broken would otherwise pay it once per cluster node."""
+    items = list(items)
+    if len(items) <= 1:
+        return [_resolve_one(i) for i in items]
+    with ThreadPoolExecutor(max_workers=min(32, len(items))) as pool:
+        return list(pool.map(_resolve_one, items))
 
 
 def connect(host, port, timeout):

@@ -119,6 +119,17 @@ def test_probe_on_this_machine(tmp_path):
     assert again['connect']['result'] == 'refused'
 
 
+def test_names_are_resolved_together_and_reported_in_order(tmp_path):
+    # resolved at once in threads (a broken DNS costs one timeout, not one per node); the
+    # answers keep the order of the cluster's nodes, and an unknown name is an error, not a failure
+    names = [{'name': 'localhost', 'address': '127.0.0.1'}, {'name': 'no-such-node.invalid', 'address': '10.0.0.9'},
+             {'name': '127.0.0.1', 'address': '127.0.0.1'}]
+    res = run('health_probe', tmp_path, resolve=names, disk_paths=[], kernel_log=False)
+    assert [r['name'] for r in res['resolve']] == ['localhost', 'no-such-node.invalid', '127.0.0.1']
+    assert res['resolve'][1]['addresses'] == [] and res['resolve'][1]['error']
+    assert res['resolve'][2]['addresses'] == ['127.0.0.1'] and res['resolve'][2]['error'] is None
+
+
 def test_a_held_port_names_its_process(tmp_path):
     with socket.socket() as s:
         s.bind(('0.0.0.0', 0))
