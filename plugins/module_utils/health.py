@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from xml.sax.saxutils import escape as _xml_escape, quoteattr as _xml_quoteattr
 
 STATUSES = ('ok', 'warn', 'fail', 'unknown')
 # Worst first when several findings make one record.
@@ -693,6 +692,8 @@ def summary_lines(records, changes=None):
 def junit_xml(records, tier, timestamp, duration_s=0.0):
     """JUnit XML: one testsuite per node, one testcase per check; fail -> <failure>,
     unknown -> <skipped>, warn passes with the finding in <system-out>."""
+    # imported here: xml.sax pulls in urllib, a third of the probe's start-up on every node
+    from xml.sax.saxutils import escape as _xml_escape, quoteattr as _xml_quoteattr
     nodes = {}
     for r in records:
         nodes.setdefault(r['node'], []).append(r)

@@ -130,6 +130,38 @@ def test_names_are_resolved_together_and_reported_in_order(tmp_path):
     assert res['resolve'][2]['addresses'] == ['127.0.0.1'] and res['resolve'][2]['error'] is None
 
 
+def fake_env(root, system_site=False):
+    """A venv on disk with torch (CUDA 12.8 build), DeepSpeed and NCCL's wheel recorded."""
+    import glob as _glob
+    (root / 'bin').mkdir(parents=True)
+    os.symlink(sys.executable, str(root / 'bin' / 'python'))
+    (root / 'pyvenv.cfg').write_text('home = %s\ninclude-system-site-packages = %s\nversion = %d.%d\n'
+                                     % (os.path.dirname(sys.executable), 'true' if system_site else 'false',
+                                        sys.version_info[0], sys.version_info[1]))
+    site = root / 'lib' / ('python%d.%d' % sys.version_info[:2]) / 'site-packages'
+    for name, dist, version in (('torch', 'torch', '2.7.1+cu128'), ('deepspeed', 'deepspeed', '0.17.2'),
+                                ('nvidia-nccl-cu12', 'nvidia_nccl_cu12', '2.26.2')):
+        d = site / ('%s-%s.dist-info' % (dist, version))
+        d.mkdir(parents=True)
+        (d / 'METADATA').write_text('Metadata-Version: 2.1\nName: %s\nVersion: %s\n' % (name, version))
+    (site / 'torch').mkdir()
+    (site / 'torch' / 'version.py').write_text("__version__ = '2.7.1+cu128'\ncuda: Optional[str] = '12.8'\n")
+    assert _glob.glob(str(site / '*.dist-info'))
+    return str(root / 'bin' / 'python')
+
+
+@pytest.mark.parametrize('system_site', [False, True])
+def test_versions_of_an_environment(tmp_path, system_site):
+    # read from the distributions on disk; a venv that also sees the system's packages is asked
+    # through its own interpreter: both give the same answer
+    python = fake_env(tmp_path / 'env', system_site)
+    res = run('health_probe', tmp_path, python=python, disk_paths=[], kernel_log=False)
+    assert res['versions_error'] is None
+    versions = dict(res['versions'])
+    versions.pop('kernel')
+    assert versions == {'torch': '2.7.1+cu128', 'deepspeed': '0.17.2', 'nccl': '2.26.2', 'torch_cuda': '12.8'}
+
+
 def test_a_held_port_names_its_process(tmp_path):
     with socket.socket() as s:
         s.bind(('0.0.0.0', 0))
