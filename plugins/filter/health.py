@@ -108,6 +108,25 @@ def health_failing(records, with_warn=False, width=120):
     return cut
 
 
+def health_slurm_lines(result, check_mode=False):
+    """The summary's line about Slurm from a slurm_drain result ([] when it did not run)."""
+    result = _plain(result or {})
+    if 'drained' not in result:
+        return []
+    head = 'slurm (check mode, nothing changed)' if check_mode else 'slurm'
+    if result.get('held'):
+        return ['%s: %s' % (head, result['held'])]
+    parts = ['drained %s' % (', '.join(sorted(result.get('drained') or {})) or 'none'),
+             'resumed %s' % (', '.join(result.get('resumed') or []) or 'none')]
+    if result.get('kept'):
+        parts.append('still drained %s' % ', '.join(result['kept']))
+    if result.get('foreign'):
+        parts.append('drained by someone else, left alone: %s' % ', '.join(result['foreign']))
+    if result.get('not_in_slurm'):
+        parts.append('not in Slurm: %s' % ', '.join(result['not_in_slurm']))
+    return ['%s: %s' % (head, '; '.join(parts))]
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -117,4 +136,5 @@ class FilterModule:
             'health_summary': health_summary,
             'health_failed': health_failed,
             'health_failing': health_failing,
+            'health_slurm_lines': health_slurm_lines,
         }

@@ -81,3 +81,23 @@ def test_summary_and_failed():
     recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
     assert hf.health_summary(recs)[0].startswith('health: 4 node(s)')
     assert hf.health_failed(recs) == []
+
+
+def test_the_slurm_line_of_the_summary():
+    assert hf.health_slurm_lines({'skipped': True}) == []
+    done = {'drained': {'n3': 'gpucluster-health: gpu'}, 'resumed': [], 'kept': ['n4'], 'foreign': ['n1'],
+            'not_in_slurm': [], 'held': ''}
+    assert hf.health_slurm_lines(done) == [
+        'slurm: drained n3; resumed none; still drained n4; drained by someone else, left alone: n1']
+    assert hf.health_slurm_lines(dict(done, drained={}, held='3 of 4 node(s) failed'), True) == [
+        'slurm (check mode, nothing changed): 3 of 4 node(s) failed']
+
+
+def test_failing_nodes_and_their_checks_for_a_drain_reason():
+    recs = [{'node': 'a', 'check': 'gpu', 'status': 'fail'}, {'node': 'a', 'check': 'mtu', 'status': 'warn'},
+            {'node': 'a', 'check': 'gpu', 'status': 'fail'}, {'node': 'b', 'check': 'disk_free', 'status': 'ok'}]
+    assert hf.health_failing(recs) == {'a': 'gpu'}
+    assert hf.health_failing(recs, True) == {'a': 'gpu, mtu'}
+    long = [{'node': 'a', 'check': 'check_%02d' % i, 'status': 'fail'} for i in range(30)]
+    assert len(hf.health_failing(long)['a']) <= 120 and hf.health_failing(long)['a'].endswith('...')
+
