@@ -38,8 +38,7 @@ def health_nodes(groups, hostvars, hosts=None):
         hv = hostvars[h]
         prep = _plain(hv.get('__health_head_prepare') or {}) if h == head else {}
         probe = _plain(hv.get('__health_probe') or {})
-        # The probe reads the GPUs itself (option gpus); __health_gpu is a separate gpu_facts result.
-        gpu = _plain(probe.get('gpu') or hv.get('__health_gpu') or {})
+        gpu = probe.get('gpu') or {}   # the probe reads the GPUs itself (option gpus)
         why = _unreachable(prep) or _unreachable(probe)
         usable_probe = probe if 'interfaces' in probe and not why else None
         node = {
@@ -47,8 +46,8 @@ def health_nodes(groups, hostvars, hosts=None):
             'address': contract.cluster_address(hostvars, h),
             'unreachable': why,
             'probe': usable_probe,
-            'gpu': gpu if 'gpu_count' in gpu else (
-                {'disabled': True} if (gpu.get('skipped') or usable_probe) and not why else None),
+            # a probe that answered without 'gpu' ran with health_gpu_checks off
+            'gpu': gpu if 'gpu_count' in gpu else ({'disabled': True} if usable_probe else None),
             'gpu_slots': hv.get('gpu_slots'),
             'versions': dict(usable_probe.get('versions') or {}) if usable_probe else {},
             'xid': (usable_probe or {}).get('xid') or [],

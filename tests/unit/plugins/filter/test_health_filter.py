@@ -22,8 +22,8 @@ def lab():
     hostvars = {}
     for name, address in meta['nodes']:
         hostvars[name] = {'ansible_host': address, 'cluster_master_port': meta['port'],
-                          '__health_probe': load(name + '.json'),
-                          '__health_gpu': {'gpu_count': 0, 'reason': 'no NVIDIA GPU on the PCI bus', 'gpus': []}}
+                          '__health_probe': dict(load(name + '.json'), gpu={
+                              'gpu_count': 0, 'reason': 'no NVIDIA GPU on the PCI bus', 'gpus': []})}
     hostvars[names[0]]['__health_head_prepare'] = {'listen': meta['listen']}
     return groups, hostvars, meta
 
@@ -41,7 +41,6 @@ def test_an_unreachable_worker_and_a_failed_probe():
     hostvars[w1]['__health_probe'] = {'unreachable': True, 'changed': False,
                                       'msg': 'Failed to connect to the host via ssh: ssh: connect to host '
                                              '10.213.50.11 port 22: Connection refused'}
-    hostvars[w1]['__health_gpu'] = {'skipped': True}
     hostvars[w2]['__health_probe'] = {'failed': False, 'failed_when_result': False, 'changed': False,
                                       'msg': 'MODULE FAILURE: /usr/bin/python3: not found'}
     recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
@@ -53,7 +52,7 @@ def test_an_unreachable_worker_and_a_failed_probe():
 def test_gpu_checks_switched_off_leave_no_gpu_record():
     groups, hostvars, meta = lab()
     for hv in hostvars.values():
-        hv['__health_gpu'] = {'skipped': True, 'changed': False}
+        del hv['__health_probe']['gpu']   # the probe ran with gpus: false
     recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
     assert 'gpu' not in {r['check'] for r in recs}
 
@@ -63,7 +62,6 @@ def test_gpus_read_by_the_probe_are_judged():
     groups, hostvars, meta = lab()
     head = groups['head'][0]
     for hv in hostvars.values():
-        del hv['__health_gpu']
         hv['__health_probe'] = dict(hv['__health_probe'], gpu={'gpu_count': 0, 'gpus': [], 'pci_gpu_count': 0,
                                                                'reason': 'no NVIDIA GPU on the PCI bus'})
     hostvars[head]['__health_probe']['gpu'] = {
