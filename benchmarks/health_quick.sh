@@ -72,7 +72,6 @@ for n in $NODES; do
   fi
   settle
   quick "$n-warm" >/dev/null || continue
-  times=()
   runs=()
   for r in $(seq "$ROUNDS"); do t=$(quick "$n-$r") && runs+=("$t"); done
   [ "${#runs[@]}" -gt 0 ] || continue

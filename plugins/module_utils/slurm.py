@@ -121,7 +121,7 @@ def drain_plan(records, failing, checked, prefix, max_pct=50.0):
     Returns {'drain': [(node, reason)], 'resume': [node], 'kept': [node], 'foreign': [node],
     'not_in_slurm': [node], 'held': str}."""
     plan = {'drain': [], 'resume': [], 'kept': [], 'foreign': [], 'not_in_slurm': [], 'held': ''}
-    checked = [n for n in checked]
+    checked = list(checked)
     prefix = prefix.strip()
     ours = lambda rec: rec['reason'].startswith(prefix)  # noqa: E731
     to_drain = []
@@ -153,4 +153,3 @@ def drain_plan(records, failing, checked, prefix, max_pct=50.0):
 def _num(value):
     value = float(value)
     return ('%d' % value) if value == int(value) else ('%g' % value)
-

@@ -140,12 +140,12 @@ def main():
     failing = dict((str(k), ' '.join(str(v).split())) for k, v in p['failing'].items())
     plan = slurm.drain_plan(records, failing, p['checked'], p['reason_prefix'], p['max_pct'])
     if not module.check_mode:
-        for node, reason in plan['drain']:
+        for done, (node, reason) in enumerate(plan['drain']):
             rc, out, err = module.run_command([scontrol, 'update', 'NodeName=' + node, 'State=DRAIN',
                                                'Reason=' + reason])
             if rc != 0:
                 module.fail_json(msg='node %s: scontrol could not drain it: %s' % (node, ' '.join((err or out).split())),
-                                 drained=dict(plan['drain'][:plan['drain'].index((node, reason))]))
+                                 drained=dict(plan['drain'][:done]))
         for node in plan['resume']:
             rc, out, err = module.run_command([scontrol, 'update', 'NodeName=' + node, 'State=RESUME'])
             if rc != 0:
