@@ -13,7 +13,7 @@ import json
 import re
 import shlex
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils.jobs import JOB_ENV
+from ansible_collections.gpucluster.multinode.plugins.module_utils.processes import JOB_ENV
 
 LAUNCHERS = ('deepspeed', 'torchrun', 'mpirun', 'slurm')
 JOB_ID_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$')

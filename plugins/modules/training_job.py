@@ -95,9 +95,11 @@ options:
     type: path
     required: true
   state_dir:
-    description: Local directory for the pid and exit status of this node's part.
+    description:
+      - Private local directory for the pid file and exit status of this node's part (created 0700,
+        its parents checked: owned by root or the account, not writable by others).
+      - Default C(~/.local/state/gpucluster/jobs) of the account, C(/var/lib/gpucluster/jobs) for root.
     type: path
-    default: /var/tmp/gpucluster/jobs
   hostfile:
     description: Hostfile for C(deepspeed) and C(mpirun); default C(<job_dir>/hostfile), written from O(nodes).
     type: path
@@ -255,7 +257,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import jobs
+from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as jobs
 from ansible_collections.gpucluster.multinode.plugins.module_utils import slurm
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
 
@@ -295,7 +297,7 @@ class Job:
         self.log_dir = os.path.join(self.job_dir, 'logs')
         self.rank_log_dir = os.path.join(self.log_dir, 'ranks')
         self.log = os.path.join(self.log_dir, '%s.log' % self.me)
-        self.state_dir = os.path.join(p['state_dir'], self.job_id)
+        self.state_dir = os.path.join(p['state_dir'] or jobs.default_state_root(), self.job_id)
         self.hostfile = p['hostfile'] or os.path.join(self.job_dir, 'hostfile')
         slots = {n['name']: n['slots'] for n in self.nodes}
         self.nproc = p['nproc_per_node'] or slots[self.me]
@@ -305,9 +307,10 @@ class Job:
                                  % (p['nproc_per_node'], node['slots'], node['name']))
 
     def own_groups(self):
-        """The process group this node started for the job (its pid is the group id)."""
-        pid = jobs.read_pid(self.state_dir)
-        return [pid] if pid else []
+        """What this node started for the job, while its pid file still names it (same pid, start
+        time, owner and job id, and no exit status written yet)."""
+        leader = jobs.pidfile_process(self.state_dir, self.job_id)
+        return [leader] if leader else []
 
     @property
     def role(self):
@@ -411,7 +414,7 @@ class Job:
             problems.append('env_path %s holds no Python environment (%s missing)' % (self.p['env_path'], python))
         if not os.path.isfile(self.p['script']):
             problems.append('script %s does not exist' % self.p['script'])
-        if jobs.job_processes(self.job_id, pgids=self.own_groups()):
+        if jobs.job_processes(self.job_id, leaders=self.own_groups()):
             problems.append('job %s already has processes here' % self.job_id)
         if self.is_head and self.p['launcher'] != 'slurm':
             holders = jobs.port_listeners(self.p['master_port'])
@@ -451,8 +454,12 @@ class Job:
         self.m.atomic_move(tmp, path)
 
     def prepare_dirs(self):
-        for path in (self.job_dir, self.log_dir, self.rank_log_dir, self.state_dir):
+        for path in (self.job_dir, self.log_dir, self.rank_log_dir):
             os.makedirs(path, exist_ok=True)
+        try:
+            jobs.private_dir(self.state_dir)
+        except jobs.ProcessError as exc:
+            self.m.fail_json(msg='node %s: %s' % (self.me, exc), **self.result())
 
     def start(self):
         problems, _, _ = self.check()
@@ -477,7 +484,8 @@ class Job:
             env['DS_ENV_FILE'] = env_file
         line = self.shell_prefix() + 'exec ' + tr.join(cmd)
         # the shell wrapper records the exit status after the launcher ends
-        pid = jobs.spawn_detached(line, env, self.job_dir, self.log, self.state_dir)
+        record = jobs.spawn_detached(line, env, self.job_dir, self.log, self.state_dir, job_id=self.job_id)
+        pid = record['pid']
         return self.result(changed=True, command=tr.join(cmd), pid=pid, started=True)
 
     def start_slurm(self):
@@ -528,7 +536,7 @@ class Job:
             return None
 
     def status(self):
-        procs = jobs.job_processes(self.job_id, pgids=self.own_groups())
+        procs = jobs.job_processes(self.job_id, leaders=self.own_groups())
         exit_code = jobs.read_exit_code(self.state_dir)
         out = self.result(changed=False, running=bool(procs), pids=[p['pid'] for p in procs], exit_code=exit_code,
                           log_tail=jobs.tail(self.log, self.p['log_lines']))
@@ -569,7 +577,7 @@ class Job:
         return out
 
     def stop(self):
-        procs = jobs.job_processes(self.job_id, pgids=self.own_groups())
+        procs = jobs.job_processes(self.job_id, leaders=self.own_groups())
         sid = self.slurm_id() if self.p['launcher'] == 'slurm' and self.is_head else None
         if self.m.check_mode:
             return self.result(changed=bool(procs) or bool(sid), running=bool(procs),
@@ -582,8 +590,8 @@ class Job:
             deadline = time.time() + self.p['stop_timeout'] + 30
             while time.time() < deadline and self.slurm_status(sid)['state'] in slurm.ACTIVE_STATES:
                 time.sleep(1)
-        stopped = jobs.stop_job(self.job_id, grace=self.p['stop_timeout'], pgids=self.own_groups())
-        left = jobs.job_processes(self.job_id, pgids=self.own_groups())
+        outcome = jobs.stop_job(self.job_id, grace=self.p['stop_timeout'], leaders=self.own_groups())
+        stopped, left = outcome['signalled'], outcome['left']
         if left:
             self.m.fail_json(msg='node %s: %d process(es) of job %s survived SIGKILL: %s'
                              % (self.me, len(left), self.job_id, ', '.join(str(p['pid']) for p in left)),
@@ -610,7 +618,7 @@ def main():
             master_port=dict(type='int', default=29500),
             nproc_per_node=dict(type='int'),
             job_dir=dict(type='path', required=True),
-            state_dir=dict(type='path', default='/var/tmp/gpucluster/jobs'),
+            state_dir=dict(type='path'),
             hostfile=dict(type='path'),
             deepspeed_launcher=dict(type='str', default='pdsh', choices=['pdsh', 'openmpi']),
             slurm_partition=dict(type='str'),

@@ -1,12 +1,9 @@
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import jobs
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
 from ansible_collections.gpucluster.multinode.plugins.filter.training import training_verdict, latest_checkpoint
 
@@ -115,57 +112,6 @@ def test_verdict_success_running_and_stopped():
     assert training_verdict([{'node': 'a', 'running': False, 'exit_code': None}])['state'] == 'stopped'
     agent_failed = [{'node': 'a', 'running': False, 'exit_code': 0}, {'node': 'b', 'running': False, 'exit_code': 1}]
     assert training_verdict(agent_failed)['failed_nodes'] == ['b']
-
-
-def test_a_detached_job_is_found_by_its_id_and_stopped_with_its_children(tmp_path):
-    job = 'unit-%d' % os.getpid()
-    env = dict(os.environ, **{jobs.JOB_ENV: job})
-    # a parent that starts a child in the same group, both sleeping
-    pid = jobs.spawn_detached('sleep 60 & sleep 60; wait', env, str(tmp_path), str(tmp_path / 'log'),
-                              str(tmp_path / 'state'))
-    deadline = time.time() + 10
-    while time.time() < deadline and len(jobs.job_processes(job)) < 3:
-        time.sleep(0.1)
-    found = jobs.job_processes(job)
-    assert pid in [p['pid'] for p in found]
-    assert len(found) >= 3 and {p['pgid'] for p in found} == {pid}
-    assert jobs.jobs_running().get(job)
-    # another job's process is left alone
-    other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'],
-                             env=dict(os.environ, **{jobs.JOB_ENV: job + '-other'}), start_new_session=True)
-    try:
-        stopped = jobs.stop_job(job, grace=5)
-        assert set(p['pid'] for p in found) <= set(stopped)
-        assert jobs.job_processes(job) == []
-        assert other.poll() is None
-    finally:
-        os.killpg(other.pid, signal.SIGKILL)
-        other.wait()
-
-
-def test_exit_code_of_a_detached_command_is_recorded(tmp_path):
-    state = str(tmp_path / 'state')
-    jobs.spawn_detached('echo hello; exit 3', dict(os.environ), str(tmp_path), str(tmp_path / 'log'), state)
-    deadline = time.time() + 10
-    while time.time() < deadline and jobs.read_exit_code(state) is None:
-        time.sleep(0.1)
-    assert jobs.read_exit_code(state) == 3
-    assert jobs.tail(str(tmp_path / 'log')) == ['hello']
-
-
-def test_a_listening_port_is_described_with_its_job(tmp_path):
-    import socket
-    srv = socket.socket()
-    srv.bind(('127.0.0.1', 0))
-    srv.listen(1)
-    port = srv.getsockname()[1]
-    try:
-        holders = jobs.port_listeners(port)
-        assert [h['pid'] for h in holders] == [os.getpid()]
-        assert 'port %d is in use by pid %d' % (port, os.getpid()) in jobs.describe_listeners(port, holders)
-    finally:
-        srv.close()
-    assert jobs.port_listeners(port) == []
 
 
 TORCHRUN_REPORT = """
