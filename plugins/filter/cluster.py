@@ -5,6 +5,9 @@
 
 from __future__ import annotations
 
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile
 from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
 
 
@@ -24,19 +27,15 @@ def cluster_nodes(groups):
 
 
 def cluster_job_nodes(groups, hostvars, by='name'):
-    """Nodes of a job, head first: name, address and slots (gpu_slots, else detected GPUs, else 1).
+    """Nodes of a job, head first: name, address, slots (module_utils/hostfile.slots_of:
+    node_slots, else gpu_slots, else detected GPUs, else 1) and host (the inventory name).
 
     With by='address' the name is the cluster address (for hostfiles on clusters without names)."""
-    out = []
-    for host in contract.ordered_nodes(groups):
-        hv = hostvars[host]
-        facts = hv.get('ansible_facts') or {}
-        detected = _gpu_count(facts)
-        slots = hv.get('gpu_slots')
-        slots = int(slots) if slots not in (None, '') else (int(detected) or 1)
-        address = contract.cluster_address(hostvars, host)
-        out.append({'name': address if by == 'address' else host, 'address': address, 'slots': slots})
-    return out
+    try:
+        nodes = hostfile.hosts_from_inventory(contract.ordered_nodes(groups), hostvars)
+    except hostfile.HostfileError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    return [dict(n, host=n['name'], name=n['address'] if by == 'address' else n['name']) for n in nodes]
 
 
 def _gpu_count(facts):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
 
 
@@ -85,14 +86,23 @@ def training_verdict(results, nodes=None):
     lines = ['job %s: %s' % (head.get('job_id', '?'), state)]
     if last:
         lines.append('last loss line: %s' % last)
+    if head.get('world_size'):
+        lines.append('world %s' % head['world_size'])
     for r in results:
-        lines.append('  %-20s %-8s running=%-5s exit=%s' % (r.get('node'), r.get('role', ''),
-                                                              bool(r.get('running')), codes.get(r.get('node'), '-')))
+        ranks = r.get('ranks') or []
+        span = '-' if not ranks else ('%d' % ranks[0] if ranks[0] == ranks[1] else '%d-%d' % tuple(ranks))
+        lines.append('  %-20s %-8s ranks=%-6s running=%-5s exit=%s' % (r.get('node'), r.get('role', ''), span,
+                                                                      bool(r.get('running')), codes.get(r.get('node'), '-')))
     if first:
         lines.append('first failure: %s (exit %s); last lines of %s:' % (first['node'], first['exit_code'], first['log']))
         lines.extend('  | ' + line for line in first['log_tail'])
     return {'state': state, 'failed_nodes': failed, 'running_nodes': running, 'exit_codes': codes,
             'first_failure': first, 'last_loss_line': last, 'lines': lines}
+
+
+def training_layout(nodes):
+    """'5 rank(s): alpha 2 (0-1), bravo-2 1 (2), ...' from the job's nodes (name, slots)."""
+    return hf.describe_layout(nodes)
 
 
 def json_object_or_none(text):
@@ -113,4 +123,4 @@ def latest_checkpoint(files):
 class FilterModule:
     def filters(self):
         return {'training_verdict': training_verdict, 'json_object_or_none': json_object_or_none,
-                'latest_checkpoint': latest_checkpoint}
+                'latest_checkpoint': latest_checkpoint, 'training_layout': training_layout}

@@ -58,11 +58,6 @@ def load_deepspeed_config(config):
     return data
 
 
-def hostfile_text(nodes, slots):
-    """'name slots=N' lines, head first, as the deepspeed launcher and Open MPI read them."""
-    return ''.join('%s slots=%d\n' % (n['name'], slots) for n in nodes)
-
-
 def deepspeed_command(bin_dir, hostfile, master_addr, master_port, script, script_args=(),
                       launcher='pdsh', rank_log_dir=None, num_nodes=None, include=None, exclude=None,
                       launcher_args=None):
@@ -103,13 +98,15 @@ MPI_RANK_ENV = ('export RANK="$OMPI_COMM_WORLD_RANK" LOCAL_RANK="$OMPI_COMM_WORL
                 'WORLD_SIZE="$OMPI_COMM_WORLD_SIZE" LOCAL_WORLD_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE"; ')
 
 
-def mpirun_command(bin_dir, hostfile, nprocs, per_node, env_names, script, script_args=(), mpirun='mpirun',
-                   extra_args=(), node_prefix=''):
-    """Open MPI's line on the head: hostfile, per_node ranks on every node, -x for every variable
-    forwarded. Each rank starts through bash, which sources node_prefix (the node's own env files,
-    so per-node NIC names win) and maps Open MPI's rank variables to RANK, LOCAL_RANK, WORLD_SIZE."""
-    argv = [mpirun, '--hostfile', hostfile, '-np', str(nprocs), '--map-by', 'ppr:%d:node' % per_node,
-            '--bind-to', 'none']
+def mpirun_command(bin_dir, hostfile, nprocs, env_names, script, script_args=(), mpirun='mpirun',
+                   extra_args=(), node_prefix='', ssh_args=''):
+    """Open MPI's line on the head: the hostfile's slots filled node after node (each node its own
+    count, nprocs their sum), -x for every variable forwarded, ssh_args for Open MPI's ssh to the
+    nodes. Each rank starts through bash, which sources node_prefix (the node's own env files, so
+    per-node NIC names win) and maps Open MPI's rank variables to RANK, LOCAL_RANK, WORLD_SIZE."""
+    argv = [mpirun, '--hostfile', hostfile, '-np', str(nprocs), '--map-by', 'slot', '--bind-to', 'none']
+    if ssh_args:
+        argv += ['--mca', 'plm_rsh_args', ssh_args]
     for name in sorted(set(env_names)):
         argv += ['-x', name]
     argv += list(extra_args)
@@ -163,10 +160,41 @@ echo "job {job_id}: slurm job $SLURM_JOB_ID on $(paste -sd, {hostfile}), master 
 """
 
 
+SLURM_TIME_RE = re.compile(r'^(?:UNLIMITED|INFINITE|[0-9]+(?:-[0-9]{1,2})?(?::[0-9]{1,2}){0,2})$')
+SLURM_PARTITION_RE = re.compile(r'^[A-Za-z0-9_.-]{1,64}$')
+ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
+
+
+def check_slurm_settings(time_limit, partition=None):
+    """Refuse a Slurm time or partition that would not stay one #SBATCH line (newline, ';', spaces)."""
+    if not SLURM_TIME_RE.match(str(time_limit)):
+        raise TrainingError('slurm_time %r is not a Slurm time (minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]], '
+                            'UNLIMITED)' % (time_limit,))
+    if partition and not SLURM_PARTITION_RE.match(str(partition)):
+        raise TrainingError('slurm_partition %r may hold only letters, digits, ".", "_" and "-"' % (partition,))
+
+
+def check_env(env):
+    """Refuse environment names that are not shell names (values are always quoted)."""
+    for key in env or {}:
+        if not ENV_NAME_RE.match(str(key)):
+            raise TrainingError('env name %r is not a valid variable name (letters, digits and "_", not '
+                                'starting with a digit)' % (key,))
+    return {str(k): str(v) for k, v in (env or {}).items()}
+
+
+def env_file_text(env):
+    """The job's environment file: one `export NAME='value'` line per variable, values quoted for
+    the shell (a newline or ';' in a value stays inside the quotes)."""
+    return ''.join('export %s=%s\n' % (k, q(v)) for k, v in sorted(check_env(env).items()))
+
+
 def sbatch_script(job_id, nodes, gpus_per_node, time_limit, log_dir, hostfile, master_port, launch_line,
-                  partition=None, cpus_per_task=1, env=None, name=None):
-    """The sbatch script: allocation, hostfile from scontrol, master address, then the launch line."""
-    exports = '\n'.join('export %s=%s' % (k, q(v)) for k, v in sorted((env or {}).items()))
+                  partition=None, cpus_per_task=1, env_file=None, name=None):
+    """The sbatch script: allocation, hostfile from scontrol, master address, then the launch line.
+    The job's environment is sourced from env_file (mode 0600) so no value lands in the script."""
+    check_slurm_settings(time_limit, partition)
+    exports = ('set -a; . %s; set +a' % q(env_file)) if env_file else ''
     return SBATCH_TEMPLATE.format(
         name=name or job_id, nodes=int(nodes), cpus=int(cpus_per_task), time=time_limit, log_dir=log_dir,
         gpus_line='#SBATCH --gpus-per-node=%d\n' % gpus_per_node if gpus_per_node else '',
@@ -179,11 +207,12 @@ def slurm_launch_line(launcher, bin_dir, nproc_per_node, job_id, script, script_
                       node_prefix=''):
     """What the sbatch script runs: one torchrun agent per node through srun, c10d on the first node.
 
-    Each node's agent sources node_prefix (its own env files), advertises its own NodeAddr and
-    logs its ranks under log_dir/<node>."""
+    nproc_per_node: one count for every node, or {node name: count} (each node its own, read from
+    $SLURMD_NODENAME). Each node's agent sources node_prefix (its own env files), advertises its
+    own NodeAddr and logs its ranks under log_dir/<node>."""
     if launcher != 'torchrun':
         raise TrainingError('slurm_launcher must be torchrun, got %r' % launcher)
-    agent = torchrun_command(bin_dir, '__NNODES__', nproc_per_node, '__MASTER__', '', job_id, script, script_args,
+    agent = torchrun_command(bin_dir, '__NNODES__', '__NPROC__', '__MASTER__', '', job_id, script, script_args,
                              log_dir=(log_dir.rstrip('/') + '/__NODE__') if log_dir else None,
                              local_addr='__LOCAL__')
     line = join(agent)
@@ -191,7 +220,14 @@ def slurm_launch_line(launcher, bin_dir, nproc_per_node, job_id, script, script_
     line = line.replace(q('__LOCAL__'), '"$(node_addr "$SLURMD_NODENAME")"')
     if log_dir:
         line = line.replace(q(log_dir.rstrip('/') + '/__NODE__'), q(log_dir.rstrip('/') + '/') + '"$SLURMD_NODENAME"')
-    body = node_prefix + 'exec ' + line
+    if isinstance(nproc_per_node, dict):
+        cases = ' '.join('%s) n=%d;;' % (q(name), int(count)) for name, count in nproc_per_node.items())
+        pick = 'case "$SLURMD_NODENAME" in %s *) n=1;; esac; ' % cases
+        line = line.replace(q('__NPROC__'), '"$n"')
+    else:
+        pick = ''
+        line = line.replace(q('__NPROC__'), str(int(nproc_per_node)))
+    body = node_prefix + pick + 'exec ' + line
     return 'srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c ' + q(body)
 
 

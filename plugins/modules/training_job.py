@@ -26,10 +26,15 @@ options:
   state:
     description:
       - C(checked) verifies this node can take part (launcher installed, script present, master port
-        free on the head, no process of the same job) and reports its torch and deepspeed versions.
+        free on the head, no process of the same job, and for C(deepspeed) and C(mpirun) the head
+        reaches every node over SSH as the account, BatchMode and pinned keys) and reports the
+        versions of its environment.
       - C(started) starts this node's part; C(status) reports it; C(stopped) stops it.
+      - C(watched) (head only) waits for the first step line in the head's log, and returns as soon
+        as a node's launcher or agent exits non-zero or the launcher reports a node it cannot reach
+        (O(watch_timeout) bounds it).
     type: str
-    choices: [checked, started, status, stopped]
+    choices: [checked, started, status, stopped, watched]
     default: started
   job_id:
     description: Id of the job, the same on every node; letters, digits, C(.), C(_) and C(-).
@@ -40,28 +45,6 @@ options:
     type: str
     choices: [deepspeed, torchrun, mpirun, slurm]
     default: deepspeed
-  node:
-    description: Name of this node as it appears in O(nodes).
-    type: str
-    required: true
-  nodes:
-    description: The job's nodes, head first.
-    type: list
-    elements: dict
-    required: true
-    suboptions:
-      name:
-        description: Inventory name (also the name other nodes reach it by).
-        type: str
-        required: true
-      address:
-        description: Cluster address.
-        type: str
-        required: true
-      slots:
-        description: Ranks (GPUs) on the node.
-        type: int
-        default: 1
   script:
     description: Training script, at the same path on every node (shared storage is simplest).
     type: path
@@ -76,7 +59,9 @@ options:
     type: path
     required: true
   env:
-    description: Extra environment variables of the job (for example C(DS_ACCELERATOR=cpu) on CPU nodes).
+    description:
+      - Extra environment variables of the job (for example C(DS_ACCELERATOR=cpu) on CPU nodes, or
+        tokens). Written to C(<job_dir>/job.env) mode C(0600), sourced by every node; never returned.
     type: dict
     default: {}
   master_addr:
@@ -88,7 +73,9 @@ options:
     type: int
     default: 29500
   nproc_per_node:
-    description: Ranks per node; default the node's O(nodes[].slots). Must not exceed the slots of any node.
+    description:
+      - Ranks on every node, the same count everywhere; default each node's own O(nodes[].slots)
+        (torchrun then gets each node's own C(--nproc-per-node)). Must not exceed the slots of any node.
     type: int
   job_dir:
     description: Directory of the job, on storage every node sees (hostfile, config, launcher log, per-rank logs).
@@ -97,7 +84,7 @@ options:
   state_dir:
     description:
       - Private local directory for the pid file and exit status of this node's part (created 0700,
-        its parents checked: owned by root or the account, not writable by others).
+        its parents checked - owned by root or the account, not writable by others).
       - Default C(~/.local/state/gpucluster/jobs) of the account, C(/var/lib/gpucluster/jobs) for root.
     type: path
   hostfile:
@@ -123,6 +110,18 @@ options:
     description: CPUs per node asked from Slurm.
     type: int
     default: 1
+  ssh_check:
+    description: With C(deepspeed) and C(mpirun), O(state=checked) on the head refuses the nodes it cannot reach over SSH.
+    type: bool
+    default: true
+  watch_timeout:
+    description: Seconds O(state=watched) waits for the first step.
+    type: int
+    default: 900
+  step_regex:
+    description: Regular expression of a step line in the head's log.
+    type: str
+    default: 'step [0-9]+ loss'
   log_lines:
     description: Lines of log returned with O(state=status).
     type: int
@@ -141,7 +140,10 @@ notes:
   - The job runs as the user the module runs as (use C(become_user) for the cluster user).
   - Ranks started by pdsh or mpirun on other nodes are found there by their environment, so
     O(state=stopped) must run on every node of the job.
-extends_documentation_fragment: [gpucluster.multinode.launch_env]
+  - A job's processes are those of the account the module runs as that carry the job's id; the pid
+    file of the local part is trusted only while the process it names has the same start time,
+    owner and job id, and never once the exit status was written.
+extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.launch_env.nodes]
 '''
 
 EXAMPLES = r'''
@@ -198,6 +200,41 @@ log:
   returned: always
   type: str
   sample: /shared/jobs/tiny-001/logs/lab-head.log
+world_size:
+  description: Ranks of the job, the sum of the nodes' slots.
+  returned: always
+  type: int
+  sample: 5
+slots:
+  description: Ranks this node runs.
+  returned: always
+  type: int
+ranks:
+  description: First and last global rank this node runs.
+  returned: always
+  type: list
+  elements: int
+  sample: [0, 1]
+first_step:
+  description: The first step line seen in the head's log (null when none came).
+  returned: state is watched
+  type: str
+failures:
+  description: The nodes that failed or could not be reached while the job started, with the cause.
+  returned: state is watched
+  type: list
+  elements: dict
+  sample: [{node: bravo-2, cause: "head cannot reach bravo-2 over SSH as train: ssh: connect to host 10.99.0.14 port 22: Connection timed out"}]
+unreachable:
+  description: Nodes the launcher on the head could not reach over SSH (pdsh or mpirun's ssh lines), with the line.
+  returned: state is status and launcher is deepspeed or mpirun
+  type: list
+  elements: dict
+refused:
+  description: Processes the kernel refused to signal (another account's), with the reason.
+  returned: state is stopped
+  type: list
+  elements: dict
 rank_log_dir:
   description: Directory of the per-rank logs (torchrun); the deepspeed launcher prefixes every rank's lines with its node in the head's log.
   returned: always
@@ -245,374 +282,31 @@ slurm_state:
   returned: launcher is slurm and state is status
   type: str
 versions:
-  description: torch, CUDA, NCCL and deepspeed versions of the environment on this node.
+  description: Versions of the environment on this node (the keys of module_utils/env_versions).
   returned: state is checked
   type: dict
-  sample: {torch: 2.13.0+cpu, cuda: null, nccl: null, deepspeed: 0.19.8}
+  sample: {python: 3.11.2, torch: 2.13.0+cpu, torch_cuda: null, torch_nccl: null, nccl_wheel: null, deepspeed: 0.19.8, ray: null}
 '''
-
-import json
-import os
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as jobs
-from ansible_collections.gpucluster.multinode.plugins.module_utils import slurm
-from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
-
-VERSIONS_PY = (
-    "import json, torch\n"
-    "v = {'torch': torch.__version__, 'cuda': torch.version.cuda, 'nccl': None, 'deepspeed': None}\n"
-    "try:\n"
-    "    v['nccl'] = '.'.join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None\n"
-    "except Exception:\n"
-    "    pass\n"
-    "try:\n"
-    "    import importlib.metadata as md\n"
-    "    v['deepspeed'] = md.version('deepspeed')\n"
-    "except Exception:\n"
-    "    pass\n"
-    "print(json.dumps(v))\n"
-)
-
-
-class Job:
-    def __init__(self, module):
-        self.m = module
-        p = module.params
-        self.p = p
-        self.job_id = tr.check_job_id(p['job_id'])
-        names = [n['name'] for n in p['nodes']]
-        if not names:
-            module.fail_json(msg='nodes is empty: the job needs at least the head')
-        if p['node'] not in names:
-            module.fail_json(msg='node %s is not in nodes (%s)' % (p['node'], ', '.join(names)))
-        self.nodes = p['nodes']
-        self.me = p['node']
-        self.is_head = names[0] == self.me
-        self.rank = names.index(self.me)
-        self.bin = os.path.join(p['env_path'], 'bin')
-        self.job_dir = p['job_dir']
-        self.log_dir = os.path.join(self.job_dir, 'logs')
-        self.rank_log_dir = os.path.join(self.log_dir, 'ranks')
-        self.log = os.path.join(self.log_dir, '%s.log' % self.me)
-        self.state_dir = os.path.join(p['state_dir'] or jobs.default_state_root(), self.job_id)
-        self.hostfile = p['hostfile'] or os.path.join(self.job_dir, 'hostfile')
-        slots = {n['name']: n['slots'] for n in self.nodes}
-        self.nproc = p['nproc_per_node'] or slots[self.me]
-        for node in self.nodes:
-            if p['nproc_per_node'] and p['nproc_per_node'] > node['slots']:
-                module.fail_json(msg='nproc_per_node %d is above the %d slot(s) of node %s'
-                                 % (p['nproc_per_node'], node['slots'], node['name']))
-
-    def own_groups(self):
-        """What this node started for the job, while its pid file still names it (same pid, start
-        time, owner and job id, and no exit status written yet)."""
-        leader = jobs.pidfile_process(self.state_dir, self.job_id)
-        return [leader] if leader else []
-
-    @property
-    def role(self):
-        if self.p['launcher'] == 'torchrun':
-            return 'agent'
-        return 'launcher' if self.is_head else 'ranks'
-
-    def result(self, **kw):
-        base = dict(job_id=self.job_id, node=self.me, role=self.role, log=self.log, rank_log_dir=self.rank_log_dir)
-        base.update(kw)
-        return base
-
-    # ----- the environment of the job -------------------------------------------------------
-    def env(self):
-        env = dict(os.environ)
-        env.update({k: str(v) for k, v in self.p['env'].items()})
-        env['PATH'] = '%s:%s' % (self.bin, env.get('PATH', '/usr/bin:/bin'))
-        env[jobs.JOB_ENV] = self.job_id
-        env['MASTER_ADDR'] = self.p['master_addr']
-        env['MASTER_PORT'] = str(self.p['master_port'])
-        return env
-
-    def shell_prefix(self):
-        """Source the env files that exist, then keep the job's PATH first."""
-        parts = ['set -a']
-        for path in self.p['env_files']:
-            parts.append('[ -r %s ] && . %s' % (tr.q(path), tr.q(path)))
-        parts.append('set +a')
-        parts.append('export PATH=%s:"$PATH"' % tr.q(self.bin))
-        return '; '.join(parts) + '; '
-
-    def deepspeed_env_file(self, env):
-        """The job's DS_ENV_FILE: what pdsh exports on every node (one KEY=VALUE per line)."""
-        keep = {}
-        home_env = os.path.expanduser('~/.deepspeed_env')
-        if os.path.isfile(home_env):
-            with open(home_env) as handle:
-                for line in handle:
-                    if '=' in line and not line.startswith('#'):
-                        key, _, value = line.rstrip('\n').partition('=')
-                        keep[key.strip()] = value
-        for key in self.p['env']:
-            keep[key] = str(self.p['env'][key])
-        keep['PATH'] = '%s:%s' % (self.bin, keep.get('PATH', '/usr/local/bin:/usr/bin:/bin'))
-        keep[jobs.JOB_ENV] = self.job_id
-        for key, value in keep.items():
-            if any(c.isspace() for c in value):
-                self.m.fail_json(msg='env %s has white space in its value, which the deepspeed launcher cannot '
-                                     'forward over pdsh: %r' % (key, value))
-        return ''.join('%s=%s\n' % kv for kv in keep.items())
-
-    # ----- commands ---------------------------------------------------------------------------
-    def command(self):
-        p = self.p
-        launcher = p['launcher']
-        if launcher == 'deepspeed':
-            if not self.is_head:
-                return None
-            return tr.deepspeed_command(self.bin, self.hostfile, p['master_addr'], p['master_port'], p['script'],
-                                        p['script_args'], launcher=p['deepspeed_launcher'],
-                                        num_nodes=len(self.nodes))
-        if launcher == 'torchrun':
-            return tr.torchrun_command(self.bin, len(self.nodes), self.nproc, p['master_addr'], p['master_port'],
-                                       self.job_id, p['script'], p['script_args'],
-                                       log_dir=os.path.join(self.rank_log_dir, self.me),
-                                       local_addr=self.nodes[self.rank]['address'])
-        if launcher == 'mpirun':
-            if not self.is_head:
-                return None
-            names = list(self.env().keys())
-            names = [n for n in tr.forwarded_env_names(names)]
-            return tr.mpirun_command(self.bin, self.hostfile, self.nproc * len(self.nodes), self.nproc, names,
-                                     p['script'], p['script_args'], node_prefix=self.shell_prefix())
-        return None  # slurm: rendered script, see start_slurm
-
-    def slurm_installed(self):
-        return bool(self.m.get_bin_path('sbatch')) and bool(self.m.get_bin_path('sinfo'))
-
-    def slurm_log(self, slurm_id):
-        return os.path.join(self.log_dir, '%s-%s.out' % (self.job_id, slurm_id))
-
-    def launcher_binary(self):
-        launcher = self.p['launcher']
-        if launcher == 'deepspeed':
-            return os.path.join(self.bin, 'deepspeed')
-        if launcher == 'torchrun':
-            return os.path.join(self.bin, 'torchrun')
-        if launcher == 'mpirun':
-            return self.m.get_bin_path('mpirun') or 'mpirun'
-        return self.m.get_bin_path('sbatch') or 'sbatch'
-
-    # ----- states -----------------------------------------------------------------------------
-    def check(self):
-        problems = []
-        binary = self.launcher_binary()
-        needs_launcher = self.p['launcher'] == 'torchrun' or self.is_head
-        if needs_launcher and not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-            problems.append('launcher %s is not installed (%s not found)' % (self.p['launcher'], binary))
-        python = os.path.join(self.bin, 'python')
-        if not os.path.exists(python):
-            problems.append('env_path %s holds no Python environment (%s missing)' % (self.p['env_path'], python))
-        if not os.path.isfile(self.p['script']):
-            problems.append('script %s does not exist' % self.p['script'])
-        if jobs.job_processes(self.job_id, leaders=self.own_groups()):
-            problems.append('job %s already has processes here' % self.job_id)
-        if self.is_head and self.p['launcher'] != 'slurm':
-            holders = jobs.port_listeners(self.p['master_port'])
-            if holders:
-                problems.append(jobs.describe_listeners(self.p['master_port'], holders) +
-                                '; stop that job or choose another master_port')
-        if self.p['launcher'] == 'slurm' and self.is_head and self.p['slurm_partition'] and self.slurm_installed():
-            rc, out, err = self.m.run_command(['sinfo', '--noheader', '--format', '%R'])
-            known = slurm.partitions(out) if rc == 0 else []
-            if rc != 0:
-                problems.append('sinfo cannot reach the Slurm controller: %s' % (err or out).strip()[-300:])
-            elif self.p['slurm_partition'] not in known:
-                problems.append('slurm_partition %s does not exist (partitions: %s)'
-                                % (self.p['slurm_partition'], ', '.join(known) or 'none'))
-        versions = {}
-        if os.path.exists(python):
-            rc, out, err = self.m.run_command([python, '-c', VERSIONS_PY], environ_update={'DS_ACCELERATOR': self.p['env'].get('DS_ACCELERATOR', '')} if self.p['env'].get('DS_ACCELERATOR') else None)
-            if rc == 0:
-                try:
-                    versions = json.loads(out.strip().splitlines()[-1])
-                except (ValueError, IndexError):
-                    problems.append('could not read versions from %s: %s' % (python, out[-200:]))
-            else:
-                problems.append('import torch failed in %s: %s' % (python, (err or out).strip()[-300:]))
-        cmd = self.command()
-        return problems, versions, tr.join(cmd) if cmd else ''
-
-    def write_file(self, path, content, mode=0o644):
-        if os.path.exists(path):
-            with open(path) as handle:
-                if handle.read() == content:
-                    return
-        tmp = path + '.tmp%d' % os.getpid()
-        with open(tmp, 'w') as handle:
-            handle.write(content)
-        os.chmod(tmp, mode)
-        self.m.atomic_move(tmp, path)
-
-    def prepare_dirs(self):
-        for path in (self.job_dir, self.log_dir, self.rank_log_dir):
-            os.makedirs(path, exist_ok=True)
-        try:
-            jobs.private_dir(self.state_dir)
-        except jobs.ProcessError as exc:
-            self.m.fail_json(msg='node %s: %s' % (self.me, exc), **self.result())
-
-    def start(self):
-        problems, _, _ = self.check()
-        if problems:
-            self.m.fail_json(msg='node %s cannot start job %s: %s' % (self.me, self.job_id, '; '.join(problems)),
-                             **self.result())
-        if self.p['launcher'] == 'slurm':
-            return self.start_slurm()
-        cmd = self.command()
-        if cmd is None:
-            return self.result(changed=False, command='', started=False,
-                               msg='the %s launcher on the head starts the ranks of %s' % (self.p['launcher'], self.me))
-        if self.m.check_mode:
-            return self.result(changed=True, command=tr.join(cmd), started=False)
-        self.prepare_dirs()
-        env = self.env()
-        if self.p['launcher'] in ('deepspeed', 'mpirun'):
-            self.write_file(self.hostfile, tr.hostfile_text(self.nodes, self.nproc))
-        if self.p['launcher'] == 'deepspeed':
-            env_file = os.path.join(self.job_dir, 'deepspeed_env')
-            self.write_file(env_file, self.deepspeed_env_file(env))
-            env['DS_ENV_FILE'] = env_file
-        line = self.shell_prefix() + 'exec ' + tr.join(cmd)
-        # the shell wrapper records the exit status after the launcher ends
-        record = jobs.spawn_detached(line, env, self.job_dir, self.log, self.state_dir, job_id=self.job_id)
-        pid = record['pid']
-        return self.result(changed=True, command=tr.join(cmd), pid=pid, started=True)
-
-    def start_slurm(self):
-        p = self.p
-        if not self.is_head:
-            return self.result(changed=False, command='', started=False,
-                               msg='Slurm starts the ranks of %s' % self.me)
-        launch = tr.slurm_launch_line('torchrun', self.bin, self.nproc, self.job_id, p['script'], p['script_args'],
-                                      log_dir=self.rank_log_dir, node_prefix=self.shell_prefix())
-        env = {k: str(v) for k, v in p['env'].items()}
-        script = tr.sbatch_script(self.job_id, len(self.nodes), p['slurm_gpus_per_node'], p['slurm_time'],
-                                  self.log_dir, os.path.join(self.job_dir, 'hostfile'), p['master_port'],
-                                  launch, partition=p['slurm_partition'],
-                                  cpus_per_task=p['slurm_cpus_per_task'], env=env)
-        path = os.path.join(self.job_dir, 'job.sbatch')
-        if self.m.check_mode:
-            return self.result(changed=True, command='sbatch --parsable %s' % path, started=False, sbatch=script)
-        self.prepare_dirs()
-        self.write_file(path, script, 0o755)
-        rc, out, err = self.m.run_command(['sbatch', '--parsable', path], cwd=self.job_dir)
-        if rc != 0:
-            self.m.fail_json(msg='sbatch refused job %s: %s' % (self.job_id, (err or out).strip()), **self.result())
-        slurm_id = out.strip().split(';')[0]
-        self.write_file(os.path.join(self.state_dir, 'slurm_job_id'), slurm_id + '\n')
-        result = self.result(changed=True, command='sbatch --parsable %s' % path, started=True,
-                             slurm_job_id=slurm_id, sbatch=script)
-        result['log'] = self.slurm_log(slurm_id)
-        return result
-
-    def slurm_status(self, sid):
-        """{state, exit_code, ...} of a Slurm job: squeue while it is queued or runs, then scontrol
-        (finished jobs stay known for MinJobAge), then sacct where accounting is kept."""
-        rc, out, _ = self.m.run_command(['squeue', '--noheader', '--jobs', sid, '--format', '%T'])
-        if rc == 0 and out.strip():
-            return {'state': out.strip().split()[0], 'exit_code': None}
-        rc, out, _ = self.m.run_command(['scontrol', 'show', 'job', '--oneliner', sid])
-        if rc == 0 and out.strip():
-            return slurm.job_state(slurm.parse_oneline(out))
-        rc, out, _ = self.m.run_command(['sacct', '--noheader', '--parsable2', '--allocations', '--jobs', sid,
-                                         '--format', 'State,ExitCode'])
-        return (slurm.sacct_state(out) if rc == 0 else None) or {'state': None, 'exit_code': None}
-
-    def slurm_id(self):
-        try:
-            with open(os.path.join(self.state_dir, 'slurm_job_id')) as handle:
-                return handle.read().strip()
-        except (IOError, OSError):
-            return None
-
-    def status(self):
-        procs = jobs.job_processes(self.job_id, leaders=self.own_groups())
-        exit_code = jobs.read_exit_code(self.state_dir)
-        out = self.result(changed=False, running=bool(procs), pids=[p['pid'] for p in procs], exit_code=exit_code,
-                          log_tail=jobs.tail(self.log, self.p['log_lines']))
-        if self.p['launcher'] == 'torchrun':
-            out['rank_failure'] = tr.torchrun_failure('\n'.join(jobs.tail(self.log, 400)))
-        if self.p['launcher'] == 'deepspeed' and self.is_head:
-            text = '\n'.join(jobs.tail(self.log, 100000))
-            out['node_exit_codes'] = tr.pdsh_exit_codes(text)
-            out['node_log_tails'] = tr.pdsh_node_tails(text, [n['name'] for n in self.nodes], self.p['log_lines'])
-        if self.p['launcher'] == 'mpirun' and self.is_head:
-            failure = tr.mpirun_failure('\n'.join(jobs.tail(self.log, 100000)))
-            if failure:
-                node = failure['node'] or self.nodes[min(failure['rank'] // max(self.nproc, 1), len(self.nodes) - 1)]['name']
-                out['node_exit_codes'] = {node: failure['exit_code']}
-        if self.p['launcher'] == 'slurm' and self.is_head and self.slurm_id():
-            sid = self.slurm_id()
-            info = self.slurm_status(sid)
-            out['slurm_job_id'] = sid
-            out['slurm_state'] = info['state']
-            out['running'] = out['running'] or info['state'] in slurm.ACTIVE_STATES
-            if not out['running']:
-                out['exit_code'] = info['exit_code']
-            out['log'] = self.slurm_log(sid)
-            text = '\n'.join(jobs.tail(out['log'], 100000))
-            out['log_tail'] = jobs.tail(out['log'], self.p['log_lines'])
-            # srun names the nodes whose task failed; torchrun's report names the one that failed first
-            failures = slurm.srun_failures(text)
-            codes = {}
-            for node, code, _ in failures:
-                codes.setdefault(node, code)
-            first = tr.torchrun_failure(text)
-            if first and first['host'] in codes:
-                codes = dict([(first['host'], codes[first['host']])] + [(n, c) for n, c in codes.items()
-                                                                         if n != first['host']])
-            out['node_exit_codes'] = codes
-            out['rank_failure'] = first
-            out['node_log_tails'] = tr.pdsh_node_tails(text, [n['name'] for n in self.nodes], self.p['log_lines'])
-        return out
-
-    def stop(self):
-        procs = jobs.job_processes(self.job_id, leaders=self.own_groups())
-        sid = self.slurm_id() if self.p['launcher'] == 'slurm' and self.is_head else None
-        if self.m.check_mode:
-            return self.result(changed=bool(procs) or bool(sid), running=bool(procs),
-                               stopped_pids=[p['pid'] for p in procs])
-        if sid:
-            rc, out, err = self.m.run_command(['scancel', sid])
-            if rc != 0:
-                self.m.fail_json(msg='scancel %s (job %s) failed: %s' % (sid, self.job_id, (err or out).strip()),
-                                 **self.result())
-            deadline = time.time() + self.p['stop_timeout'] + 30
-            while time.time() < deadline and self.slurm_status(sid)['state'] in slurm.ACTIVE_STATES:
-                time.sleep(1)
-        outcome = jobs.stop_job(self.job_id, grace=self.p['stop_timeout'], leaders=self.own_groups())
-        stopped, left = outcome['signalled'], outcome['left']
-        if left:
-            self.m.fail_json(msg='node %s: %d process(es) of job %s survived SIGKILL: %s'
-                             % (self.me, len(left), self.job_id, ', '.join(str(p['pid']) for p in left)),
-                             **self.result())
-        return self.result(changed=bool(stopped) or bool(sid), running=False, stopped_pids=stopped)
+from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers
 
 
 def main():
     node_spec = dict(name=dict(type='str', required=True), address=dict(type='str', required=True),
-                     slots=dict(type='int', default=1))
+                     slots=dict(type='int', default=1), host=dict(type='str'))
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type='str', default='started', choices=['checked', 'started', 'status', 'stopped']),
+            state=dict(type='str', default='started', choices=['checked', 'started', 'status', 'stopped', 'watched']),
             job_id=dict(type='str', required=True),
-            launcher=dict(type='str', default='deepspeed', choices=list(tr.LAUNCHERS)),
+            launcher=dict(type='str', default='deepspeed', choices=sorted(launchers.LAUNCHERS)),
             node=dict(type='str', required=True),
             nodes=dict(type='list', elements='dict', required=True, options=node_spec),
             script=dict(type='path', required=True),
             script_args=dict(type='list', elements='str', default=[]),
             env_path=dict(type='path', required=True),
-            env=dict(type='dict', default={}),
+            env=dict(type='dict', default={}, no_log=True),
             env_files=dict(type='list', elements='path', default=['/etc/profile.d/gpucluster-nccl.sh']),
             master_addr=dict(type='str', required=True),
             master_port=dict(type='int', default=29500),
@@ -625,27 +319,35 @@ def main():
             slurm_time=dict(type='str', default='01:00:00'),
             slurm_gpus_per_node=dict(type='int', default=0),
             slurm_cpus_per_task=dict(type='int', default=1),
+            ssh_check=dict(type='bool', default=True),
+            watch_timeout=dict(type='int', default=900),
+            step_regex=dict(type='str', default='step [0-9]+ loss'),
             log_lines=dict(type='int', default=20),
             stop_timeout=dict(type='int', default=10),
         ),
         supports_check_mode=True,
     )
-    try:
-        job = Job(module)
-    except tr.TrainingError as exc:
-        module.fail_json(msg=str(exc))
     state = module.params['state']
-    if state == 'checked':
-        problems, versions, cmd = job.check()
-        if problems:
-            module.fail_json(msg='node %s: %s' % (job.me, '; '.join(problems)), versions=versions,
-                             **job.result(command=cmd))
-        module.exit_json(changed=False, versions=versions, **job.result(command=cmd))
-    if state == 'started':
-        module.exit_json(**job.start())
-    if state == 'status':
-        module.exit_json(**job.status())
-    module.exit_json(**job.stop())
+    try:
+        job = launchers.Job(module.params, launchers.Runner(module))
+        if state == 'checked':
+            problems, versions, cmd = job.check()
+            if problems:
+                job.fail('node %s: %s' % (job.me, '; '.join(problems)), versions=versions, command=cmd)
+            result = job.result(changed=False, versions=versions, command=cmd)
+        elif state == 'started':
+            result = job.start()
+        elif state == 'status':
+            result = job.status()
+        elif state == 'watched':
+            if not job.is_head:
+                job.fail('node %s: state=watched runs on the head (%s) only' % (job.me, job.nodes[0]['name']))
+            result = job.watch(module.params['watch_timeout'], module.params['step_regex'])
+        else:
+            result = job.stop()
+    except launchers.JobError as exc:
+        module.fail_json(msg=exc.msg, **exc.result)
+    module.exit_json(**result)
 
 
 if __name__ == '__main__':

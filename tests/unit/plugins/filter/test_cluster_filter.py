@@ -30,3 +30,14 @@ def test_job_nodes_by_address():
 def test_summary_shows_detected_gpus_and_a_dash_where_there_are_none():
     rows = summary_rows(GROUPS, hostvars())
     assert [(r['name'], r['gpus']) for r in rows] == [('gpu-master', 8), ('cpu-node', '-'), ('gpu-worker-1', 8)]
+
+
+def test_job_nodes_take_node_slots_and_refuse_a_bad_value_naming_host_and_variable():
+    import pytest
+    from ansible.errors import AnsibleFilterError
+    hv = hostvars()
+    hv['cpu-node']['node_slots'] = 2
+    assert [(n['name'], n['slots']) for n in cluster_job_nodes(GROUPS, hv)][1] == ('cpu-node', 2)
+    hv['gpu-worker-1']['gpu_slots'] = 'two'
+    with pytest.raises(AnsibleFilterError, match="host gpu-worker-1: gpu_slots must be a whole number"):
+        cluster_job_nodes(GROUPS, hv)

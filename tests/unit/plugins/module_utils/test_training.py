@@ -30,8 +30,11 @@ def test_torchrun_line_has_c10d_rendezvous_on_the_head_and_the_node_address():
 
 def test_mpirun_forwards_nccl_and_master_variables():
     env = {'PATH': '/x', 'NCCL_SOCKET_IFNAME': 'eth0', 'MASTER_ADDR': 'a', 'HOME': '/root', 'GPUCLUSTER_JOB_ID': 'j'}
-    argv = tr.mpirun_command('/opt/env', 'hf', 16, 8, tr.forwarded_env_names(env), 'train.py')
-    assert argv[:8] == ['mpirun', '--hostfile', 'hf', '-np', '16', '--map-by', 'ppr:8:node', '--bind-to']
+    argv = tr.mpirun_command('/opt/env', 'hf', 5, tr.forwarded_env_names(env), 'train.py',
+                             ssh_args='-o BatchMode=yes')
+    # -np is the sum of the hostfile's slots, filled node after node (2+1+1+1: no fixed count per node)
+    assert argv[:8] == ['mpirun', '--hostfile', 'hf', '-np', '5', '--map-by', 'slot', '--bind-to']
+    assert argv[argv.index('plm_rsh_args') + 1] == '-o BatchMode=yes'
     forwarded = [argv[i + 1] for i, a in enumerate(argv) if a == '-x']
     assert forwarded == ['GPUCLUSTER_JOB_ID', 'MASTER_ADDR', 'NCCL_SOCKET_IFNAME', 'PATH']
     assert argv[-2:] == ['/opt/env/python', 'train.py']
@@ -41,14 +44,15 @@ def test_sbatch_script_takes_hostfile_from_scontrol_and_runs_torchrun_through_sr
     launch = tr.slurm_launch_line('torchrun', '/opt/env/bin', 8, 'job-7', '/shared/train.py', ['--steps', '5'],
                                   log_dir='/shared/jobs/job-7/logs/ranks')
     script = tr.sbatch_script('job-7', 4, 8, '02:00:00', '/shared/jobs/job-7/logs', '/shared/jobs/job-7/hostfile',
-                              29500, launch, partition='gpu', env={'NCCL_DEBUG': 'WARN'})
+                              29500, launch, partition='gpu', env_file='/shared/jobs/job-7/job.env')
     assert '#SBATCH --nodes=4\n' in script
     assert '#SBATCH --gpus-per-node=8\n' in script
     assert '#SBATCH --partition=gpu\n' in script
     assert '#SBATCH --output=/shared/jobs/job-7/logs/%x-%j.out' in script
     assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" > /shared/jobs/job-7/hostfile' in script
     assert 'export GPUCLUSTER_JOB_ID=job-7' in script
-    assert 'export NCCL_DEBUG=WARN' in script
+    # the job's environment (tokens) is sourced from its 0600 file, never written into the script
+    assert 'set -a; . /shared/jobs/job-7/job.env; set +a' in script
     assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'exec /opt/env/bin/torchrun --nnodes \"$SLURM_NNODES\"" in script
     assert '--rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT"' in script
     # every node advertises its own NodeAddr and logs its ranks under its own name
@@ -57,6 +61,23 @@ def test_sbatch_script_takes_hostfile_from_scontrol_and_runs_torchrun_through_sr
     assert 'MASTER_ADDR=$(node_addr "$(head -n 1 /shared/jobs/job-7/hostfile)")' in script
     cpu = tr.sbatch_script('j', 2, 0, '00:10:00', '/l', '/h', 29500, 'true')
     assert '--gpus-per-node' not in cpu and '--partition' not in cpu
+
+
+@pytest.mark.parametrize('time_limit,partition', [('01:00:00\n#SBATCH --uid=0', None), ('1:00; rm -rf /', None),
+                                                  ('01:00:00', 'gpu\nhostname'), ('01:00:00', 'gpu;id')])
+def test_sbatch_refuses_a_time_or_partition_that_would_escape_its_line(time_limit, partition):
+    with pytest.raises(tr.TrainingError, match='slurm_(time|partition)'):
+        tr.sbatch_script('j', 2, 0, time_limit, '/l', '/h', 29500, 'true', partition=partition)
+
+
+def test_env_file_quotes_values_and_refuses_bad_names(tmp_path):
+    text = tr.env_file_text({'WANDB_API_KEY': 'abc;rm -rf ~', 'NOTE': "two\nlines 'q'"})
+    (tmp_path / 'job.env').write_text(text)
+    out = subprocess.run(['bash', '-c', 'set -a; . %s; printf "%%s|" "$WANDB_API_KEY" "$NOTE"' % (tmp_path / 'job.env')],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout == "abc;rm -rf ~|two\nlines 'q'|"
+    with pytest.raises(tr.TrainingError, match='not a valid variable name'):
+        tr.env_file_text({'A;id': 'x'})
 
 
 def test_deepspeed_config_needs_json_and_batch_settings():
@@ -187,10 +208,11 @@ def test_sbatch_script_runs_under_bash_with_each_node_its_own_address(tmp_path):
     (bin_dir / 'torchrun').write_text('#!/bin/bash\necho "torchrun $*"\n')
     for name in ('scontrol', 'srun', 'torchrun'):
         (bin_dir / name).chmod(0o755)
-    launch = tr.slurm_launch_line('torchrun', str(bin_dir), 1, 'job 7', '/shared/my train.py', ['--steps', '5'],
-                                  log_dir=str(tmp_path / 'ranks'))
+    launch = tr.slurm_launch_line('torchrun', str(bin_dir), {'n1': 2, 'n2': 1}, 'job 7', '/shared/my train.py',
+                                  ['--steps', '5'], log_dir=str(tmp_path / 'ranks'))
+    (tmp_path / 'job.env').write_text("export DS_ACCELERATOR=cpu\n")
     script = tr.sbatch_script('job-7', 2, 0, '00:10:00', str(tmp_path), str(tmp_path / 'hostfile'), 29500, launch,
-                              env={'DS_ACCELERATOR': 'cpu'})
+                              env_file=str(tmp_path / 'job.env'))
     (tmp_path / 'job.sbatch').write_text(script)
     env = dict(os.environ, PATH='%s:%s' % (bin_dir, os.environ['PATH']), SLURM_JOB_NODELIST='n[1-2]',
                SLURM_NNODES='2', SLURM_JOB_ID='42')
@@ -198,8 +220,10 @@ def test_sbatch_script_runs_under_bash_with_each_node_its_own_address(tmp_path):
     lines = out.stdout.splitlines()
     assert lines[0] == 'job job-7: slurm job 42 on n1,n2, master 10.0.0.1:29500'
     assert len(lines) == 3
-    for node, line in zip(('n1', 'n2'), lines[1:]):
-        assert '--nnodes 2 ' in line and '--rdzv-endpoint 10.0.0.1:29500 --rdzv-id job 7 ' in line
+    for node, nproc, line in zip(('n1', 'n2'), (2, 1), lines[1:]):
+        # mixed slots: each node's agent gets its own --nproc-per-node
+        assert '--nnodes 2 --nproc-per-node %d ' % nproc in line
+        assert '--rdzv-endpoint 10.0.0.1:29500 --rdzv-id job 7 ' in line
         assert '--local-addr 10.0.0.%s ' % node[1] in line
         assert '--log-dir %s/ranks/%s ' % (tmp_path, node) in line
         assert line.endswith('/shared/my train.py --steps 5')
@@ -210,7 +234,7 @@ def test_mpirun_ranks_get_torch_rank_variables_and_node_env_files(tmp_path):
     env_file = tmp_path / 'nccl.sh'
     env_file.write_text('GLOO_SOCKET_IFNAME=eth7\n')
     prefix = 'set -a; [ -r %s ] && . %s; set +a; ' % (env_file, env_file)
-    argv = tr.mpirun_command('/usr', 'hf', 2, 1, [], '-c', ['import os; print(os.environ["RANK"], '
+    argv = tr.mpirun_command('/usr', 'hf', 2, [], '-c', ['import os; print(os.environ["RANK"], '
                                                               'os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"], '
                                                               'os.environ["GLOO_SOCKET_IFNAME"])'], node_prefix=prefix)
     wrapper = argv[argv.index('/bin/bash'):]

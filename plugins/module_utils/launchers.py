@@ -1,0 +1,564 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""A training job on one node, through its launcher: preflight, start, watch, status and stop.
+
+Each launcher is described once (class per launcher): the command it runs, what every node does
+(``launcher`` on the head and ``ranks`` elsewhere, or an ``agent`` per node), the files it needs
+(hostfile, environment), and how its status and the node that failed are read from its output.
+The ``Job`` runs the description with a ``runner`` (the module, or a fake in the unit tests) and
+``processes`` for the process life cycle; every problem raises JobError with one message that
+names the node and the option.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+import time
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
+from ansible_collections.gpucluster.multinode.plugins.module_utils import launch_failures as lf
+from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
+from ansible_collections.gpucluster.multinode.plugins.module_utils import slurm
+from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
+
+SSH_CONNECT_TIMEOUT = 5
+BIG = 100000
+
+
+class JobError(Exception):
+    """A refusal or failure worded for the user; result holds what the module returns with it."""
+
+    def __init__(self, msg, **result):
+        super().__init__(msg)
+        self.msg = msg
+        self.result = result
+
+
+class Runner:
+    """What a Job needs from Ansible (the module implements it; the tests fake it)."""
+
+    def __init__(self, module):
+        self.module = module
+        self.check_mode = module.check_mode
+
+    def run(self, argv, cwd=None, environ=None):
+        return self.module.run_command(argv, cwd=cwd, environ_update=environ)
+
+    def which(self, name):
+        return self.module.get_bin_path(name)
+
+    def versions(self, python, environ):
+        from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
+        return env_versions.read(self.module, python, imports=True, environ=environ, timeout=300)
+
+
+def write_file(path, content, mode=0o644):
+    """Write through a temp file and a rename, mode set before the content lands; True when changed."""
+    try:
+        with open(path) as handle:
+            if handle.read() == content and (os.stat(path).st_mode & 0o777) == mode:
+                return False
+    except (IOError, OSError):
+        pass
+    tmp = '%s.tmp%d' % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, 'w') as handle:
+        handle.write(content)
+    os.chmod(tmp, mode)
+    os.rename(tmp, path)
+    return True
+
+
+# ----- the launchers ---------------------------------------------------------------------------
+class Launcher:
+    name = None
+    uses_ssh = False        # the head reaches every node over SSH (checked before the start)
+    per_node = False        # every node starts its own part (an agent)
+
+    def __init__(self, job):
+        self.job = job
+
+    def role(self):
+        if self.per_node:
+            return 'agent'
+        return 'launcher' if self.job.is_head else 'ranks'
+
+    def starts_here(self):
+        return self.per_node or self.job.is_head
+
+    def binary(self):
+        return os.path.join(self.job.bin, self.name)
+
+    def command(self):
+        return None
+
+    def files(self):
+        """{path: (content, mode)} this node writes before starting."""
+        return {}
+
+    def start_env(self, env):
+        return env
+
+    def read_status(self, out):
+        """Add the launcher's view of the nodes (node_exit_codes, ...) to a status result."""
+
+    def failures(self, text):
+        """[{node, cause}] the launcher's log shows while the job starts."""
+        return []
+
+    def watch_log(self):
+        """The log the head watches for the first step."""
+        return self.job.log
+
+
+class DeepSpeed(Launcher):
+    name = 'deepspeed'
+    uses_ssh = True
+
+    def command(self):
+        j = self.job
+        if not j.is_head:
+            return None
+        return tr.deepspeed_command(j.bin, j.hostfile, j.p['master_addr'], j.p['master_port'], j.p['script'],
+                                    j.p['script_args'], launcher=j.p['deepspeed_launcher'], num_nodes=len(j.nodes))
+
+    def ds_env_text(self):
+        """The job's DS_ENV_FILE: what pdsh exports on every node (one KEY=VALUE per line)."""
+        j = self.job
+        keep = {}
+        home_env = os.path.join(j.home, '.deepspeed_env')
+        if os.path.isfile(home_env):
+            with open(home_env) as handle:
+                for line in handle:
+                    if '=' in line and not line.startswith('#'):
+                        key, _, value = line.rstrip('\n').partition('=')
+                        keep[key.strip()] = value
+        keep.update(j.env)
+        keep['PATH'] = '%s:%s' % (j.bin, keep.get('PATH', '/usr/local/bin:/usr/bin:/bin'))
+        keep[pr.JOB_ENV] = j.job_id
+        for key, value in keep.items():
+            if any(c.isspace() for c in value):
+                raise JobError('node %s: env %s has white space in its value, which the deepspeed launcher '
+                               'cannot forward over pdsh' % (j.me, key))
+        return ''.join('%s=%s\n' % kv for kv in keep.items())
+
+    def files(self):
+        j = self.job
+        if not j.is_head:
+            return {}
+        return {j.hostfile: (hf.render(j.nodes, 'deepspeed'), 0o644),
+                j.ds_env_file: (self.ds_env_text(), 0o600)}
+
+    def start_env(self, env):
+        env['DS_ENV_FILE'] = self.job.ds_env_file
+        # pdsh's ssh: no prompt, pinned keys, a bounded connect
+        env['PDSH_SSH_ARGS_APPEND'] = ' '.join(lf.SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % SSH_CONNECT_TIMEOUT))
+        return env
+
+    def read_status(self, out):
+        j = self.job
+        if not j.is_head:
+            return
+        text = '\n'.join(pr.tail(j.log, BIG))
+        out['node_exit_codes'] = tr.pdsh_exit_codes(text)
+        out['node_log_tails'] = tr.pdsh_node_tails(text, [n['name'] for n in j.nodes], j.p['log_lines'])
+        out['unreachable'] = lf.unreachable_nodes(text, j.nodes)
+
+    def failures(self, text):
+        found = [dict(node=u['node'], cause=self.job.unreachable_cause(u)) for u in lf.unreachable_nodes(text, self.job.nodes)]
+        seen = {f['node'] for f in found}
+        for node, code in tr.pdsh_exit_codes(text).items():
+            if code and node not in seen:
+                found.append({'node': node, 'cause': 'its ranks exited with code %d' % code})
+        return found
+
+
+class Torchrun(Launcher):
+    name = 'torchrun'
+    per_node = True
+
+    def command(self):
+        j = self.job
+        return tr.torchrun_command(j.bin, len(j.nodes), j.slots, j.p['master_addr'], j.p['master_port'], j.job_id,
+                                   j.p['script'], j.p['script_args'], log_dir=os.path.join(j.rank_log_dir, j.me),
+                                   local_addr=j.node['address'])
+
+    def read_status(self, out):
+        out['rank_failure'] = tr.torchrun_failure('\n'.join(pr.tail(self.job.log, 400)))
+
+
+class Mpirun(Launcher):
+    name = 'mpirun'
+    uses_ssh = True
+
+    def binary(self):
+        return self.job.runner.which('mpirun') or 'mpirun'
+
+    def command(self):
+        j = self.job
+        if not j.is_head:
+            return None
+        names = tr.forwarded_env_names(list(j.base_env()) + list(j.env))
+        ssh_args = ' '.join(lf.SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % SSH_CONNECT_TIMEOUT))
+        return tr.mpirun_command(j.bin, j.hostfile, hf.world_size(j.nodes), names, j.p['script'], j.p['script_args'],
+                                 mpirun=self.binary(), node_prefix=j.shell_prefix(), ssh_args=ssh_args)
+
+    def files(self):
+        j = self.job
+        return {j.hostfile: (hf.render(j.nodes, 'openmpi'), 0o644)} if j.is_head else {}
+
+    def read_status(self, out):
+        j = self.job
+        if not j.is_head:
+            return
+        text = '\n'.join(pr.tail(j.log, BIG))
+        failure = tr.mpirun_failure(text)
+        if failure:
+            node = failure['node'] or hf.node_of_rank(j.nodes, failure['rank']) or j.nodes[-1]['name']
+            out['node_exit_codes'] = {node: failure['exit_code']}
+        out['unreachable'] = lf.unreachable_nodes(text, j.nodes)
+
+    def failures(self, text):
+        j = self.job
+        found = [dict(node=u['node'], cause=j.unreachable_cause(u)) for u in lf.unreachable_nodes(text, j.nodes)]
+        failure = tr.mpirun_failure(text)
+        if failure and not found:
+            node = failure['node'] or hf.node_of_rank(j.nodes, failure['rank'])
+            found.append({'node': node, 'cause': 'rank %d exited with code %d' % (failure['rank'], failure['exit_code'])})
+        return found
+
+
+class Slurm(Launcher):
+    name = 'slurm'
+
+    def binary(self):
+        return self.job.runner.which('sbatch') or 'sbatch'
+
+    def script(self):
+        j = self.job
+        launch = tr.slurm_launch_line('torchrun', j.bin, {n['name']: n['slots'] for n in j.nodes}, j.job_id,
+                                      j.p['script'], j.p['script_args'], log_dir=j.rank_log_dir,
+                                      node_prefix=j.shell_prefix())
+        return tr.sbatch_script(j.job_id, len(j.nodes), j.p['slurm_gpus_per_node'], j.p['slurm_time'], j.log_dir,
+                                os.path.join(j.job_dir, 'hostfile'), j.p['master_port'], launch,
+                                partition=j.p['slurm_partition'], cpus_per_task=j.p['slurm_cpus_per_task'],
+                                env_file=j.env_file)
+
+    def files(self):
+        j = self.job
+        return {j.sbatch: (self.script(), 0o700)} if j.is_head else {}
+
+    def slurm_id(self):
+        text = pr.tail(os.path.join(self.job.state_dir, 'slurm_job_id'), 1)
+        return text[0].strip() if text else None
+
+    def watch_log(self):
+        sid = self.slurm_id()
+        return self.slurm_log(sid) if sid else self.job.log
+
+    def failures(self, text):
+        found = {}
+        for node, _, what in slurm.srun_failures(text):
+            found.setdefault(node, {'node': node, 'cause': 'srun: its task %s' % what})
+        return list(found.values())
+
+    def slurm_log(self, sid):
+        return os.path.join(self.job.log_dir, '%s-%s.out' % (self.job.job_id, sid))
+
+    def slurm_status(self, sid):
+        """{state, exit_code}: squeue while queued or running, then scontrol (finished jobs stay known
+        for MinJobAge), then sacct where accounting is kept."""
+        run = self.job.runner.run
+        rc, out, _ = run(['squeue', '--noheader', '--jobs', sid, '--format', '%T'])
+        if rc == 0 and out.strip():
+            return {'state': out.strip().split()[0], 'exit_code': None}
+        rc, out, _ = run(['scontrol', 'show', 'job', '--oneliner', sid])
+        if rc == 0 and out.strip():
+            return slurm.job_state(slurm.parse_oneline(out))
+        rc, out, _ = run(['sacct', '--noheader', '--parsable2', '--allocations', '--jobs', sid,
+                          '--format', 'State,ExitCode'])
+        return (slurm.sacct_state(out) if rc == 0 else None) or {'state': None, 'exit_code': None}
+
+    def read_status(self, out):
+        j = self.job
+        sid = self.slurm_id() if j.is_head else None
+        if not sid:
+            return
+        info = self.slurm_status(sid)
+        out.update(slurm_job_id=sid, slurm_state=info['state'], log=self.slurm_log(sid))
+        out['running'] = out['running'] or info['state'] in slurm.ACTIVE_STATES
+        if not out['running']:
+            out['exit_code'] = info['exit_code']
+        text = '\n'.join(pr.tail(out['log'], BIG))
+        out['log_tail'] = pr.tail(out['log'], j.p['log_lines'])
+        # srun names the nodes whose task failed; torchrun's report names the one that failed first
+        codes = {}
+        for node, code, _ in slurm.srun_failures(text):
+            codes.setdefault(node, code)
+        first = tr.torchrun_failure(text)
+        if first and first['host'] in codes:
+            codes = dict([(first['host'], codes[first['host']])] + [(n, c) for n, c in codes.items()
+                                                                     if n != first['host']])
+        out['node_exit_codes'] = codes
+        out['rank_failure'] = first
+        out['node_log_tails'] = tr.pdsh_node_tails(text, [n['name'] for n in j.nodes], j.p['log_lines'])
+
+
+LAUNCHERS = {cls.name: cls for cls in (DeepSpeed, Torchrun, Mpirun, Slurm)}
+
+
+# ----- the job on this node --------------------------------------------------------------------
+class Job:
+    def __init__(self, params, runner, proc='/proc'):
+        self.p = p = params
+        self.runner = runner
+        self.proc = proc
+        try:
+            self.job_id = tr.check_job_id(p['job_id'])
+            self.env = tr.check_env(p['env'])
+            if p['launcher'] == 'slurm':
+                tr.check_slurm_settings(p['slurm_time'], p['slurm_partition'])
+        except tr.TrainingError as exc:
+            raise JobError('node %s: %s' % (p['node'], exc))
+        names = [n['name'] for n in p['nodes']]
+        if not names:
+            raise JobError('nodes is empty: the job needs at least the head')
+        if p['node'] not in names:
+            raise JobError('node %s is not in nodes (%s)' % (p['node'], ', '.join(names)))
+        for node in p['nodes']:
+            if p['nproc_per_node'] and p['nproc_per_node'] > node['slots']:
+                raise JobError('nproc_per_node %d is above the %d slot(s) of node %s'
+                               % (p['nproc_per_node'], node['slots'], node['name']))
+        self.nodes = [dict(name=n['name'], address=n['address'], slots=p['nproc_per_node'] or n['slots'])
+                      for n in p['nodes']]
+        self.me = p['node']
+        self.node = self.nodes[names.index(self.me)]
+        self.slots = self.node['slots']
+        self.is_head = names[0] == self.me
+        self.uid = os.geteuid()
+        try:
+            account = pwd.getpwuid(self.uid)
+            self.user, self.home = account.pw_name, account.pw_dir
+        except KeyError:
+            self.user, self.home = str(self.uid), os.path.expanduser('~')
+        self.bin = os.path.join(p['env_path'], 'bin')
+        self.job_dir = p['job_dir']
+        self.log_dir = os.path.join(self.job_dir, 'logs')
+        self.rank_log_dir = os.path.join(self.log_dir, 'ranks')
+        self.exit_dir = os.path.join(self.job_dir, 'exit')
+        self.log = os.path.join(self.log_dir, '%s.log' % self.me)
+        self.state_dir = os.path.join(p['state_dir'] or pr.default_state_root(self.uid), self.job_id)
+        self.hostfile = p['hostfile'] or os.path.join(self.job_dir, 'hostfile')
+        self.env_file = os.path.join(self.job_dir, 'job.env')
+        self.ds_env_file = os.path.join(self.job_dir, 'deepspeed_env')
+        self.sbatch = os.path.join(self.job_dir, 'job.sbatch')
+        self.launcher = LAUNCHERS[p['launcher']](self)
+
+    def result(self, **kw):
+        base = dict(job_id=self.job_id, node=self.me, role=self.launcher.role(), log=self.log,
+                    rank_log_dir=self.rank_log_dir, slots=self.slots, world_size=hf.world_size(self.nodes),
+                    ranks=hf.rank_layout(self.nodes).get(self.me))
+        base.update(kw)
+        return base
+
+    def fail(self, msg, **kw):
+        raise JobError(msg, **self.result(**kw))
+
+    # ----- environment -------------------------------------------------------------------------
+    def base_env(self):
+        """The environment of what this node starts (the job's own variables come from job.env)."""
+        env = dict(os.environ)
+        env['PATH'] = '%s:%s' % (self.bin, env.get('PATH', '/usr/bin:/bin'))
+        env[pr.JOB_ENV] = self.job_id
+        env['MASTER_ADDR'] = self.p['master_addr']
+        env['MASTER_PORT'] = str(self.p['master_port'])
+        return env
+
+    def shell_prefix(self):
+        """Source the env files that exist and the job's environment file, then keep the job's PATH first."""
+        parts = ['set -a']
+        for path in list(self.p['env_files']) + [self.env_file]:
+            parts.append('[ -r %s ] && . %s' % (tr.q(path), tr.q(path)))
+        parts.append('set +a')
+        parts.append('export PATH=%s:"$PATH"' % tr.q(self.bin))
+        return '; '.join(parts) + '; '
+
+    def unreachable_cause(self, item):
+        return 'head cannot reach %s over SSH as %s: %s' % (item['node'], self.user, item['cause'])
+
+    # ----- preflight ---------------------------------------------------------------------------
+    def leaders(self):
+        """What this node started for the job, while its pid file still names it."""
+        leader = pr.pidfile_process(self.state_dir, self.job_id, self.proc)
+        return [leader] if leader else []
+
+    def processes(self):
+        return pr.job_processes(self.job_id, self.uid, self.proc, self.leaders())
+
+    def ssh_refusals(self):
+        """'head cannot reach NODE over SSH as USER: WHY' for every node the head cannot reach."""
+        targets = [n['name'] for n in self.nodes]
+        rc, out, err = self.runner.run(['bash', '-c', lf.ssh_probe_script(targets, SSH_CONNECT_TIMEOUT)])
+        return lf.probe_refusals(lf.parse_ssh_probe(out), targets, self.user)
+
+    def check(self):
+        """(problems, versions, command line) of this node's part; changes nothing."""
+        problems = []
+        launcher = self.launcher
+        binary = launcher.binary()
+        if launcher.starts_here() and not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+            problems.append('launcher %s is not installed (%s not found)' % (launcher.name, binary))
+        python = os.path.join(self.bin, 'python')
+        if not os.path.exists(python):
+            problems.append('env_path %s holds no Python environment (%s missing)' % (self.p['env_path'], python))
+        if not os.path.isfile(self.p['script']):
+            problems.append('script %s does not exist' % self.p['script'])
+        if self.processes():
+            problems.append('job %s already has processes here' % self.job_id)
+        if self.is_head and launcher.name != 'slurm':
+            holders = pr.port_listeners(self.p['master_port'], proc=self.proc)
+            if holders:
+                problems.append(pr.describe_listeners(self.p['master_port'], holders) +
+                                '; stop that job or choose another master_port')
+        if self.is_head and launcher.uses_ssh and self.p['ssh_check'] and len(self.nodes) > 0:
+            problems.extend(self.ssh_refusals())
+        if launcher.name == 'slurm' and self.is_head and self.p['slurm_partition'] \
+                and self.runner.which('sbatch') and self.runner.which('sinfo'):
+            rc, out, err = self.runner.run(['sinfo', '--noheader', '--format', '%R'])
+            known = slurm.partitions(out) if rc == 0 else []
+            if rc != 0:
+                problems.append('sinfo cannot reach the Slurm controller: %s' % (err or out).strip()[-300:])
+            elif self.p['slurm_partition'] not in known:
+                problems.append('slurm_partition %s does not exist (partitions: %s)'
+                                % (self.p['slurm_partition'], ', '.join(known) or 'none'))
+        versions = {}
+        if os.path.exists(python):
+            ds = self.env.get('DS_ACCELERATOR')
+            versions, error = self.runner.versions(python, {'DS_ACCELERATOR': ds} if ds else None)
+            if error:
+                problems.append('import torch failed in %s: %s' % (python, error))
+        cmd = launcher.command()
+        return problems, versions, tr.join(cmd) if cmd else ''
+
+    # ----- start -------------------------------------------------------------------------------
+    def prepare(self):
+        for path in (self.job_dir, self.log_dir, self.rank_log_dir, self.exit_dir):
+            os.makedirs(path, exist_ok=True)
+        try:
+            pr.private_dir(self.state_dir)
+        except pr.ProcessError as exc:
+            self.fail('node %s: %s' % (self.me, exc))
+        if self.is_head or self.launcher.per_node:
+            write_file(self.env_file, tr.env_file_text(self.env), 0o600)
+        for path, (content, mode) in self.launcher.files().items():
+            write_file(path, content, mode)
+
+    def start(self, spawn=pr.spawn_detached):
+        problems, _, _ = self.check()
+        if problems:
+            self.fail('node %s cannot start job %s: %s' % (self.me, self.job_id, '; '.join(problems)))
+        if self.launcher.name == 'slurm':
+            return self.start_slurm()
+        cmd = self.launcher.command()
+        if cmd is None:
+            return self.result(changed=False, command='', started=False,
+                               msg='the %s launcher on the head starts the ranks of %s' % (self.launcher.name, self.me))
+        if self.runner.check_mode:
+            return self.result(changed=True, command=tr.join(cmd), started=False)
+        self.prepare()
+        try:
+            os.unlink(os.path.join(self.exit_dir, self.me))
+        except OSError:
+            pass
+        env = self.launcher.start_env(self.base_env())
+        line = self.shell_prefix() + 'exec ' + tr.join(cmd)
+        record = spawn(line, env, self.job_dir, self.log, self.state_dir, job_id=self.job_id,
+                       exit_files=[os.path.join(self.exit_dir, self.me)])
+        return self.result(changed=True, command=tr.join(cmd), pid=record['pid'], started=True)
+
+    def start_slurm(self):
+        if not self.is_head:
+            return self.result(changed=False, command='', started=False, msg='Slurm starts the ranks of %s' % self.me)
+        command = 'sbatch --parsable %s' % self.sbatch
+        if self.runner.check_mode:
+            return self.result(changed=True, command=command, started=False)
+        self.prepare()
+        rc, out, err = self.runner.run(['sbatch', '--parsable', self.sbatch], cwd=self.job_dir)
+        if rc != 0:
+            self.fail('sbatch refused job %s: %s' % (self.job_id, (err or out).strip()))
+        sid = out.strip().split(';')[0]
+        write_file(os.path.join(self.state_dir, 'slurm_job_id'), sid + '\n', 0o600)
+        return self.result(changed=True, command=command, started=True, slurm_job_id=sid,
+                           log=self.launcher.slurm_log(sid))
+
+    # ----- watch, status, stop -----------------------------------------------------------------
+    def exit_codes(self):
+        """{node: exit code} of the nodes whose part already ended (from the job directory)."""
+        out = {}
+        for node in self.nodes:
+            text = pr.tail(os.path.join(self.exit_dir, node['name']), 1)
+            if text and text[0].strip().lstrip('-').isdigit():
+                out[node['name']] = int(text[0].strip())
+        return out
+
+    def watch_once(self, step_re):
+        """(first_step_line, failure) from one look at the job: the head's log and every node's exit."""
+        text = '\n'.join(pr.tail(self.launcher.watch_log(), BIG))
+        step = step_re.search(text)
+        failures = self.launcher.failures(text)
+        for node, code in self.exit_codes().items():
+            if code and node not in [f['node'] for f in failures]:
+                what = 'agent' if self.launcher.per_node else 'launcher'
+                failures.append({'node': node, 'cause': 'its %s %s exited with code %d' % (self.launcher.name, what, code)})
+        if failures:
+            return None, failures
+        return (step.group(0) if step else None), []
+
+    def watch(self, timeout, step_regex, poll=1.0, sleep=time.sleep, clock=time.time):
+        """Wait (on the head) for the first step line, but return as soon as a node fails or cannot be
+        reached: {first_step, elapsed, failures: [{node, cause}], timed_out}."""
+        step_re = re.compile(step_regex)
+        start = clock()
+        while True:
+            step, failures = self.watch_once(step_re)
+            elapsed = round(clock() - start, 1)
+            if step or failures:
+                return self.result(changed=False, first_step=step, elapsed=elapsed, failures=failures, timed_out=False)
+            if self.exit_codes().get(self.me) == 0 and not self.launcher.per_node:
+                return self.result(changed=False, first_step=None, elapsed=elapsed, failures=[], timed_out=False)
+            if elapsed >= timeout:
+                log = self.launcher.watch_log()
+                return self.result(changed=False, first_step=None, elapsed=elapsed, failures=[], timed_out=True,
+                                   log=log, log_tail=pr.tail(log, self.p['log_lines']))
+            sleep(poll)
+
+    def status(self):
+        procs = self.processes()
+        out = self.result(changed=False, running=bool(procs), pids=[p['pid'] for p in procs],
+                          exit_code=pr.read_exit_code(self.state_dir), log_tail=pr.tail(self.log, self.p['log_lines']))
+        self.launcher.read_status(out)
+        return out
+
+    def stop(self, sleep=time.sleep):
+        procs = self.processes()
+        sid = self.launcher.slurm_id() if self.launcher.name == 'slurm' and self.is_head else None
+        if self.runner.check_mode:
+            return self.result(changed=bool(procs) or bool(sid), running=bool(procs),
+                               stopped_pids=[p['pid'] for p in procs])
+        if sid:
+            rc, out, err = self.runner.run(['scancel', sid])
+            if rc != 0:
+                self.fail('scancel %s (job %s) failed: %s' % (sid, self.job_id, (err or out).strip()))
+            deadline = time.time() + self.p['stop_timeout'] + 30
+            while time.time() < deadline and self.launcher.slurm_status(sid)['state'] in slurm.ACTIVE_STATES:
+                sleep(1)
+        outcome = pr.stop_job(self.job_id, self.uid, grace=self.p['stop_timeout'], proc=self.proc,
+                              leaders=self.leaders(), sleep=sleep)
+        if outcome['left']:
+            self.fail('node %s: %d process(es) of job %s survived SIGKILL: %s'
+                      % (self.me, len(outcome['left']), self.job_id, ', '.join(str(p['pid']) for p in outcome['left'])))
+        return self.result(changed=bool(outcome['signalled']) or bool(sid), running=False,
+                           stopped_pids=outcome['signalled'], refused=outcome['refused'])

@@ -1,0 +1,350 @@
+"""Start, status, watch and stop of a training job for each launcher, on a 2+1+1+1 cluster, with a
+fake runner (recorded outputs) and a fake process table."""
+
+import errno
+import json
+import os
+import shutil
+
+import pytest
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers as ln
+from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
+
+from test_processes import ME, OTHER, fake_proc
+
+FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures')
+NODES = [{'name': 'alpha', 'address': '10.99.0.11', 'slots': 2},
+         {'name': 'bravo-2', 'address': '10.99.0.12', 'slots': 1},
+         {'name': 'charlie', 'address': '10.99.0.13', 'slots': 1},
+         {'name': 'delta', 'address': '10.99.0.14', 'slots': 1}]
+SECRET = 'hf_S3cretTokenValue'
+
+
+def fixture(*parts):
+    with open(os.path.join(FIXTURES, *parts)) as handle:
+        return handle.read()
+
+
+class FakeRunner:
+    """Answers commands from a table {argv[0] or 'bash -c': (rc, out, err)} and records them."""
+
+    def __init__(self, answers=None, check_mode=False):
+        self.answers = answers or {}
+        self.calls = []
+        self.check_mode = check_mode
+
+    def run(self, argv, cwd=None, environ=None):
+        self.calls.append(list(argv))
+        key = 'ssh-probe' if argv[:2] == ['bash', '-c'] else argv[0]
+        answer = self.answers.get(key, (0, '', ''))
+        return answer(argv) if callable(answer) else answer
+
+    bin_dir = '/usr/bin'
+
+    def which(self, name):
+        return os.path.join(self.bin_dir, name)
+
+    def versions(self, python, environ):
+        return {'torch': '2.13.0+cpu', 'deepspeed': '0.19.8'}, None
+
+
+def probe_ok(argv):
+    return 0, ''.join('%s\t0\t\n' % n['name'] for n in NODES), ''
+
+
+@pytest.fixture
+def lab(tmp_path):
+    env = tmp_path / 'env' / 'bin'
+    env.mkdir(parents=True)
+    for name in ('python', 'deepspeed', 'torchrun', 'mpirun', 'sbatch', 'sinfo'):
+        (env / name).write_text('#!/bin/sh\n')
+        (env / name).chmod(0o755)
+    (tmp_path / 'train.py').write_text('print(1)\n')
+    proc = tmp_path / 'proc'
+    (proc / 'net').mkdir(parents=True)
+    (proc / 'net' / 'tcp').write_text('  sl  local_address rem_address   st\n')
+    return tmp_path
+
+
+def params(lab, launcher='deepspeed', node='alpha', **kw):
+    p = dict(state='started', job_id='tiny-001', launcher=launcher, node=node, nodes=[dict(n) for n in NODES],
+             script=str(lab / 'train.py'), script_args=['--steps', '5'], env_path=str(lab / 'env'),
+             env={'DS_ACCELERATOR': 'cpu', 'HF_TOKEN': SECRET}, env_files=[], master_addr='10.99.0.11',
+             master_port=29500, nproc_per_node=None, job_dir=str(lab / 'jobs' / 'tiny-001'),
+             state_dir=str(lab / 'state' / node), hostfile=None, deepspeed_launcher='pdsh', slurm_partition=None,
+             slurm_time='01:00:00', slurm_gpus_per_node=0, slurm_cpus_per_task=1, ssh_check=True,
+             watch_timeout=30, step_regex='step [0-9]+ loss', log_lines=20, stop_timeout=1)
+    p.update(kw)
+    return p
+
+
+def job(lab, launcher='deepspeed', node='alpha', runner=None, **kw):
+    runner = runner or FakeRunner({'ssh-probe': probe_ok})
+    runner.bin_dir = str(lab / 'env' / 'bin')
+    return ln.Job(params(lab, launcher, node, **kw), runner, proc=str(lab / 'proc'))
+
+
+class Spawn:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, line, env, cwd, log, state_dir, job_id=None, exit_files=()):
+        self.calls.append({'line': line, 'env': env, 'log': log, 'exit_files': list(exit_files)})
+        return {'pid': 4242, 'start_time': 1, 'uid': ME, 'job_id': job_id}
+
+
+def mode(path):
+    return os.stat(str(path)).st_mode & 0o777
+
+
+# ----- start ------------------------------------------------------------------------------------
+def test_deepspeed_start_writes_each_nodes_own_slots_and_private_env_files(lab):
+    spawn = Spawn()
+    out = job(lab).start(spawn=spawn)
+    jobdir = lab / 'jobs' / 'tiny-001'
+    assert (jobdir / 'hostfile').read_text() == 'alpha slots=2\nbravo-2 slots=1\ncharlie slots=1\ndelta slots=1\n'
+    assert out['world_size'] == 5 and out['ranks'] == [0, 1] and out['role'] == 'launcher'
+    assert mode(jobdir / 'job.env') == 0o600 and mode(jobdir / 'deepspeed_env') == 0o600
+    assert 'HF_TOKEN=%s' % SECRET in (jobdir / 'deepspeed_env').read_text()
+    assert mode(lab / 'state' / 'alpha' / 'tiny-001') == 0o700
+    call = spawn.calls[0]
+    assert call['env']['DS_ENV_FILE'] == str(jobdir / 'deepspeed_env')
+    assert 'BatchMode=yes' in call['env']['PDSH_SSH_ARGS_APPEND']
+    assert 'ConnectTimeout=' in call['env']['PDSH_SSH_ARGS_APPEND']
+    assert '--hostfile %s' % (jobdir / 'hostfile') in call['line'] and '--num_nodes 4' in call['line']
+    assert call['exit_files'] == [str(jobdir / 'exit' / 'alpha')]
+    # the token is in the 0600 files only: never on the command line, never in the result
+    assert SECRET not in call['line'] and SECRET not in json.dumps(out)
+
+
+def test_deepspeed_worker_starts_nothing_itself(lab):
+    spawn = Spawn()
+    out = job(lab, node='charlie').start(spawn=spawn)
+    assert spawn.calls == [] and out['started'] is False and out['role'] == 'ranks' and out['ranks'] == [3, 3]
+
+
+@pytest.mark.parametrize('node,nproc', [('alpha', 2), ('delta', 1)])
+def test_torchrun_gives_each_node_its_own_nproc_per_node(lab, node, nproc):
+    spawn = Spawn()
+    out = job(lab, 'torchrun', node).start(spawn=spawn)
+    line = spawn.calls[0]['line']
+    assert '--nnodes 4 --nproc-per-node %d ' % nproc in line
+    assert '--rdzv-endpoint 10.99.0.11:29500' in line
+    assert out['role'] == 'agent' and out['world_size'] == 5
+    assert '. %s' % (lab / 'jobs' / 'tiny-001' / 'job.env') in line   # the job's env comes from its 0600 file
+    assert mode(lab / 'jobs' / 'tiny-001' / 'job.env') == 0o600
+
+
+def test_nproc_per_node_above_a_nodes_slots_is_refused_naming_the_node(lab):
+    with pytest.raises(ln.JobError, match='nproc_per_node 2 is above the 1 slot.s. of node bravo-2'):
+        job(lab, 'torchrun', nproc_per_node=2)
+
+
+def test_mpirun_runs_the_sum_of_slots_from_an_openmpi_hostfile(lab):
+    spawn = Spawn()
+    job(lab, 'mpirun').start(spawn=spawn)
+    line = spawn.calls[0]['line']
+    assert '-np 5 --map-by slot' in line and 'plm_rsh_args' in line
+    assert (lab / 'jobs' / 'tiny-001' / 'hostfile').read_text().splitlines()[0] == 'alpha slots=2'
+
+
+def test_slurm_start_submits_a_script_without_secrets_and_returns_the_id(lab):
+    runner = FakeRunner({'sbatch': (0, '42;cluster\n', ''), 'sinfo': (0, 'cpu\n', '')})
+    out = job(lab, 'slurm', runner=runner, slurm_partition='cpu').start()
+    script = (lab / 'jobs' / 'tiny-001' / 'job.sbatch').read_text()
+    assert out['slurm_job_id'] == '42' and runner.calls[-1][:2] == ['sbatch', '--parsable']
+    assert SECRET not in script and 'sbatch' not in out and SECRET not in json.dumps(out)
+    assert "alpha) n=2;;" in script and "delta) n=1;;" in script
+    assert mode(lab / 'jobs' / 'tiny-001' / 'job.sbatch') == 0o700
+
+
+def test_slurm_time_with_a_newline_is_refused_before_anything_is_written(lab):
+    with pytest.raises(ln.JobError, match='node alpha: slurm_time'):
+        job(lab, 'slurm', slurm_time='01:00:00\n#SBATCH --uid=0')
+    assert not (lab / 'jobs').exists()
+
+
+# ----- preflight ---------------------------------------------------------------------------------
+def test_check_names_every_node_the_head_cannot_reach_over_ssh(lab):
+    probe = ('alpha\t0\t\nbravo-2\t0\t\ncharlie\t255\tssh: connect to host 10.99.0.13 port 22: Connection timed out\n'
+             'delta\t255\tHost key verification failed.\n')
+    runner = FakeRunner({'ssh-probe': (0, probe, '')})
+    problems, _, _ = job(lab, runner=runner).check()
+    user = job(lab).user
+    assert problems == [
+        'head cannot reach charlie over SSH as %s: ssh: connect to host 10.99.0.13 port 22: Connection timed out' % user,
+        'head cannot reach delta over SSH as %s: Host key verification failed.' % user]
+    script = runner.calls[0][2]
+    assert 'BatchMode=yes' in script and 'StrictHostKeyChecking=yes' in script and 'ConnectTimeout=5' in script
+
+
+def test_check_of_torchrun_needs_no_ssh_and_a_worker_never_probes(lab):
+    runner = FakeRunner()
+    job(lab, 'torchrun', runner=runner).check()
+    job(lab, 'deepspeed', 'delta', runner=runner).check()
+    assert runner.calls == []
+
+
+# ----- status ------------------------------------------------------------------------------------
+def write_log(lab, node, text):
+    logs = lab / 'jobs' / 'tiny-001' / 'logs'
+    logs.mkdir(parents=True, exist_ok=True)
+    (logs / ('%s.log' % node)).write_text(text)
+
+
+def test_deepspeed_status_names_the_worker_pdsh_could_not_reach(lab):
+    write_log(lab, 'alpha', fixture('pdsh', 'deepspeed-head-log-worker-blocked.txt'))
+    out = job(lab).status()
+    assert out['node_exit_codes'] == {'delta': 255}
+    assert [(u['node'], u['cause']) for u in out['unreachable']] == [
+        ('bravo-2', 'Timeout, server 10.99.0.12 not responding'),
+        ('delta', 'ssh: connect to host 10.99.0.14 port 22: Connection timed out')]
+    assert out['running'] is False
+
+
+def test_mpirun_status_maps_a_rank_to_its_node_with_mixed_slots(lab):
+    write_log(lab, 'alpha', fixture('openmpi', 'mpirun-rank-exit3.txt'))
+    # rank 1 is alpha's second slot on a 2+1+1+1 cluster, not the second node
+    assert job(lab, 'mpirun').status()['node_exit_codes'] == {'alpha': 3}
+    write_log(lab, 'alpha', fixture('openmpi', 'mpirun-rank-killed.txt'))
+    assert list(job(lab, 'mpirun').status()['node_exit_codes'].values()) == [137]
+
+
+def test_torchrun_status_reads_the_first_failure_of_its_agent(lab):
+    write_log(lab, 'bravo-2', fixture('torchrun', 'agent-rank-killed.log'))
+    out = job(lab, 'torchrun', 'bravo-2').status()
+    assert out['rank_failure']['signal'] == 'SIGKILL' and out['rank_failure']['exit_code'] == -9
+
+
+def test_slurm_status_reads_scontrol_then_srun_lines(lab):
+    state = lab / 'state' / 'alpha' / 'tiny-001'
+    state.mkdir(parents=True)
+    (state / 'slurm_job_id').write_text('3\n')
+    logs = lab / 'jobs' / 'tiny-001' / 'logs'
+    logs.mkdir(parents=True)
+    (logs / 'tiny-001-3.out').write_text(fixture('slurm', 'srun-task-exit3.txt'))
+    runner = FakeRunner({'squeue': (0, '', ''), 'scontrol': (0, fixture('slurm', 'scontrol_show_job_failed.txt'), '')})
+    out = job(lab, 'slurm', runner=runner).status()
+    assert out['slurm_job_id'] == '3' and out['slurm_state'] == 'FAILED' and out['running'] is False
+    assert list(out['node_exit_codes'])[0] == 'mol-slurm-worker-1'
+
+
+def test_status_ignores_a_stale_pidfile_and_another_users_job(lab):
+    proc = lab / 'proc'
+    fake_proc(proc, 700, start_time=99, env={}, cmdline=('vim',))             # pid reused by an unrelated process
+    fake_proc(proc, 701, uid=OTHER, env={pr.JOB_ENV: 'tiny-001'})              # another account's job of the same id
+    state = lab / 'state' / 'alpha' / 'tiny-001'
+    state.mkdir(parents=True)
+    pr.write_pidfile(str(state / 'pid'), {'pid': 700, 'start_time': 11, 'uid': ME, 'job_id': 'tiny-001'})
+    out = job(lab, 'torchrun').status()
+    assert out['running'] is False and out['pids'] == []
+
+
+# ----- stop --------------------------------------------------------------------------------------
+@pytest.fixture
+def kills(monkeypatch, lab):
+    proc = lab / 'proc'
+    calls = []
+
+    def kill(pid, sig):
+        calls.append(pid)
+        if not (proc / str(pid)).exists():
+            raise OSError(errno.ESRCH, 'No such process')
+        if pr.read_uid(pid, str(proc)) != ME:
+            raise OSError(errno.EPERM, 'Operation not permitted')
+        shutil.rmtree(str(proc / str(pid)))
+
+    def killpg(pgid, sig):
+        members = [p for p in pr.pids(str(proc)) if pr.read_stat(p, str(proc))['pgid'] == pgid]
+        for p in members:
+            kill(p, sig)
+
+    monkeypatch.setattr(pr.os, 'kill', kill)
+    monkeypatch.setattr(pr.os, 'killpg', killpg)
+    return calls
+
+
+@pytest.mark.parametrize('launcher,node', [('deepspeed', 'alpha'), ('deepspeed', 'delta'), ('torchrun', 'charlie'),
+                                           ('mpirun', 'bravo-2')])
+def test_stop_ends_the_jobs_processes_only(lab, kills, launcher, node):
+    proc = lab / 'proc'
+    fake_proc(proc, 800, env={pr.JOB_ENV: 'tiny-001'}, cmdline=('python', 'train.py'))
+    fake_proc(proc, 801, pgid=800, env={pr.JOB_ENV: 'tiny-001'})
+    fake_proc(proc, 802, env={pr.JOB_ENV: 'tiny-002'})                        # another job of ours
+    fake_proc(proc, 803, uid=OTHER, env={pr.JOB_ENV: 'tiny-001'})             # another account's
+    fake_proc(proc, 700, start_time=99, env={}, cmdline=('vim',))             # named by a stale pid file
+    state = lab / 'state' / node / 'tiny-001'
+    state.mkdir(parents=True)
+    pr.write_pidfile(str(state / 'pid'), {'pid': 700, 'start_time': 11, 'uid': ME, 'job_id': 'tiny-001'})
+    out = job(lab, launcher, node).stop(sleep=lambda s: None)
+    assert out['stopped_pids'] == [800, 801] and out['changed'] is True
+    assert sorted(pr.pids(str(proc))) == [700, 802, 803]
+    assert 700 not in kills and 803 not in kills
+
+
+def test_stop_of_slurm_cancels_the_allocation(lab, kills):
+    state = lab / 'state' / 'alpha' / 'tiny-001'
+    state.mkdir(parents=True)
+    (state / 'slurm_job_id').write_text('9\n')
+    runner = FakeRunner({'squeue': (0, '', ''), 'scontrol': (0, fixture('slurm', 'scontrol_show_job_cancelled.txt'), '')})
+    out = job(lab, 'slurm', runner=runner).stop(sleep=lambda s: None)
+    assert ['scancel', '9'] in runner.calls and out['changed'] is True
+
+
+def test_a_finished_job_signals_nothing(lab, kills):
+    proc = lab / 'proc'
+    fake_proc(proc, 900, start_time=5, env={}, cmdline=('bash',))
+    state = lab / 'state' / 'alpha' / 'tiny-001'
+    state.mkdir(parents=True)
+    pr.write_pidfile(str(state / 'pid'), {'pid': 900, 'start_time': 5, 'uid': ME, 'job_id': None})
+    (state / 'exit_code').write_text('0\n')
+    out = job(lab, 'torchrun').stop(sleep=lambda s: None)
+    assert out['stopped_pids'] == [] and kills == [] and out['changed'] is False
+
+
+# ----- watch -------------------------------------------------------------------------------------
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def test_watch_stops_at_once_naming_the_worker_the_head_cannot_reach(lab):
+    write_log(lab, 'alpha', fixture('pdsh', 'deepspeed-head-log-worker-blocked.txt'))
+    clock = Clock()
+    j = job(lab)
+    out = j.watch(900, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)
+    assert out['elapsed'] == 0 and out['first_step'] is None and not out['timed_out']
+    assert out['failures'][1] == {
+        'node': 'delta', 'cause': 'head cannot reach delta over SSH as %s: ssh: connect to host 10.99.0.14 port 22: '
+                                  'Connection timed out' % j.user}
+
+
+def test_watch_names_a_torchrun_agent_that_exited_non_zero(lab):
+    write_log(lab, 'alpha', 'waiting for the rendezvous\n')
+    exits = lab / 'jobs' / 'tiny-001' / 'exit'
+    exits.mkdir(parents=True)
+    clock = Clock()
+
+    def later(seconds):
+        clock.sleep(seconds)
+        if clock.now >= 3:
+            (exits / 'charlie').write_text('1\n')
+    out = job(lab, 'torchrun').watch(900, 'step [0-9]+ loss', sleep=later, clock=clock)
+    assert out['failures'] == [{'node': 'charlie', 'cause': 'its torchrun agent exited with code 1'}]
+    assert out['elapsed'] == 3.0
+
+
+def test_watch_returns_the_first_step_and_times_out_bounded(lab):
+    write_log(lab, 'alpha', 'alpha: step 0 loss 2.30\n')
+    clock = Clock()
+    assert job(lab).watch(900, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)['first_step'] == 'step 0 loss'
+    write_log(lab, 'alpha', 'nothing yet\n')
+    out = job(lab).watch(30, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)
+    assert out['timed_out'] and out['elapsed'] == 30.0 and out['log_tail'] == ['nothing yet']
