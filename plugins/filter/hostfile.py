@@ -15,10 +15,11 @@ description:
     C(plain) (one host per line) or C(slurm) (a compressed node list like C(gpu-master,gpu-node[01-04])).
   - The head (the host whose C(group_names) holds C(head)) comes first, then the others in
     natural order (C(worker-2) before C(worker-10)).
-  - "Slots of a host: its C(gpu_slots) when set; otherwise its detected GPU count
-    C(ansible_facts.gpu_facts.gpu_count) from P(gpucluster.multinode.gpu_facts#module); a host with no GPU, or whose GPU facts were not gathered,
-    gets O(default_slots) (1 unless told), so a CPU-only lab still gets a usable hostfile."
-  - A wrong C(gpu_slots) (not a whole number, below 1), an unknown name in O(include) or
+  - "Slots of a host (ranks the launcher starts there): its C(node_slots) when set, else its C(gpu_slots),
+    else its detected GPU count C(ansible_facts.gpu_facts.gpu_count) from P(gpucluster.multinode.gpu_facts#module);
+    a host with no GPU, or whose GPU facts were not gathered, gets O(default_slots) (1 unless told), so a
+    CPU-only lab still gets a usable hostfile. Each host keeps its own count."
+  - A wrong C(node_slots) or C(gpu_slots) (not a whole number, below 1), an unknown name in O(include) or
     O(exclude), fails with a message that names the host and the variable.
   - The companion filter C(hostfile_hosts) returns the host list (name, address, slots) for the
     O(gpucluster.multinode.hostfile#module:hosts) option of the hostfile module.
@@ -39,7 +40,7 @@ options:
     choices: [deepspeed, openmpi, mpich, plain, slurm]
     default: deepspeed
   default_slots:
-    description: Slots for a host with no C(gpu_slots) and no GPU.
+    description: Slots for a host with no C(node_slots), no C(gpu_slots) and no GPU.
     type: int
     default: 1
   include:

@@ -339,6 +339,11 @@ class Job:
         self.slots = self.node['slots']
         self.is_head = names[0] == self.me
         self.uid = os.geteuid()
+        if p.get('owner'):
+            try:
+                self.uid = pwd.getpwnam(p['owner']).pw_uid
+            except KeyError:
+                raise JobError('node %s: owner %s is not an account here' % (self.me, p['owner']))
         try:
             account = pwd.getpwuid(self.uid)
             self.user, self.home = account.pw_name, account.pw_dir
@@ -457,6 +462,9 @@ class Job:
             write_file(path, content, mode)
 
     def start(self, spawn=pr.spawn_detached):
+        if self.uid != os.geteuid():
+            self.fail('node %s: start job %s as its owner %s (become_user), not as uid %d'
+                      % (self.me, self.job_id, self.user, os.geteuid()))
         problems, _, _ = self.check()
         if problems:
             self.fail('node %s cannot start job %s: %s' % (self.me, self.job_id, '; '.join(problems)))
@@ -542,7 +550,7 @@ class Job:
         self.launcher.read_status(out)
         return out
 
-    def stop(self, sleep=time.sleep):
+    def stop(self, sleep=time.sleep, clock=time.time):
         procs = self.processes()
         sid = self.launcher.slurm_id() if self.launcher.name == 'slurm' and self.is_head else None
         if self.runner.check_mode:
@@ -556,9 +564,12 @@ class Job:
             while time.time() < deadline and self.launcher.slurm_status(sid)['state'] in slurm.ACTIVE_STATES:
                 sleep(1)
         outcome = pr.stop_job(self.job_id, self.uid, grace=self.p['stop_timeout'], proc=self.proc,
-                              leaders=self.leaders(), sleep=sleep)
+                              leaders=self.leaders(), sleep=sleep, clock=clock)
         if outcome['left']:
-            self.fail('node %s: %d process(es) of job %s survived SIGKILL: %s'
-                      % (self.me, len(outcome['left']), self.job_id, ', '.join(str(p['pid']) for p in outcome['left'])))
+            refused = ', '.join('%s (%s)' % (r['pid'], r['reason']) for r in outcome['refused'])
+            self.fail('node %s: %d process(es) of job %s are left: %s%s'
+                      % (self.me, len(outcome['left']), self.job_id, ', '.join(str(p['pid']) for p in outcome['left']),
+                         '; the kernel refused to signal %s' % refused if refused else ' (they survived SIGKILL)'),
+                      stopped_pids=outcome['signalled'], refused=outcome['refused'])
         return self.result(changed=bool(outcome['signalled']) or bool(sid), running=False,
                            stopped_pids=outcome['signalled'], refused=outcome['refused'])

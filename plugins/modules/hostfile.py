@@ -25,7 +25,7 @@ description:
   - The file is written through a temporary file in the same directory and moved into place
     atomically; nothing is written when the content and attributes are already right.
   - To build the hosts from the inventory, use the P(gpucluster.multinode.hostfile#filter)
-    filter, which reads C(gpu_slots), C(cluster_address) and the GPU facts of each host.
+    filter, which reads C(node_slots), C(gpu_slots), C(cluster_address) and the GPU facts of each host.
 options:
   path:
     description:

@@ -110,6 +110,12 @@ options:
     description: CPUs per node asked from Slurm.
     type: int
     default: 1
+  owner:
+    description:
+      - Account whose processes are the job's (status, stop); default the account the module runs as.
+        A stop run as root with O(owner) reaches that account's processes only, never another user's
+        job of the same id. O(state=started) must run as the owner.
+    type: str
   ssh_check:
     description: With C(deepspeed) and C(mpirun), O(state=checked) on the head refuses the nodes it cannot reach over SSH.
     type: bool
@@ -153,11 +159,11 @@ EXAMPLES = r'''
     job_id: tiny-001
     launcher: deepspeed
     node: "{{ inventory_hostname }}"
-    nodes: "{{ groups['cluster'] | map('extract', hostvars) | list | json_query('[].{name: inventory_hostname, address: ansible_host, slots: `1`}') }}"
+    nodes: "{{ groups | gpucluster.multinode.cluster_job_nodes(hostvars) }}"  # each node its own slots
     script: /shared/jobs/train_tiny.py
     script_args: [--steps, "50"]
     env_path: /opt/gpucluster/env
-    env: {DS_ACCELERATOR: cpu}
+    env: {DS_ACCELERATOR: cpu, WANDB_API_KEY: "{{ vault_wandb_key }}"}  # job.env, 0600; never returned
     master_addr: 192.168.1.100
     job_dir: /shared/jobs/tiny-001
   become: true
@@ -320,6 +326,7 @@ def main():
             slurm_gpus_per_node=dict(type='int', default=0),
             slurm_cpus_per_task=dict(type='int', default=1),
             ssh_check=dict(type='bool', default=True),
+            owner=dict(type='str'),
             watch_timeout=dict(type='int', default=900),
             step_regex=dict(type='str', default='step [0-9]+ loss'),
             log_lines=dict(type='int', default=20),

@@ -1,17 +1,15 @@
 """Start, status, watch and stop of a training job for each launcher, on a 2+1+1+1 cluster, with a
 fake runner (recorded outputs) and a fake process table."""
 
-import errno
 import json
 import os
-import shutil
 
 import pytest
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers as ln
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
 
-from test_processes import ME, OTHER, fake_proc
+from test_processes import ME, OTHER, fake_proc, kills  # noqa: F401 (kills is a fixture)
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures')
 NODES = [{'name': 'alpha', 'address': '10.99.0.11', 'slots': 2},
@@ -243,32 +241,14 @@ def test_status_ignores_a_stale_pidfile_and_another_users_job(lab):
 
 # ----- stop --------------------------------------------------------------------------------------
 @pytest.fixture
-def kills(monkeypatch, lab):
-    proc = lab / 'proc'
-    calls = []
-
-    def kill(pid, sig):
-        calls.append(pid)
-        if not (proc / str(pid)).exists():
-            raise OSError(errno.ESRCH, 'No such process')
-        if pr.read_uid(pid, str(proc)) != ME:
-            raise OSError(errno.EPERM, 'Operation not permitted')
-        shutil.rmtree(str(proc / str(pid)))
-
-    def killpg(pgid, sig):
-        members = [p for p in pr.pids(str(proc)) if pr.read_stat(p, str(proc))['pgid'] == pgid]
-        for p in members:
-            kill(p, sig)
-
-    monkeypatch.setattr(pr.os, 'kill', kill)
-    monkeypatch.setattr(pr.os, 'killpg', killpg)
-    return calls
+def proc(lab):
+    """The fake /proc the kills fixture (from test_processes) ends processes in."""
+    return lab / 'proc'
 
 
 @pytest.mark.parametrize('launcher,node', [('deepspeed', 'alpha'), ('deepspeed', 'delta'), ('torchrun', 'charlie'),
                                            ('mpirun', 'bravo-2')])
-def test_stop_ends_the_jobs_processes_only(lab, kills, launcher, node):
-    proc = lab / 'proc'
+def test_stop_ends_the_jobs_processes_only(lab, proc, kills, launcher, node):
     fake_proc(proc, 800, env={pr.JOB_ENV: 'tiny-001'}, cmdline=('python', 'train.py'))
     fake_proc(proc, 801, pgid=800, env={pr.JOB_ENV: 'tiny-001'})
     fake_proc(proc, 802, env={pr.JOB_ENV: 'tiny-002'})                        # another job of ours
@@ -280,10 +260,25 @@ def test_stop_ends_the_jobs_processes_only(lab, kills, launcher, node):
     out = job(lab, launcher, node).stop(sleep=lambda s: None)
     assert out['stopped_pids'] == [800, 801] and out['changed'] is True
     assert sorted(pr.pids(str(proc))) == [700, 802, 803]
-    assert 700 not in kills and 803 not in kills
+    assert all(call[1] not in (700, 803) for call in kills)
 
 
-def test_stop_of_slurm_cancels_the_allocation(lab, kills):
+def test_stop_with_an_owner_reaches_only_that_accounts_processes(lab, proc, kills):
+    import pwd
+    other = [a for a in pwd.getpwall() if a.pw_uid != ME][0]
+    fake_proc(proc, 810, uid=other.pw_uid, env={pr.JOB_ENV: 'tiny-001'})
+    fake_proc(proc, 811, uid=ME, env={pr.JOB_ENV: 'tiny-001'})
+    clock = Clock()
+    with pytest.raises(ln.JobError, match='1 process.es. of job tiny-001 are left: 810; the kernel refused to signal '
+                                          '810 .not permitted.') as err:
+        job(lab, 'torchrun', owner=other.pw_name).stop(sleep=clock.sleep, clock=clock)
+    # the kernel (here: the fake kill) refuses: an answer in the result, not a crash; ours is untouched
+    assert [r['pid'] for r in err.value.result['refused']] == [810] and (proc / '811').exists()
+    with pytest.raises(ln.JobError, match='as its owner %s' % other.pw_name):
+        job(lab, 'torchrun', owner=other.pw_name).start(spawn=Spawn())
+
+
+def test_stop_of_slurm_cancels_the_allocation(lab, proc, kills):
     state = lab / 'state' / 'alpha' / 'tiny-001'
     state.mkdir(parents=True)
     (state / 'slurm_job_id').write_text('9\n')
@@ -292,8 +287,7 @@ def test_stop_of_slurm_cancels_the_allocation(lab, kills):
     assert ['scancel', '9'] in runner.calls and out['changed'] is True
 
 
-def test_a_finished_job_signals_nothing(lab, kills):
-    proc = lab / 'proc'
+def test_a_finished_job_signals_nothing(lab, proc, kills):
     fake_proc(proc, 900, start_time=5, env={}, cmdline=('bash',))
     state = lab / 'state' / 'alpha' / 'tiny-001'
     state.mkdir(parents=True)
