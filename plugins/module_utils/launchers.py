@@ -535,7 +535,7 @@ class Job:
             elapsed = round(clock() - start, 1)
             if step or failures:
                 return self.result(changed=False, first_step=step, elapsed=elapsed, failures=failures, timed_out=False)
-            if self.exit_codes().get(self.me) == 0 and not self.launcher.per_node:
+            if self.exit_codes().get(self.me) == 0:
                 return self.result(changed=False, first_step=None, elapsed=elapsed, failures=[], timed_out=False)
             if elapsed >= timeout:
                 log = self.launcher.watch_log()
