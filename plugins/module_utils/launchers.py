@@ -52,7 +52,9 @@ class Runner:
 
     def versions(self, python, environ):
         from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
-        return env_versions.read(self.module, python, imports=True, environ=environ, timeout=300)
+        # from the packages' metadata, no import: the preflight stays quick, and an environment whose
+        # torch does not import fails the start at once (the watch names the node)
+        return env_versions.read(self.module, python, imports=False, environ=environ, timeout=120)
 
 
 def write_file(path, content, mode=0o644):
@@ -444,7 +446,9 @@ class Job:
             ds = self.env.get('DS_ACCELERATOR')
             versions, error = self.runner.versions(python, {'DS_ACCELERATOR': ds} if ds else None)
             if error:
-                problems.append('import torch failed in %s: %s' % (python, error))
+                problems.append('cannot read the versions of %s: %s' % (python, error))
+            elif not versions.get('torch'):
+                problems.append('torch is not installed in %s' % self.p['env_path'])
         cmd = launcher.command()
         return problems, versions, tr.join(cmd) if cmd else ''
 

@@ -342,3 +342,11 @@ def test_watch_returns_the_first_step_and_times_out_bounded(lab):
     write_log(lab, 'alpha', 'nothing yet\n')
     out = job(lab).watch(30, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)
     assert out['timed_out'] and out['elapsed'] == 30.0 and out['log_tail'] == ['nothing yet']
+
+
+def test_check_refuses_an_environment_without_torch(lab):
+    class NoTorch(FakeRunner):
+        def versions(self, python, environ):
+            return {'torch': None, 'deepspeed': None}, None
+    problems, _, _ = job(lab, 'torchrun', runner=NoTorch()).check()
+    assert problems == ['torch is not installed in %s' % (lab / 'env')]
