@@ -25,30 +25,30 @@ options:
     NODES = r'''
 options:
   node:
-    description: Name of this node; one of O(nodes).
     type: str
     required: true
+    description: This node's name, as it is listed in O(nodes).
   nodes:
-    description:
-      - The nodes, head first, with their slots (ranks per node, each node its own; see the
-        C(node_slots) inventory variable). The world size is the sum of the slots.
     type: list
     elements: dict
     required: true
+    description:
+      - The nodes, head first, with their slots (ranks per node, each node its own; see the
+        C(node_slots) inventory variable). The world size is the sum of the slots.
     suboptions:
       name:
+        type: str
+        required: true
         description: Inventory name (also the name other nodes reach it by).
-        type: str
-        required: true
       address:
-        description: Cluster address.
         type: str
         required: true
+        description: The node's address on the cluster network.
       slots:
-        description: Ranks on the node (GPUs; 1 on a CPU node unless C(node_slots) says more).
         type: int
         default: 1
+        description: Ranks on the node (GPUs; 1 on a CPU node unless C(node_slots) says more).
       host:
-        description: Inventory host the entry stands for, when O(nodes[].name) is its address; informative.
         type: str
+        description: Inventory host the entry stands for, when O(nodes[].name) is its address; informative.
 '''
