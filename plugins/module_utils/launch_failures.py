@@ -88,14 +88,14 @@ def unreachable_nodes(text, nodes):
 def ssh_probe_script(targets, connect_timeout=5):
     """A bash script that runs `ssh TARGET true` to every target at once (BatchMode, the pinned
     host keys only, ConnectTimeout, the whole bounded by `timeout`), printing one line per target:
-    TARGET<TAB>exit code<TAB>what ssh said (lines joined by ' | ')."""
+    TARGET<TAB>exit code<TAB>what ssh said (lines, CR LF or LF, joined by ' | ')."""
     opts = ' '.join(shlex.quote(o) for o in SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % int(connect_timeout)))
     limit = int(connect_timeout) * 2 + 5
     lines = []
     for target in targets:
         t = shlex.quote(str(target))
         lines.append('( out=$(timeout %d ssh -n %s %s true 2>&1); rc=$?; '
-                     'printf "%%s\\t%%s\\t%%s\\n" %s "$rc" "$(printf "%%s" "$out" | tr "\\n" "|" | sed "s/|/ | /g")" ) &'
+                     'printf "%%s\\t%%s\\t%%s\\n" %s "$rc" "$(printf "%%s" "$out" | tr -s "\\r\\n" "|" | sed "s/|$//; s/|/ | /g")" ) &'
                      % (limit, opts, t, t))
     return 'set +e\n' + '\n'.join(lines) + '\nwait\n'
 

@@ -350,3 +350,28 @@ def test_check_refuses_an_environment_without_torch(lab):
             return {'torch': None, 'deepspeed': None}, None
     problems, _, _ = job(lab, 'torchrun', runner=NoTorch()).check()
     assert problems == ['torch is not installed in %s' % (lab / 'env')]
+
+
+def test_the_ssh_probe_script_reports_every_node_at_once_with_ssh_crlf_lines(tmp_path):
+    """The probe run by bash, with an ssh stand-in that answers as OpenSSH 9.2 did (CR LF lines)."""
+    import subprocess
+    import time
+    from ansible_collections.gpucluster.multinode.plugins.module_utils import launch_failures as lf
+    (tmp_path / 'ssh').write_text(
+        '#!/bin/bash\nfor host; do :; done; host=${@: -2:1}\n'
+        'case "$host" in\n'
+        '  ok) exit 0 ;;\n'
+        '  slow) sleep 2; printf "Connection timed out during banner exchange\\r\\nConnection to 10.1.0.9 port 22 timed '
+        'out\\r\\n" >&2; exit 255 ;;\n'
+        '  *) printf "ssh: connect to host 10.1.0.8 port 22: Connection timed out\\r\\n" >&2; sleep 2; exit 255 ;;\n'
+        'esac\n')
+    (tmp_path / 'ssh').chmod(0o755)
+    env = dict(os.environ, PATH='%s:%s' % (tmp_path, os.environ['PATH']))
+    start = time.time()
+    out = subprocess.run(['bash', '-c', lf.ssh_probe_script(['ok', 'slow', 'dropped'], 5)], env=env,
+                         capture_output=True, check=True).stdout.decode()
+    assert time.time() - start < 3.9   # in parallel: one after the other takes 4 s or more
+    assert lf.probe_refusals(lf.parse_ssh_probe(out), ['ok', 'slow', 'dropped'], 'train') == [
+        'head cannot reach slow over SSH as train: Connection timed out during banner exchange | '
+        'Connection to 10.1.0.9 port 22 timed out',
+        'head cannot reach dropped over SSH as train: ssh: connect to host 10.1.0.8 port 22: Connection timed out']
