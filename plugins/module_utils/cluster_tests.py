@@ -256,40 +256,6 @@ def probe_tcp(host, port, timeout=3.0):
     return {'ok': False, 'cause': socket_cause(last), 'error': '%s:%s: %s' % (host, port, last)}
 
 
-_IP_ADDR_RE = re.compile(r'^\d+:\s+(?P<ifname>[^\s:@]+)(?:@\S+)?\s+inet6?\s+(?P<address>[0-9a-fA-F.:]+)/(?P<prefix>\d+)')
-
-
-def interface_addresses(ip_output):
-    """{ifname: [addresses]} from ``ip -o addr show`` output."""
-    found = {}
-    for line in (ip_output or '').splitlines():
-        m = _IP_ADDR_RE.match(line.strip())
-        if m:
-            found.setdefault(m.group('ifname'), []).append(m.group('address'))
-    return found
-
-
-def interface_problem(ifname, address, addresses):
-    """Why ifname cannot carry this node's cluster traffic, or None when it can.
-
-    addresses: the output of interface_addresses. An interface list (NCCL style
-    'eth0,eth1' or '^lo') is checked on its first plain name.
-    """
-    if not ifname:
-        return None
-    names = [n for n in re.split(r'[,\s]+', ifname) if n and not n.startswith('^')]
-    if not names:
-        return None
-    name = names[0].lstrip('=')
-    holding = sorted(n for n, addrs in addresses.items() if address in addrs)
-    where = ('%s holds %s' % (', '.join(holding), address)) if holding else ('no interface holds %s' % address)
-    if name not in addresses and not any(n.startswith(name) for n in addresses):
-        return 'interface mismatch: socket interface %s does not exist here (%s)' % (name, where)
-    if address and holding and name not in holding and not any(h.startswith(name) for h in holding):
-        return 'interface mismatch: socket interface %s does not hold the cluster address (%s)' % (name, where)
-    return None
-
-
 # --- reports built on the controller ----------------------------------------------------------
 
 def _fmt(value, digits=2):
@@ -465,15 +431,6 @@ def json_lines(text, prefix):
         except ValueError:
             continue
     return found
-
-
-def own_interfaces(module):
-    """{ifname: [addresses]} of this node (``ip -o addr show``); empty when ip is missing."""
-    ip = module.get_bin_path('ip')
-    if not ip:
-        return {}
-    rc, out, _ = module.run_command([ip, '-o', 'addr', 'show'])
-    return interface_addresses(out) if rc == 0 else {}
 
 
 def tail(text, lines=15):

@@ -169,6 +169,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_tests as ct
+from ansible_collections.gpucluster.multinode.plugins.module_utils import interfaces
 
 PREFIX = 'GPUCLUSTER_DIST_CHECK '
 
@@ -226,7 +227,7 @@ def main():
     ifname = env.get('GLOO_SOCKET_IFNAME' if p['backend'] == 'gloo' else 'NCCL_SOCKET_IFNAME', '')
     base['socket_ifname'] = ifname
 
-    iface_problem = ct.interface_problem(ifname, p['address'], ct.own_interfaces(module)) if ifname else None
+    iface_problem = interfaces.socket_interface_problem(ifname, p['address'], interfaces.read_interfaces(module)) if ifname else None
     command = [p['python'], p['script'], '--nodes', json.dumps(nodes), '--rank', str(rank),
                '--master-addr', p['master_addr'], '--master-port', str(p['master_port']),
                '--backend', p['backend'], '--timeout', str(p['timeout'])]

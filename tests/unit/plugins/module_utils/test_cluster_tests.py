@@ -120,17 +120,6 @@ def test_port_users_name_the_process_from_ss():
     assert ct.port_users(out, 5201) == []
 
 
-def test_interfaces_and_mismatches():
-    addrs = ct.interface_addresses(fixture('ip-o-addr-show.txt'))
-    assert addrs['eth0'][0] == '192.0.2.2'
-    assert ct.interface_problem('eth0', '192.0.2.2', addrs) is None
-    assert ct.interface_problem('eth', '192.0.2.2', addrs) is None  # NCCL-style prefix
-    assert ct.interface_problem('eth9', '192.0.2.2', addrs) == (
-        'interface mismatch: socket interface eth9 does not exist here (eth0 holds 192.0.2.2)')
-    assert ct.interface_problem('lo', '192.0.2.2', addrs) == (
-        'interface mismatch: socket interface lo does not hold the cluster address (eth0 holds 192.0.2.2)')
-
-
 def test_probe_tells_a_closed_port_from_an_unknown_name():
     sock = socket.socket()
     sock.bind(('127.0.0.1', 0))
