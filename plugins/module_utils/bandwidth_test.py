@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import time
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes
@@ -142,29 +141,20 @@ def server(module, params, sleep=time.sleep, clock=time.time):
 
 
 def stop(params, grace=3.0, sleep=time.sleep, clock=time.time):
-    """Stop the server this module started on the port, only while its pid file still names that
-    very process (start time, owner, job id); remove the pid file. Returns the pids signalled."""
+    """Stop the server this module started on the port: the processes of this account that carry
+    its job id (the wrapper, timeout and the server itself), and the process group of the pid
+    file's process only while the file still names that very process (start time, owner, job id).
+    A stale pid file is removed without signalling anything. Returns the pids signalled."""
     where = state_dir(params)
-    path = os.path.join(where, processes.PIDFILE)
-    record = processes.read_pidfile(path)
-    stopped = []
-    if record is not None and processes.pidfile_process(where, job_id(params)) is not None:
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if processes.signal_group(record, sig) != processes.SIGNALLED:
-                break
-            if record['pid'] not in stopped:
-                stopped.append(record['pid'])
-            deadline = clock() + grace
-            while clock() < deadline and processes.same_process(record) is not None:
-                sleep(0.05)
-            if processes.same_process(record) is None:
-                break
+    leader = processes.pidfile_process(where, job_id(params))
+    done = processes.stop_job(job_id(params), grace=grace, leaders=[leader] if leader else [],
+                              sleep=sleep, clock=clock)
     for name in (processes.PIDFILE, processes.EXIT_CODE_FILE):
         try:
             os.unlink(os.path.join(where, name))
         except OSError:
             pass
-    return stopped
+    return done['signalled']
 
 
 def iperf3_command(binary, params, reverse=False):

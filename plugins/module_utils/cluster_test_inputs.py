@@ -22,11 +22,12 @@ class ClusterTestError(ValueError):
     """Bad input for a cluster test; the message names the variable (and the host)."""
 
 
+_KINDS = (bool, int, float, str, list, dict)
+
+
 def _type_name(value):
-    for kind in (bool, int, float, str, list, dict):
-        if isinstance(value, kind):
-            return kind.__name__
-    return type(value).__name__
+    """The plain type name a user wrote (str for Ansible's own string class, and so on)."""
+    return next((kind.__name__ for kind in _KINDS if isinstance(value, kind)), type(value).__name__)
 
 
 def _where(label, host=None):

@@ -114,3 +114,39 @@ def test_dist_check_report_puts_the_node_with_a_wrong_interface_first():
     assert report['lines'][1] == ('host w2: interface mismatch: socket interface eth9 does not exist here '
                                   '(eth0 holds 10.0.0.3) (at init): Unable to find address for: eth9')
     assert report['lines'][2].startswith('host head: process group did not form (at init)')
+
+
+def test_collective_summary_says_how_many_ranks_ran_where_on_a_2_1_1_cluster():
+    ranks = [{'node': 'alpha', 'slots': 2, 'first_rank': 0}, {'node': 'bravo-2', 'slots': 1, 'first_rank': 2},
+             {'node': 'charlie', 'slots': 1, 'first_rank': 3}]
+    head = torch_result(world_size=4, nnodes=3, ranks=ranks)
+    report = ct.collective_summary({'alpha': head, 'bravo-2': {'reporter': False, 'ok': True},
+                                    'charlie': {'reporter': False, 'ok': True}}, ['alpha', 'bravo-2', 'charlie'])
+    assert report['ok'] and report['ranks'] == ranks
+    assert report['lines'][0] == ('collective: torch.distributed all_reduce (gloo), 4 rank(s) on 3 node(s) '
+                                  '(alpha 2, bravo-2 1, charlie 1), method torch')
+
+
+def test_collective_summary_fails_a_run_that_ended_before_every_size():
+    head = torch_result(ok=False, missing_sizes=[1 << 24], error='nccl-tests exited 124 (timed out after 600 s); '
+                        'size(s) 16M missing from the output',
+                        below_threshold=[{'size': 1 << 24, 'busbw_gbs': None, 'threshold_gbs': 2.0}])
+    report = ct.collective_summary({'h': head}, ['h'])
+    assert not report['ok'] and report['missing_sizes'] == [1 << 24]
+    assert report['problems'] == [
+        'host h: nccl-tests exited 124 (timed out after 600 s); size(s) 16M missing from the output',
+        'size 16M: no result, so not at its threshold 2.0000 GB/s']
+
+
+def test_dist_check_report_counts_the_ranks_of_each_node():
+    nodes = ['alpha', 'bravo-2', 'charlie', 'delta']
+    done = {'ok': True, 'stage': 'done', 'backend': 'gloo', 'world_size': 5, 'rendezvous': '10.99.0.11:29500',
+            'sum': 15.0, 'expected': 15.0}
+    results = {n: dict(done, slots=2 if n == 'alpha' else 1) for n in nodes}
+    results['alpha']['joined'] = nodes
+    report = ct.dist_check_report(results, nodes)
+    assert report['ok'] and report['world_size'] == 5
+    assert report['ranks'] == {'alpha': 2, 'bravo-2': 1, 'charlie': 1, 'delta': 1}
+    assert report['lines'] == ['dist_check: 4 of 4 node(s) joined one gloo group of 5 rank(s) (alpha 2, bravo-2 1, '
+                               'charlie 1, delta 1) through 10.99.0.11:29500; all-reduce sum 15.0 (expected 15.0) '
+                               'on every rank']

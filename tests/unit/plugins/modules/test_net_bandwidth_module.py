@@ -39,6 +39,12 @@ def free_port():
     return port
 
 
+def listening(address, port):
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex((address, port)) == 0
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -60,7 +66,9 @@ def test_a_pair_measured_both_ways_and_the_server_stopped(tmp_path):
                        duration=1, **common)
     finally:
         stopped = run(tmp_path, state='stopped', node='n2', **common)
-    assert stopped['stopped'] == [pid] and not alive(pid)
+    assert pid in stopped['stopped'] and not alive(pid)
+    assert all(not alive(p) for p in stopped['stopped'])
+    assert not listening('127.0.0.12', port)   # the server itself, not only its wrapper, is gone
     assert not (tmp_path / 'run' / ('net_bandwidth-n2-iperf3-%d' % port) / 'pid').exists()
     results = measured['results']
     assert [(r['client'], r['server']) for r in results] == [('n1', 'n2'), ('n2', 'n1')]
