@@ -6,11 +6,15 @@
 The same code serves the ``hostfile`` module (hosts given as parameters) and the
 ``hostfile`` filter (hosts taken from the inventory and the gathered GPU facts).
 
-Slots per host: an explicit count (``gpu_slots`` in the inventory, ``slots`` for the
-module) wins; otherwise the detected GPU count (``ansible_facts.gpu_facts.gpu_count`` from
-``gpucluster.multinode.gpu_facts``); a host
-with no GPU, or whose GPU count is unknown, gets ``default_slots`` (1 unless told), so
-a CPU-only lab still gets a usable hostfile.
+Slots per host (how many ranks a launcher starts there), resolved in ONE place, slots_of():
+``node_slots`` in the inventory wins, then ``gpu_slots`` (the GPUs the node has), then the
+detected GPU count (``ansible_facts.gpu_facts.gpu_count`` from ``gpucluster.multinode.gpu_facts``);
+a host with no GPU, or whose GPU count is unknown, gets ``default_slots`` (1 unless told), so
+a CPU-only lab still gets a usable hostfile (and asks for 2 ranks with ``node_slots: 2``
+without claiming a GPU). The module takes ``slots`` per host instead.
+
+One renderer, render(), writes every hostfile (deepspeed, Open MPI, MPICH, plain, Slurm) with
+each host's own slots; world_size() and rank_layout() say how many ranks run where.
 
 Every problem raises HostfileError with one message that names the host and the
 variable at fault.
@@ -170,8 +174,61 @@ def _facts_gpu_count(hv, host):
     return None, None
 
 
+def slots_of(hostvars_of_host, detected_gpus=None, default_slots=1, host=None):
+    """Ranks a launcher starts on a host: node_slots, else gpu_slots, else the detected GPUs
+    (detected_gpus, or the host's gpu_facts when None), else default_slots.
+
+    hostvars_of_host: the host's hostvars (a dict). Raises HostfileError naming the host and the
+    variable when a value is not a whole number in range."""
+    hv = hostvars_of_host or {}
+    host = host or hv.get('inventory_hostname') or '?'
+    default_slots = check_default_slots(default_slots)
+    for var in ('node_slots', 'gpu_slots'):
+        if hv.get(var) not in (None, ''):
+            return _count(hv.get(var), host, var, 1)
+    label = 'detected_gpus'
+    if detected_gpus is None:
+        detected_gpus, label = _facts_gpu_count(hv, host)
+    if detected_gpus is not None:
+        gpus = _count(detected_gpus, host, label, 0)
+        if gpus > 0:
+            return gpus
+    return default_slots
+
+
+def world_size(hosts):
+    """Ranks of a job over host dicts {name, slots}: the sum of their slots."""
+    return sum(int(h['slots']) for h in hosts)
+
+
+def rank_layout(hosts):
+    """{name: [first_rank, last_rank]} in hostfile order (ranks fill a node's slots, then the next)."""
+    out, first = {}, 0
+    for h in hosts:
+        out[h['name']] = [first, first + int(h['slots']) - 1]
+        first += int(h['slots'])
+    return out
+
+
+def node_of_rank(hosts, rank):
+    """The name of the host that runs a global rank (None when the rank is out of range)."""
+    for name, (first, last) in rank_layout(hosts).items():
+        if first <= rank <= last:
+            return name
+    return None
+
+
+def describe_layout(hosts):
+    """'5 ranks: alpha 2 (0-1), bravo-2 1 (2), ...' for reports."""
+    parts = []
+    for name, (first, last) in rank_layout(hosts).items():
+        span = '%d' % first if first == last else '%d-%d' % (first, last)
+        parts.append('%s %d (%s)' % (name, last - first + 1, span))
+    return '%d rank(s): %s' % (world_size(hosts), ', '.join(parts))
+
+
 def hosts_from_inventory(names, hostvars, default_slots=1):
-    """Host dicts from inventory names: address = cluster_address, slots from gpu_slots or GPU facts.
+    """Host dicts from inventory names: address = cluster_address, slots from slots_of().
 
     The head (a host whose group_names holds 'head') comes first; when no host is in
     'head' the first name given is the head.
@@ -188,18 +245,13 @@ def hosts_from_inventory(names, hostvars, default_slots=1):
             raise HostfileError('host %s: not in hostvars (is it in the inventory?)' % name) from None
         if 'head' in (hv.get('group_names') or []):
             heads.append(name)
-        gpus, label = _facts_gpu_count(hv, name)
-        if gpus is not None and hv.get('gpu_slots') in (None, ''):
-            resolve_slots(name, None, gpus, check_default_slots(default_slots), gpus_label=label)
         entries.append({
             'name': name,
             'address': cluster_address(hostvars, name),
-            'slots': hv.get('gpu_slots'),
-            'gpus': gpus,
+            'slots': slots_of(hv, default_slots=default_slots, host=name),
         })
     head = sorted(heads, key=natural_key)[0] if heads else None
-    return normalize(entries, head=head, default_slots=default_slots,
-                     slots_label='gpu_slots', gpus_label='ansible_facts.gpu_facts.gpu_count')
+    return normalize(entries, head=head, default_slots=default_slots, slots_label='node_slots')
 
 
 # --- Slurm host lists ---------------------------------------------------------------

@@ -265,10 +265,11 @@ def _quote(text):
     return "'" + str(text).replace("'", "'\"'\"'") + "'"
 
 
-def spawn_detached(command, env, cwd, log_path, state_dir, job_id=None, proc='/proc'):
+def spawn_detached(command, env, cwd, log_path, state_dir, job_id=None, proc='/proc', exit_files=()):
     """Start a shell command in its own session (its pid is the process group id), output appended
     to log_path, exit status written to state_dir/exit_code when it ends, and a pid file recording
     its identity (pid, start time, uid, job id). state_dir is made private (see private_dir).
+    exit_files: more paths the exit status is copied to (a job directory other nodes read).
 
     Returns the identity record."""
     import subprocess  # only here: starting a detached session is what this helper is for
@@ -282,7 +283,9 @@ def spawn_detached(command, env, cwd, log_path, state_dir, job_id=None, proc='/p
     env = dict(env)
     if job_id:
         env[JOB_ENV] = str(job_id)
-    wrapper = '( %s ); echo $? > %s' % (command, _quote(os.path.join(state_dir, EXIT_CODE_FILE)))
+    wrapper = '( %s ); rc=$?; echo $rc > %s' % (command, _quote(os.path.join(state_dir, EXIT_CODE_FILE)))
+    for path in exit_files:
+        wrapper += '; echo $rc > %s' % _quote(path)
     with open(log_path, 'ab') as log, open(os.devnull, 'rb') as devnull:
         child = subprocess.Popen(['/bin/bash', '-c', wrapper], cwd=cwd, env=env, stdin=devnull,
                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
