@@ -167,15 +167,28 @@ def iperf3_command(binary, params, reverse=False):
     return command
 
 
-def iperf3_run(module, binary, params, reverse, sleep=time.sleep):
-    """One direction: {client (sender), server (receiver), tool, streams, gbps, retransmits, error}."""
+BUSY_WAIT = 10.0
+
+
+def iperf3_run(module, binary, params, reverse, sleep=time.sleep, clock=time.time):
+    """One direction: {client (sender), server (receiver), tool, streams, gbps, retransmits, error}.
+
+    A server busy with the previous test (it ends a moment after its client) is tried again for
+    up to 10 s; a server not listening yet (refused) for up to server_wait seconds, so that the
+    servers and the clients of a round can start in the same task."""
     command = iperf3_command(binary, params, reverse)
-    for attempt in range(5):
+    start = clock()
+    while True:
         rc, out, err = module.run_command(command)
-        # the server ends the previous test a moment after the client: wait and try again
-        if 'server is busy' not in out or attempt == 4:
-            break
-        sleep(1 + attempt)
+        text = out + err
+        waited = clock() - start
+        if 'server is busy' in text and waited < BUSY_WAIT:
+            sleep(0.5)
+            continue
+        if 'Connection refused' in text and waited < (params.get('server_wait') or 0):
+            sleep(0.2)
+            continue
+        break
     sender, receiver = (params['peer'], params['node']) if reverse else (params['node'], params['peer'])
     result = {'client': sender, 'server': receiver, 'tool': 'iperf3', 'streams': params['streams'],
               'gbps': None, 'retransmits': None, 'error': None}

@@ -90,6 +90,17 @@ options:
     description: Seconds the client waits for the server to answer.
     type: int
     default: 5
+  server_wait:
+    description:
+      - Seconds the client tries again while the server refuses the connection (it is not
+        listening yet), so a round can start its servers and clients in one task; 0 fails at
+        once.
+    type: int
+    default: 0
+  omit:
+    description: Seconds of warm-up iperf3 leaves out of the result (C(-O)), on top of O(duration).
+    type: int
+    default: 0
   run_dir:
     description: Directory under which each started server gets a private state directory (pid file, exit code, log).
     type: path
@@ -212,6 +223,8 @@ def main():
             rdma=dict(type='str', default='auto', choices=['auto', 'required', 'never']),
             server_lifetime=dict(type='int', default=300),
             connect_timeout=dict(type='int', default=5),
+            server_wait=dict(type='int', default=0),
+            omit=dict(type='int', default=0),
             run_dir=dict(type='path', default='/run/gpucluster'),
         ),
         supports_check_mode=True,
@@ -219,7 +232,8 @@ def main():
     params = module.params
     node = params['node']
     for key, low, high in (('port', 1, 65535), ('streams', 1, 128), ('duration', 1, 3600),
-                           ('server_lifetime', 10, 86400), ('connect_timeout', 1, 600)):
+                           ('server_lifetime', 10, 86400), ('connect_timeout', 1, 600), ('server_wait', 0, 600),
+                           ('omit', 0, 60)):
         if not low <= params[key] <= high:
             module.fail_json(msg='host %s: %s must be from %d to %d, got %d' % (node, key, low, high, params[key]))
     state = params['state']

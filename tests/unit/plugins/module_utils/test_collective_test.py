@@ -74,3 +74,74 @@ def test_result_says_where_the_ranks_ran():
     out = ct.result('torch', rows(1024), [1024], {}, 5, NODES, 'torch.distributed all_reduce (gloo)', 'gloo')
     assert out['ok'] and out['world_size'] == 5 and out['nnodes'] == 4
     assert [r['slots'] for r in out['ranks']] == [2, 1, 1, 1]
+
+
+class FakeModule:
+    check_mode = False
+    tmpdir = '/nonexistent'
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.commands = []
+
+    def get_bin_path(self, name):
+        return '/usr/bin/timeout' if name == 'timeout' else None
+
+    def run_command(self, argv, environ_update=None):
+        self.commands.append(argv)
+        return self.answer
+
+
+def torch_params(tmp_path, node='alpha'):
+    env = tmp_path / 'env' / 'bin'
+    env.mkdir(parents=True, exist_ok=True)
+    (env / 'torchrun').write_text('#!/bin/sh\n')
+    (env / 'torchrun').chmod(0o755)
+    script = tmp_path / 'allreduce_bench.py'
+    script.write_text('')
+    return dict(node=node, nodes=NODES, collective='all_reduce', env_path=str(tmp_path / 'env'), script=str(script),
+                master_port=29500, iterations=5, warmup=2, backend='auto', timeout=300)
+
+
+def bench_output(sizes, end=True):
+    import json
+    lines = [ct.PREFIX + json.dumps({'kind': 'start', 'backend': 'gloo', 'world_size': 5, 'nnodes': 4})]
+    for size in sizes:
+        lines.append(ct.PREFIX + json.dumps({'kind': 'row', 'size': size, 'count': size // 4, 'time_us': 900.0,
+                                             'wrong': 0}))
+    if end:
+        lines.append(ct.PREFIX + json.dumps({'kind': 'end'}))
+    return '\n'.join(lines) + '\n'
+
+
+def test_the_head_reports_rows_with_the_world_of_5(tmp_path, monkeypatch):
+    monkeypatch.setattr(ct.processes, 'port_listeners', lambda port, address=None: [])
+    module = FakeModule((0, bench_output([65536, 1 << 20]), ''))
+    out = ct.run_torch(module, torch_params(tmp_path), [65536, 1 << 20], {}, {})
+    assert module.commands[0][:4] == ['/usr/bin/timeout', '-k', '10', '300']
+    assert out['ok'] and out['reporter'] and out['world_size'] == 5
+    assert out['rows'][-1]['busbw_gbs'] == pytest.approx(out['rows'][-1]['algbw_gbs'] * 8 / 5)
+
+
+def test_the_head_timed_out_after_one_size(tmp_path, monkeypatch):
+    monkeypatch.setattr(ct.processes, 'port_listeners', lambda port, address=None: [])
+    out = ct.run_torch(FakeModule((124, bench_output([65536], end=False), '')), torch_params(tmp_path),
+                       [65536, 1 << 20], {}, {})
+    assert out['ok'] is False and out['missing_sizes'] == [1 << 20]
+    assert out['error'] == 'torchrun on alpha exited 124 (timed out after 300 s); size(s) 1M missing from the output'
+
+
+def test_a_worker_reports_its_exit_only(tmp_path):
+    ok = ct.run_torch(FakeModule((0, '', '')), torch_params(tmp_path, 'charlie'), [65536], {}, {})
+    assert ok['ok'] and not ok['reporter'] and ok['rows'] == []
+    bad = ct.run_torch(FakeModule((1, '', 'RendezvousTimeoutError')), torch_params(tmp_path, 'charlie'), [65536], {}, {})
+    assert not bad['ok'] and bad['error'] == 'torchrun on charlie exited 1' and 'Rendezvous' in bad['output']
+
+
+def test_the_rendezvous_port_held_by_another_job_is_refused_on_the_head(tmp_path, monkeypatch):
+    monkeypatch.setattr(ct.processes, 'port_listeners', lambda port, address=None: [
+        {'pid': 77, 'uid': 1000, 'cmdline': 'python train.py', 'job_id': 'run-3', 'address': '0.0.0.0'}])
+    with pytest.raises(ct.CollectiveTestError) as err:
+        ct.run_torch(FakeModule((0, '', '')), torch_params(tmp_path), [65536], {}, {})
+    assert str(err.value) == ('host alpha: port 29500 is in use by pid 77 (python train.py) of job run-3 '
+                              '(the rendezvous port, master_port)')

@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -162,3 +163,28 @@ def test_a_stale_pid_file_naming_another_process_is_never_signalled(tmp_path):
     finally:
         bystander.kill()
         bystander.wait()
+
+
+def test_a_client_started_before_its_server_waits_for_it(tmp_path):
+    port = free_port()
+    common = dict(port=port, run_dir=str(tmp_path / 'run'))
+    client_dir = tmp_path / 'client'
+    client_dir.mkdir()
+    payload = {'ANSIBLE_MODULE_ARGS': dict(state='client', node='n1', server='127.0.0.12', peer='n2', duration=1,
+                                           both_directions=False, server_wait=20, port=port,
+                                           _ansible_tmpdir=str(client_dir))}
+    (client_dir / 'args.json').write_text(json.dumps(payload))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([COLLECTIONS, os.environ.get('PYTHONPATH', '')]))
+    client = subprocess.Popen([sys.executable, MODULE, str(client_dir / 'args.json')], stdout=subprocess.PIPE,
+                              text=True, env=env)
+    try:
+        time.sleep(1.5)  # the client is refused, and tries again
+        started = run(tmp_path, state='server', node='n2', bind='127.0.0.12', **common)
+        assert not started.get('failed'), started
+        measured = json.loads(client.communicate(timeout=60)[0])
+    finally:
+        run(tmp_path, state='stopped', node='n2', **common)
+        if client.poll() is None:
+            client.kill()
+    assert measured['results'][0]['error'] is None, measured
+    assert measured['results'][0]['gbps'] > 0
