@@ -101,8 +101,9 @@ EXAMPLES = r'''
   gpucluster.multinode.dist_check:
     node: "{{ inventory_hostname }}"
     nodes: "{{ groups | gpucluster.multinode.cluster_nodes }}"
-    address: "{{ cluster_address | default(ansible_host) }}"
-    master_addr: "{{ hostvars[groups['head'][0]].cluster_address | default(hostvars[groups['head'][0]].ansible_host) }}"
+    slots: "{{ groups | gpucluster.multinode.cluster_nodes | gpucluster.multinode.hostfile_hosts(hostvars) | map(attribute='slots') }}"
+    address: "{{ hostvars[inventory_hostname] | gpucluster.multinode.cluster_address(inventory_hostname) }}"
+    master_addr: "{{ hostvars[groups['head'][0]] | gpucluster.multinode.cluster_address(groups['head'][0]) }}"
     script: /var/tmp/gpucluster/cluster_tests/dist_check.py
   async: 300
   poll: 0

@@ -82,7 +82,7 @@ options:
         type: str
         required: true
       slots:
-        description: Ranks on the node (its C(node_slots): its GPUs, 1 on a CPU node unless told).
+        description: Ranks on the node, its C(node_slots) (its GPUs, else 1 on a CPU node).
         type: int
         default: 1
   master_port:
