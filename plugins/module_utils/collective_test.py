@@ -192,14 +192,15 @@ def run_nccl_tests(module, p, sizes, thresholds, env):
 
 
 def torchrun_command(torchrun, nodes, node, master_port, script, sizes, iterations, warmup, backend, timeout):
-    """torchrun on one node: that node's own --nproc-per-node (c10d rendezvous on the head takes
-    a different count on each node; world = sum of the slots)."""
+    """torchrun on one node with that node's own --nproc-per-node: torchrun's agents add up the
+    counts of every node (world = sum of the slots, ranks numbered node by node), so nodes may
+    differ. The node rank is fixed (the head is 0), so global rank 0, which reports, is on the
+    head."""
     names = [n['name'] for n in nodes]
     rank = names.index(node)
     return [torchrun, '--nnodes', str(len(nodes)), '--nproc-per-node', str(nodes[rank]['slots']),
-            '--node-rank', str(rank), '--rdzv-backend', 'c10d', '--rdzv-id', 'gpucluster-allreduce-%d' % master_port,
-            '--rdzv-endpoint', '%s:%d' % (nodes[0]['address'], master_port),
-            '--local-addr', nodes[rank]['address'], '--max-restarts', '0',
+            '--node-rank', str(rank), '--master-addr', nodes[0]['address'], '--master-port', str(master_port),
+            '--max-restarts', '0',
             script, '--sizes', ','.join(str(s) for s in sizes), '--iters', str(iterations),
             '--warmup', str(warmup), '--backend', backend, '--timeout', str(timeout)]
 

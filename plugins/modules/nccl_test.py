@@ -19,8 +19,8 @@ description:
     C(Avg bus bandwidth) lines.
   - O(method=torch) is one node's part of the built-in all-reduce benchmark; every node runs
     it at the same time (start it with C(async)); each starts C(torchrun) with its own
-    slots as C(--nproc-per-node) (nodes may differ), the head holds the c10d rendezvous; the
-    world size is the sum of the slots. C(nccl) on GPUs, C(gloo) on CPUs. For each size it reports
+    slots as C(--nproc-per-node) (nodes may differ), the head (node rank 0) holds the
+    rendezvous; the world size is the sum of the slots. C(nccl) on GPUs, C(gloo) on CPUs. For each size it reports
     time, algbw and busbw by the nccl-tests formulas (algbw = size / time, busbw = algbw x
     2(n-1)/n) and checks that the reduced values are right. Rows are returned by the head.
   - O(probe=true) only reports what this node has (nccl-tests binary, mpirun, the Python

@@ -25,8 +25,7 @@ def test_torchrun_starts_each_nodes_own_count(node, nproc, node_rank):
                               5, 2, 'gloo', 600)
     value = dict(zip(cmd, cmd[1:]))
     assert (value['--nnodes'], value['--nproc-per-node'], value['--node-rank']) == ('4', nproc, node_rank)
-    assert value['--rdzv-backend'] == 'c10d' and value['--rdzv-endpoint'] == '10.99.0.11:29500'
-    assert value['--local-addr'] == [n['address'] for n in NODES if n['name'] == node][0]
+    assert (value['--master-addr'], value['--master-port']) == ('10.99.0.11', '29500')
     assert value['--sizes'] == '1024,4096'
 
 
