@@ -11,7 +11,7 @@
 #
 #   ansible-playbook playbooks/lab.yml -e lab_name=lab-net -e lab_subnet=10.213.40.0/24 \
 #       -e lab_inventory_dir=inventories/lab-net -e lab_nodes=8
-#   benchmarks/network_matrix.sh        # INV=inventories/lab-net DURATION=2 ROUNDS=3 THROTTLE=1gbit PARTS="1 2 3 4"
+#   benchmarks/network_matrix.sh        # INV=inventories/lab-net DURATION=2 ROUNDS=5 THROTTLE=1gbit PARTS="1 2 3 4"
 #
 # THROTTLE must be well under the normal rate of a link (tbf with a 64 kB burst and several
 # streams gets well under its rate: 1gbit gave 0.14-0.44 Gbit/s here).
@@ -25,7 +25,7 @@ source scripts/env.sh
 source benchmarks/lib.sh
 INV=${INV:-inventories/lab-net}
 DURATION=${DURATION:-2}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 THROTTLE=${THROTTLE:-1gbit}
 PARTS=${PARTS:-1 2 3 4}
 part() { [[ " $PARTS " == *" $1 "* ]]; }

@@ -6,8 +6,11 @@
 bandwidth_plan(nodes, hostvars, ...)   rounds of disjoint pairs with addresses; problems with the input
 bandwidth_report(results, nodes, ...)  matrix, per-node summary, slow links and the node they share
 collective_plan(sizes, thresholds)     checked message sizes and per-size thresholds
-collective_summary(nodes, hostvars, v) rows, busbw and correctness of the collective test, as lines
-dist_check_report(nodes, hostvars, v)  who joined the group, who did not and why
+collective_summary(results, nodes)     rows, busbw and correctness of the collective test, as lines
+dist_check_report(results, nodes)      who joined the group (how many ranks where), who did not and why
+pairs_with_device(pairs, devices, i)   the pairs of a round where both ends have an i-th RDMA device
+
+results: {node: the result registered on that node}, built by the role from hostvars.
 
 The plan filters never raise on bad input: they return the problems, one line each naming the
 variable (and the host), so a play can fail with all of them before anything runs.
@@ -17,7 +20,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_tests as ct
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_test_inputs as inputs
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_test_reports as reports
 from ansible_collections.gpucluster.multinode.plugins.module_utils.inventory_contract import cluster_address
 
 
@@ -28,14 +32,14 @@ def bandwidth_plan(nodes, hostvars, pairs=None, schedule='round_robin', threshol
     for label, value in (('cluster_tests_bandwidth_threshold_gbps', threshold_gbps),
                          ('cluster_tests_bandwidth_relative_threshold', relative_threshold)):
         try:
-            number = ct.check_positive(value, label)
+            number = inputs.check_positive(value, label)
             if label.endswith('relative_threshold') and number is not None and number >= 1:
                 problems.append('%s must be a fraction of the fleet median below 1 (e.g. 0.7), got %r' % (label, value))
-        except ct.ClusterTestError as exc:
+        except inputs.ClusterTestError as exc:
             problems.append(str(exc))
     try:
-        plan = ct.plan_pairs(list(nodes), pairs or None, schedule)
-    except ct.ClusterTestError as exc:
+        plan = inputs.plan_pairs(list(nodes), pairs or None, schedule)
+    except inputs.ClusterTestError as exc:
         message = str(exc)
         if message.startswith('pairs'):
             message = 'cluster_tests_bandwidth_' + message
@@ -54,7 +58,7 @@ def bandwidth_plan(nodes, hostvars, pairs=None, schedule='round_robin', threshol
 def bandwidth_report(results, nodes, threshold_gbps=None, relative_threshold=None, rounds=None):
     """The report of net_bandwidth results (see module_utils cluster_tests.bandwidth_report)."""
     try:
-        return ct.bandwidth_report(results, nodes, threshold_gbps=threshold_gbps or None,
+        return reports.bandwidth_report(results, nodes, threshold_gbps=threshold_gbps or None,
                                    relative=relative_threshold or None, rounds=rounds)
     except ValueError as exc:
         raise AnsibleFilterError('bandwidth_report: %s' % exc) from exc
@@ -64,47 +68,46 @@ def collective_plan(sizes, thresholds=None, sizes_label='cluster_tests_collectiv
                     thresholds_label='cluster_tests_collective_thresholds'):
     """{'problems', 'sizes': [bytes], 'thresholds': {bytes: GB/s}} with the sizes checked."""
     try:
-        checked = ct.check_sizes(sizes, sizes_label, multiple_of=4)
-        limits = ct.check_thresholds(thresholds or {}, checked, thresholds_label)
-    except ct.ClusterTestError as exc:
+        checked = inputs.check_sizes(sizes, sizes_label, multiple_of=4)
+        limits = inputs.check_thresholds(thresholds or {}, checked, thresholds_label)
+    except inputs.ClusterTestError as exc:
         return {'problems': [str(exc)], 'sizes': [], 'thresholds': {}}
     return {'problems': [], 'sizes': checked, 'thresholds': {str(k): v for k, v in limits.items()}}
 
 
-def _results(nodes, hostvars, var):
+def _results(results, nodes):
+    """{node: result or None}: a result that is missing, not a dict or skipped counts as none."""
+    if not isinstance(results, dict):
+        raise AnsibleFilterError('results must be a dict of node name to registered result, got %s'
+                                 % type(results).__name__)
     found = {}
     for node in nodes:
-        try:
-            value = hostvars[node].get(var)
-        except KeyError:
-            value = None
+        value = results.get(node)
         found[node] = value if isinstance(value, dict) and not value.get('skipped') else None
     return found
 
 
-def dist_check_report(nodes, hostvars, var):
-    """One verdict from the dist_check result registered as var on each node."""
-    results = {n: r if r and 'stage' in r else None for n, r in _results(nodes, hostvars, var).items()}
-    return ct.dist_check_report(results, list(nodes))
+def dist_check_report(results, nodes):
+    """One verdict from the dist_check results, {node: result registered there}."""
+    found = {n: r if r and 'stage' in r else None for n, r in _results(results, nodes).items()}
+    return reports.dist_check_report(found, list(nodes))
 
 
-def collective_summary(nodes, hostvars, var):
-    """One report from the nccl_test results registered as var on each node."""
+def collective_summary(results, nodes):
+    """One report from the nccl_test results, {node: result registered there}."""
     try:
-        return ct.collective_summary(_results(nodes, hostvars, var), list(nodes))
+        return reports.collective_summary(_results(results, nodes), list(nodes))
     except ValueError as exc:
         raise AnsibleFilterError('collective_summary: %s' % exc) from exc
 
 
-def pairs_with_device(pairs, hostvars, index, check_var='__cluster_tests_bw_check'):
-    """The pairs of a round where both ends have an RDMA device of this index (from their check)."""
-    def devices(host):
-        try:
-            found = (hostvars[host].get(check_var) or {}).get('rdma_devices') or []
-        except KeyError:
-            return []
-        return found
-    return [p for p in pairs or [] if len(devices(p['client'])) > int(index) and len(devices(p['server'])) > int(index)]
+def pairs_with_device(pairs, devices, index):
+    """The pairs of a round where both ends have an RDMA device of this index.
+
+    devices: {node: [RDMA device names]} (from the nodes' net_bandwidth check)."""
+    def count(host):
+        return len((devices or {}).get(host) or [])
+    return [p for p in pairs or [] if count(p['client']) > int(index) and count(p['server']) > int(index)]
 
 
 def rdma_lines(results):

@@ -20,6 +20,8 @@ import json
 import re
 from collections import Counter
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import interfaces
+
 STATUSES = ('ok', 'warn', 'fail', 'unknown')
 # Worst first when several findings make one record.
 _SEVERITY = {'ok': 0, 'unknown': 1, 'warn': 2, 'fail': 3}
@@ -92,23 +94,7 @@ def parse_profile_env(text):
     return env
 
 
-def ifname_matches(spec, names):
-    """Interfaces of ``names`` that NCCL_SOCKET_IFNAME ``spec`` selects (NCCL's rules: a comma
-    list of prefixes; ``=`` before the list means exact names; ``^`` means all but these)."""
-    spec = (spec or '').strip()
-    if not spec:
-        return sorted(names)
-    exclude = spec.startswith('^')
-    if exclude:
-        spec = spec[1:]
-    exact = spec.startswith('=')
-    if exact:
-        spec = spec[1:]
-    items = [s for s in spec.split(',') if s]
-
-    def hit(name):
-        return any((name == i) if exact else name.startswith(i) for i in items)
-    return sorted(n for n in names if (not hit(n)) == exclude)
+ifname_matches = interfaces.ifname_selects  # NCCL_SOCKET_IFNAME rules, one source
 
 
 _XID_RE = re.compile(r'NVRM: Xid \((?P<pci>[^)]*)\): (?P<code>\d+)(?:, (?P<text>.*))?')

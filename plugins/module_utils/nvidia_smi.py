@@ -378,24 +378,26 @@ class Reader(object):
         self.timeout = timeout
 
     def run(self, *args):
+        """(rc, stdout, stderr): the output is parsed from stdout only; a warning nvidia-smi
+        prints on stderr (an infoROM warning, say) must not turn into a row or a header."""
         cmd = ['timeout', str(self.timeout), self.binary] + list(args)
         rc, out, err = self.module.run_command(cmd, environ_update={'LC_ALL': 'C'})
-        return rc, (out or '') + (('\n' + err) if err else '')
+        return rc, out or '', err or ''
 
     def query(self, fields):
         """Rows for the fields; fields the driver refuses are dropped and the query retried."""
         dropped, refused, valid = [], set(), None
         wanted = list(fields)
         for _attempt in range(len(fields) + 1):
-            rc, out = self.run('--query-gpu=' + ','.join(wanted), '--format=csv,nounits')
+            rc, out, err = self.run('--query-gpu=' + ','.join(wanted), '--format=csv,nounits')
             if rc == 0:
                 return parse_query_csv(out), dropped, None
-            newly = set(invalid_fields(out)) - refused
+            newly = set(invalid_fields(out + '\n' + err)) - refused
             if not newly:
-                return None, dropped, failure_reason(out, rc)
+                return None, dropped, failure_reason(err + '\n' + out, rc)
             refused |= newly
             if valid is None:
-                hrc, help_text = self.run('--help-query-gpu')
+                hrc, help_text, _ = self.run('--help-query-gpu')
                 valid = parse_help_query_gpu(help_text) if hrc == 0 else set()
             keep = []
             for field in wanted:
@@ -406,7 +408,7 @@ class Reader(object):
                 else:
                     dropped.append(CANONICAL.get(field, field))
             if not keep:
-                return None, dropped, failure_reason(out, rc)
+                return None, dropped, failure_reason(err + '\n' + out, rc)
             wanted = keep
         return None, dropped, 'nvidia-smi kept refusing the query fields'
 
@@ -437,9 +439,9 @@ def read_gpu_facts(module, nvidia_smi='nvidia-smi', timeout=60, topology=True,
         return done('no NVIDIA GPU on the PCI bus and no nvidia-smi')
 
     reader = Reader(module, binary, timeout)
-    rc, banner = reader.run()
+    rc, banner, err = reader.run()
     if rc != 0:
-        reason = failure_reason(banner, rc)
+        reason = failure_reason(err + '\n' + banner, rc)
         if not pci_gpus:
             reason += ' (no NVIDIA GPU on the PCI bus)'
         return done(reason)
@@ -458,14 +460,14 @@ def read_gpu_facts(module, nvidia_smi='nvidia-smi', timeout=60, topology=True,
         facts['gpus'], facts['driver_version'], facts['cuda_version'])
 
     if topology and facts['gpu_count']:
-        trc, topo = reader.run('topo', '-m')
+        trc, topo, terr = reader.run('topo', '-m')
         if trc == 0:
             try:
                 facts['topology'] = parse_topology(topo)
             except ParseError as exc:
                 facts['topology'] = {'error': str(exc)}
         else:
-            facts['topology'] = {'error': failure_reason(topo, trc)}
+            facts['topology'] = {'error': failure_reason(terr + '\n' + topo, trc)}
     if not facts['gpu_count']:
-        return done('nvidia-smi answers but lists no GPU')
+        return done('nvidia-smi answers but lists no GPU%s' % (': ' + err.strip().splitlines()[0] if err.strip() else ''))
     return done('')

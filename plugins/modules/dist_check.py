@@ -13,10 +13,11 @@ version_added: "0.1.0"
 description:
   - Runs on every node at the same time (start it with C(async) so that C(forks) does not
     matter). Each node runs the C(dist_check.py) script of the
-    P(gpucluster.multinode.cluster_tests#role) role with its rank; the head (rank 0) holds
-    the rendezvous store on O(master_addr):O(master_port).
-  - Every node joins one process group (C(gloo) unless told), all-reduces a tensor of
-    rank + 1, checks that every element is n(n+1)/2, and leaves.
+    P(gpucluster.multinode.cluster_tests#role) role, which starts that node's O(slots) ranks
+    (ranks numbered node by node; the world size is the sum of the slots); the head's first
+    rank (rank 0) holds the rendezvous store on O(master_addr):O(master_port).
+  - Every rank joins one process group (C(gloo) unless told), all-reduces a tensor of
+    rank + 1, checks that every element is n(n+1)/2 for a world of n ranks, and leaves.
   - When a node does not join within O(timeout) seconds, the head's result names which nodes
     joined (RV(joined)) and the node's own result says where it stopped (RV(stage)) and the
     likely cause (RV(cause)) from quick probes (the head's name does not resolve, its port is
@@ -31,10 +32,16 @@ options:
     type: str
     required: true
   nodes:
-    description: Names of the nodes, head first; the rank of a node is its index.
+    description: Names of the nodes, head first.
     type: list
     elements: str
     required: true
+  slots:
+    description:
+      - Ranks on each node, in the order of O(nodes) (each node's C(node_slots)); default 1 on
+        every node.
+    type: list
+    elements: int
   address:
     description: Cluster address of this node (checked against the socket interface).
     type: str
@@ -94,8 +101,9 @@ EXAMPLES = r'''
   gpucluster.multinode.dist_check:
     node: "{{ inventory_hostname }}"
     nodes: "{{ groups | gpucluster.multinode.cluster_nodes }}"
-    address: "{{ cluster_address | default(ansible_host) }}"
-    master_addr: "{{ hostvars[groups['head'][0]].cluster_address | default(hostvars[groups['head'][0]].ansible_host) }}"
+    slots: "{{ groups | gpucluster.multinode.cluster_nodes | gpucluster.multinode.hostfile_hosts(hostvars) | map(attribute='slots') }}"
+    address: "{{ hostvars[inventory_hostname] | gpucluster.multinode.cluster_address(inventory_hostname) }}"
+    master_addr: "{{ hostvars[groups['head'][0]] | gpucluster.multinode.cluster_address(groups['head'][0]) }}"
     script: /var/tmp/gpucluster/cluster_tests/dist_check.py
   async: 300
   poll: 0
@@ -137,14 +145,24 @@ sum:
   type: float
   sample: 6.0
 expected:
-  description: n(n+1)/2 for n nodes.
+  description: n(n+1)/2 for a world of n ranks.
   returned: when the group formed
   type: float
   sample: 6.0
 rank:
-  description: Rank of this node.
+  description: The first rank of this node.
   returned: always
   type: int
+slots:
+  description: Ranks this node ran.
+  returned: always
+  type: int
+  sample: 2
+world_size:
+  description: Ranks in the group (the sum of the slots).
+  returned: always
+  type: int
+  sample: 5
 backend:
   description: The backend used.
   returned: always
@@ -163,14 +181,9 @@ output:
   type: str
 '''
 
-import json
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_tests as ct
-
-PREFIX = 'GPUCLUSTER_DIST_CHECK '
+from ansible_collections.gpucluster.multinode.plugins.module_utils import smoke_test
 
 
 def main():
@@ -178,6 +191,7 @@ def main():
         argument_spec=dict(
             node=dict(type='str', required=True),
             nodes=dict(type='list', elements='str', required=True),
+            slots=dict(type='list', elements='int'),
             address=dict(type='str'),
             master_addr=dict(type='str', required=True),
             master_port=dict(type='int', default=29500),
@@ -191,70 +205,11 @@ def main():
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    node, nodes = p['node'], p['nodes']
-    if node not in nodes:
-        module.fail_json(msg='host %s: node %s is not in nodes (%s)' % (node, node, ', '.join(nodes)))
-    if len(set(nodes)) != len(nodes):
-        module.fail_json(msg='host %s: nodes lists a node twice: %s' % (node, ', '.join(nodes)))
-    if not 1 <= p['master_port'] <= 65535:
-        module.fail_json(msg='host %s: master_port must be from 1 to 65535, got %d' % (node, p['master_port']))
-    if not 5 <= p['timeout'] <= 3600:
-        module.fail_json(msg='host %s: timeout must be from 5 to 3600 seconds, got %d' % (node, p['timeout']))
-    rank = nodes.index(node)
-    base = {'node': node, 'rank': rank, 'backend': p['backend'], 'joined_store': False,
-            'rendezvous': '%s:%d' % (p['master_addr'], p['master_port'])}
-    if module.check_mode:
-        # the environment and the script may come with this same run: nothing to probe yet
-        module.exit_json(changed=False, ok=True, stage='skipped', cause=None, error=None, socket_ifname=None, **base)
-    if not os.access(p['python'], os.X_OK):
-        module.fail_json(msg='host %s: python %s does not exist; install torch first (the python_env role)'
-                         % (node, p['python']), **base)
-    if not os.path.isfile(p['script']):
-        module.fail_json(msg='host %s: script %s does not exist (copied by roles/cluster_tests/tasks/smoke.yml)'
-                         % (node, p['script']), **base)
-    if rank == 0:
-        users = ct.port_users(_ss(module), p['master_port'])
-        if users:
-            module.fail_json(msg='host %s: port %d (the rendezvous port, master_port) is already in use by %s'
-                             % (node, p['master_port'], ct.describe_users(users)), **base)
-
-    env = ct.node_environment(module, p['env_files'], p['env'])
-    if p['socket_ifname']:
-        env['GLOO_SOCKET_IFNAME'] = p['socket_ifname']
-        env['NCCL_SOCKET_IFNAME'] = p['socket_ifname']
-    ifname = env.get('GLOO_SOCKET_IFNAME' if p['backend'] == 'gloo' else 'NCCL_SOCKET_IFNAME', '')
-    base['socket_ifname'] = ifname
-
-    iface_problem = ct.interface_problem(ifname, p['address'], ct.own_interfaces(module)) if ifname else None
-    command = [p['python'], p['script'], '--nodes', json.dumps(nodes), '--rank', str(rank),
-               '--master-addr', p['master_addr'], '--master-port', str(p['master_port']),
-               '--backend', p['backend'], '--timeout', str(p['timeout'])]
-    timeout = module.get_bin_path('timeout')
-    if timeout:
-        command = [timeout, '-k', '10', str(p['timeout'] + 120)] + command
-    rc, out, err = module.run_command(command, environ_update=env)
-    found = ct.json_lines(out, PREFIX)
-    result = dict(base, ok=False, stage='start', cause=None, error=None)
-    if found:
-        result.update(found[-1])
-    else:
-        result['cause'] = 'the check did not run (exit %d)' % rc
-        result['error'] = ct.tail(err or out, 3)
-    if iface_problem and not result.get('ok'):
-        result['cause'] = iface_problem  # the likelier cause than what the library said
-    if not result.get('ok'):
-        result['output'] = ct.tail(out + '\n' + err)
-    result.update(node=node, rank=rank, socket_ifname=ifname)
+    try:
+        result = smoke_test.run(module, module.params)
+    except smoke_test.SmokeTestError as exc:
+        module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)
-
-
-def _ss(module):
-    ss = module.get_bin_path('ss')
-    if not ss:
-        return ''
-    rc, out, _ = module.run_command([ss, '-Hltnp'])
-    return out if rc == 0 else ''
 
 
 if __name__ == '__main__':

@@ -27,7 +27,9 @@ description:
     O(device). A test that fails (refused, timed out) is a result with RV(results[].error),
     not a module failure.
   - O(state=stopped) stops the server this module started on O(port) and removes its pid
-    file; it is safe to run when none runs.
+    file; it is safe to run when none runs. The pid file records the server's identity (pid,
+    start time, owner, job id); a pid file that no longer names that very process (the server
+    ended and the pid was reused) is removed without signalling anything.
   - Nothing is left behind; the module reports C(changed=false) in every state.
 options:
   state:
@@ -88,8 +90,19 @@ options:
     description: Seconds the client waits for the server to answer.
     type: int
     default: 5
+  server_wait:
+    description:
+      - Seconds the client tries again while the server refuses the connection (it is not
+        listening yet), so a round can start its servers and clients in one task; 0 fails at
+        once.
+    type: int
+    default: 0
+  omit:
+    description: Seconds of warm-up iperf3 leaves out of the result (C(-O)), on top of O(duration).
+    type: int
+    default: 0
   run_dir:
-    description: Directory of the pid and log files of started servers.
+    description: Directory under which each started server gets a private state directory (pid file, exit code, log).
     type: path
     default: /run/gpucluster
 notes:
@@ -188,218 +201,9 @@ stopped:
   elements: int
 '''
 
-import os
-import shutil
-import signal
-import subprocess
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_tests as ct
-from ansible_collections.gpucluster.multinode.plugins.module_utils.iperf3 import parse_iperf3
-from ansible_collections.gpucluster.multinode.plugins.module_utils.perftest import parse_perftest_bw
-
-PACKAGES = {'iperf3': 'iperf3', 'ib_write_bw': 'perftest'}
-IB_SYSFS = '/sys/class/infiniband'
-
-
-def _pidfile(params):
-    return os.path.join(params['run_dir'], 'net_bandwidth-%s-%s-%d.pid' % (params['node'], params['tool'], params['port']))
-
-
-def _listeners(module, port, address=None):
-    ss = module.get_bin_path('ss')
-    if not ss:
-        return None
-    rc, out, _ = module.run_command([ss, '-Hltnp'])
-    if rc != 0:
-        return None
-    return ct.port_users(out, port, address)
-
-
-def _rdma_devices():
-    try:
-        return sorted(os.listdir(IB_SYSFS))
-    except OSError:
-        return []
-
-
-def check(module, params):
-    node = params['node']
-    problems = []
-    out = {'rdma_devices': _rdma_devices(), 'perftest': bool(module.get_bin_path('ib_write_bw'))}
-    iperf3 = module.get_bin_path('iperf3')
-    if not iperf3:
-        problems.append('host %s: iperf3 is not installed (install the package iperf3)' % node)
-    else:
-        rc, text, err = module.run_command([iperf3, '--version'])
-        out['tool_version'] = (text or err).splitlines()[0] if (text or err) else None
-    if params['rdma'] != 'never':
-        if out['rdma_devices'] and not out['perftest']:
-            problems.append('host %s: RDMA devices %s but ib_write_bw is not installed (install the package perftest)'
-                            % (node, ', '.join(out['rdma_devices'])))
-        if params['rdma'] == 'required' and not out['rdma_devices']:
-            problems.append('host %s: no RDMA device in %s (rdma: required)' % (node, IB_SYSFS))
-    users = _listeners(module, params['port'], params['bind'])
-    if users:
-        problems.append('host %s: port %d (the bandwidth test port) is already in use by %s'
-                        % (node, params['port'], ct.describe_users(users)))
-    out['problems'] = problems
-    return out
-
-
-def _process_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open('/proc/%d/stat' % pid) as handle:
-            return handle.read().split(')')[-1].split()[0] != 'Z'
-    except OSError:
-        return True
-
-
-def server(module, params):
-    node, port, tool = params['node'], params['port'], params['tool']
-    binary = module.get_bin_path(tool)
-    if not binary:
-        module.fail_json(msg='host %s: %s is not installed (install the package %s)' % (node, tool, PACKAGES[tool]))
-    if tool == 'iperf3' and not params['bind']:
-        module.fail_json(msg='host %s: bind (the address the iperf3 server listens on) is required with state=server'
-                         % node)
-    if tool == 'ib_write_bw' and not params['device']:
-        module.fail_json(msg='host %s: device (the RDMA device, e.g. mlx5_0) is required for ib_write_bw' % node)
-    users = _listeners(module, port, params['bind'])
-    if users:
-        module.fail_json(msg='host %s: port %d (the bandwidth test port) is already in use by %s'
-                         % (node, port, ct.describe_users(users)))
-    if module.check_mode:
-        return {}
-    stop(module, params)  # a server of an earlier, interrupted run on this port
-    os.makedirs(params['run_dir'], mode=0o755, exist_ok=True)
-    if tool == 'iperf3':
-        command = [binary, '-s', '-p', str(port), '-B', params['bind']]
-    else:
-        command = [binary, '-d', params['device'], '-p', str(port), '-q', str(params['streams']),
-                   '-D', str(params['duration']), '--report_gbits', '-F']
-    timeout = module.get_bin_path('timeout')
-    if timeout:
-        command = [timeout, str(params['server_lifetime'])] + command
-    log_path = _pidfile(params)[:-len('.pid')] + '.log'
-    with open(log_path, 'wb') as log, open(os.devnull, 'rb') as devnull:
-        proc = subprocess.Popen(command, stdin=devnull, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
-    with open(_pidfile(params), 'w') as handle:
-        handle.write('%d\n' % proc.pid)
-    deadline = time.time() + 10
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            with open(log_path, 'rb') as handle:
-                said = to_native(handle.read()).strip()
-            os.unlink(_pidfile(params))
-            module.fail_json(msg='host %s: the %s server on port %d ended at once (exit %s): %s'
-                             % (node, tool, port, proc.returncode, said[-500:]))
-        if tool != 'iperf3' or _listeners(module, port, params['bind']):
-            if tool != 'iperf3':
-                time.sleep(1)  # perftest has no listening probe before its exchange; give it a moment
-            return {'pid': proc.pid, 'command': command}
-        time.sleep(0.2)
-    stop(module, params)
-    module.fail_json(msg='host %s: the %s server did not listen on %s:%d within 10 s' % (node, tool, params['bind'], port))
-
-
-def stop(module, params):
-    path = _pidfile(params)
-    try:
-        with open(path) as handle:
-            pid = int(handle.read().strip() or 0)
-    except (OSError, ValueError):
-        return []
-    stopped = []
-    if pid > 0 and _process_alive(pid):
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                break
-            deadline = time.time() + 3
-            while time.time() < deadline and _process_alive(pid):
-                time.sleep(0.1)
-            if not _process_alive(pid):
-                break
-        stopped.append(pid)
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
-    os.unlink(path)
-    return stopped
-
-
-def _iperf3_run(module, binary, params, reverse):
-    command = [binary, '-c', params['server'], '-p', str(params['port']), '-P', str(params['streams']),
-               '-t', str(params['duration']), '-J', '--connect-timeout', str(params['connect_timeout'] * 1000)]
-    if reverse:
-        command.append('-R')
-    for attempt in range(5):
-        rc, out, err = module.run_command(command)
-        # the server ends the previous test a moment after the client: wait and try again
-        if 'server is busy' not in out or attempt == 4:
-            break
-        time.sleep(1 + attempt)
-    sender, receiver = (params['peer'], params['node']) if reverse else (params['node'], params['peer'])
-    result = {'client': sender, 'server': receiver, 'tool': 'iperf3', 'streams': params['streams'],
-              'gbps': None, 'retransmits': None, 'error': None}
-    try:
-        parsed = parse_iperf3(out)
-    except ValueError as exc:
-        result['error'] = '%s (exit %d%s)' % (exc, rc, ': ' + err.strip()[-300:] if err.strip() else '')
-        return result
-    if not parsed['ok']:
-        result['error'] = parsed['error']
-    else:
-        result.update(gbps=parsed['gbps'], retransmits=parsed['retransmits'])
-    return result
-
-
-def _ib_run(module, binary, params):
-    command = [binary, '-d', params['device'], '-p', str(params['port']), '-q', str(params['streams']),
-               '-D', str(params['duration']), '--report_gbits', '-F', params['server']]
-    rc, out, err = module.run_command(command)
-    result = {'client': params['node'], 'server': params['peer'], 'tool': 'ib_write_bw',
-              'device': params['device'], 'gbps': None, 'error': None}
-    try:
-        parsed = parse_perftest_bw(out + '\n' + err)
-        result['gbps'] = parsed['bw_average_gbps']
-    except ValueError as exc:
-        result['error'] = '%s (exit %d)' % (exc, rc)
-    return result
-
-
-def client(module, params):
-    node, tool = params['node'], params['tool']
-    for key in ('server', 'peer'):
-        if not params[key]:
-            module.fail_json(msg='host %s: %s is required with state=client' % (node, key))
-    if tool == 'ib_write_bw' and not params['device']:
-        module.fail_json(msg='host %s: device (the RDMA device, e.g. mlx5_0) is required for ib_write_bw' % node)
-    binary = module.get_bin_path(tool)
-    if not binary:
-        module.fail_json(msg='host %s: %s is not installed (install the package %s)' % (node, tool, PACKAGES[tool]))
-    if module.check_mode:
-        return {'results': []}
-    if tool == 'iperf3':
-        results = [_iperf3_run(module, binary, params, reverse=False)]
-        if params['both_directions']:
-            results.append(_iperf3_run(module, binary, params, reverse=True))
-    else:
-        results = [_ib_run(module, binary, params)]
-    return {'results': results}
+from ansible_collections.gpucluster.multinode.plugins.module_utils import bandwidth_test
 
 
 def main():
@@ -419,6 +223,8 @@ def main():
             rdma=dict(type='str', default='auto', choices=['auto', 'required', 'never']),
             server_lifetime=dict(type='int', default=300),
             connect_timeout=dict(type='int', default=5),
+            server_wait=dict(type='int', default=0),
+            omit=dict(type='int', default=0),
             run_dir=dict(type='path', default='/run/gpucluster'),
         ),
         supports_check_mode=True,
@@ -426,18 +232,22 @@ def main():
     params = module.params
     node = params['node']
     for key, low, high in (('port', 1, 65535), ('streams', 1, 128), ('duration', 1, 3600),
-                           ('server_lifetime', 10, 86400), ('connect_timeout', 1, 600)):
+                           ('server_lifetime', 10, 86400), ('connect_timeout', 1, 600), ('server_wait', 0, 600),
+                           ('omit', 0, 60)):
         if not low <= params[key] <= high:
             module.fail_json(msg='host %s: %s must be from %d to %d, got %d' % (node, key, low, high, params[key]))
     state = params['state']
-    if state == 'check':
-        out = check(module, params)
-    elif state == 'server':
-        out = server(module, params)
-    elif state == 'client':
-        out = client(module, params)
-    else:
-        out = {'stopped': [] if module.check_mode else stop(module, params)}
+    try:
+        if state == 'check':
+            out = bandwidth_test.check(module, params)
+        elif state == 'server':
+            out = bandwidth_test.server(module, params)
+        elif state == 'client':
+            out = bandwidth_test.client(module, params)
+        else:
+            out = {'stopped': [] if module.check_mode else bandwidth_test.stop(params)}
+    except bandwidth_test.BandwidthTestError as exc:
+        module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **out)
 
 

@@ -1,8 +1,13 @@
 """Plans checked before anything starts, and the RDMA pairing, as the role's tasks use them."""
 
+import pytest
+
+from ansible.errors import AnsibleFilterError
 from ansible_collections.gpucluster.multinode.plugins.filter.cluster_tests import (
     bandwidth_plan,
     collective_plan,
+    collective_summary,
+    dist_check_report,
     pairs_with_device,
 )
 
@@ -41,10 +46,19 @@ def test_collective_plan_reports_the_size_problem():
 
 
 def test_rdma_pairs_need_a_device_of_that_index_on_both_ends():
-    hv = {'a': {'__cluster_tests_bw_check': {'rdma_devices': ['mlx5_0', 'mlx5_1']}},
-          'b': {'__cluster_tests_bw_check': {'rdma_devices': ['mlx5_0']}},
-          'c': {'__cluster_tests_bw_check': {'rdma_devices': []}},
-          'd': {'__cluster_tests_bw_check': {'rdma_devices': ['mlx5_0', 'mlx5_1']}}}
+    devices = {'a': ['mlx5_0', 'mlx5_1'], 'b': ['mlx5_0'], 'c': [], 'd': ['mlx5_0', 'mlx5_1']}
     pairs = [{'client': 'a', 'server': 'b'}, {'client': 'c', 'server': 'd'}]
-    assert pairs_with_device(pairs, hv, 0) == [{'client': 'a', 'server': 'b'}]
-    assert pairs_with_device(pairs, hv, 1) == []
+    assert pairs_with_device(pairs, devices, 0) == [{'client': 'a', 'server': 'b'}]
+    assert pairs_with_device(pairs, devices, 1) == []
+    assert pairs_with_device(pairs, {}, 0) == []   # a node that did not answer has none
+
+
+def test_reports_take_the_registered_results_as_given():
+    ok = {'ok': True, 'stage': 'done', 'joined': ['h', 'w'], 'backend': 'gloo', 'world_size': 3, 'slots': 2,
+          'rendezvous': '10.0.0.1:29500', 'sum': 6.0, 'expected': 6.0}
+    report = dist_check_report({'h': ok, 'w': dict(ok, slots=1, joined=None), 'x': {'skipped': True}}, ['h', 'w'])
+    assert report['ok'] and report['ranks'] == {'h': 2, 'w': 1}
+    skipped = dist_check_report({'h': ok, 'w': {'skipped': True, 'changed': False}}, ['h', 'w'])
+    assert not skipped['ok'] and skipped['problems'][0]['node'] == 'w'
+    with pytest.raises(AnsibleFilterError, match='results must be a dict'):
+        collective_summary(['h'], ['h'])

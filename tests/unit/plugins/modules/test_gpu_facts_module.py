@@ -28,6 +28,8 @@ FAKE = textwrap.dedent('''\
     log = open(cfg['log'], 'a'); log.write(' '.join(args) + '\\n'); log.close()
     def show(path, rc=0):
         sys.stdout.write(open(path).read()); sys.exit(rc)
+    if cfg.get('stderr'):
+        sys.stderr.write(cfg['stderr'])
     if cfg.get('fail'):
         show(cfg['fail'], cfg.get('rc', 9))
     if not args:
@@ -124,6 +126,31 @@ def test_a_driver_without_a_field_drops_it_and_retries(tmp_path, h100_pci):
     calls = (tmp_path / 'calls.log').read_text().splitlines()
     assert '--help-query-gpu' in calls
     assert [c for c in calls if c.startswith('--query-gpu=')][-1].count('clocks_throttle_reasons.active') == 1
+
+
+# nvidia-smi's message for a GPU whose infoROM checksum is bad; it prints it on stderr before
+# its normal output on every call, and the GPU works.
+INFOROM = 'WARNING: infoROM is corrupted at gpu 0000:00:06.0\n'
+
+
+def test_a_warning_on_stderr_leaves_the_gpus_counted(tmp_path, h100_pci):
+    out = run(tmp_path, nvidia_smi=make_fake(tmp_path, stderr=INFOROM), sysfs_pci=h100_pci)
+    assert out.get('failed') is not True, out
+    assert (out['gpu_count'], out['reason']) == (1, ''), out
+    assert out['gpus'][0]['name'] == 'NVIDIA H100 80GB HBM3'
+    assert (out['driver_version'], out['cuda_version']) == ('580.159.04', '13.0')
+    assert out['topology']['gpus'] == ['GPU0']
+
+
+def test_a_failure_reason_comes_from_stderr_when_stdout_is_empty(tmp_path, h100_pci):
+    empty = tmp_path / 'empty.txt'
+    empty.write_text('')
+    fake = make_fake(tmp_path, fail=str(empty), rc=15,
+                     stderr='Unable to determine the device handle for GPU0000:00:06.0: Unknown Error\n')
+    out = run(tmp_path, nvidia_smi=fake, sysfs_pci=h100_pci)
+    assert out['gpu_count'] == 0
+    assert out['reason'] == ('nvidia-smi failed (rc 15): Unable to determine the device handle for '
+                             'GPU0000:00:06.0: Unknown Error')
 
 
 def test_driver_library_mismatch_is_gpu_count_0_with_the_reason(tmp_path, h100_pci):

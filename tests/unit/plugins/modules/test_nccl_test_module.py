@@ -34,13 +34,19 @@ def run(tmp_path, check=False, **args):
         pytest.fail('module printed no JSON (rc %d): %s %s' % (proc.returncode, proc.stdout, proc.stderr))
 
 
-def stand_ins(tmp_path, fixture):
+def stand_ins(tmp_path, fixture, lines=None, rc=0):
+    """mpirun and all_reduce_perf that record their command line (mpirun also the hostfile it was
+    given) and print the fixture, or only its first lines, then exit with rc."""
     tools = tmp_path / 'nccl-tests'
     tools.mkdir()
+    show = ('head -n %d %s' % (lines, os.path.join(FIXTURES, fixture)) if lines
+            else 'cat %s' % os.path.join(FIXTURES, fixture))
     for name in ('mpirun', 'all_reduce_perf'):
         script = tools / name
-        script.write_text('#!/bin/sh\necho "$0 $*" >> %s\ncat %s\n' % (tmp_path / 'calls.txt',
-                                                                       os.path.join(FIXTURES, fixture)))
+        script.write_text('#!/bin/sh\necho "$0 $*" >> %s\n' % (tmp_path / 'calls.txt')
+                          + ('while [ $# -gt 0 ]; do if [ "$1" = --hostfile ]; then cp "$2" %s; fi; shift; done\n'
+                             % (tmp_path / 'hostfile.txt') if name == 'mpirun' else '')
+                          + '%s\nexit %d\n' % (show, rc))
         script.chmod(0o755)
     return tools
 
@@ -52,7 +58,10 @@ def test_two_nodes_through_mpirun_with_a_threshold_missed(tmp_path):
               env_files=[], env={'NCCL_IB_HCA': 'mlx5_0'})
     assert not out.get('failed'), out
     call = (tmp_path / 'calls.txt').read_text().split()
-    assert call[1:6] == ['-np', '16', '-H', '10.0.0.1:8,10.0.0.2:8', '--bind-to']
+    assert call[1:3] == ['-np', '16'] and call[3] == '--hostfile' and call[5:7] == ['--bind-to', 'none']
+    assert (tmp_path / 'hostfile.txt').read_text() == '10.0.0.1 slots=8\n10.0.0.2 slots=8\n'
+    assert out['ranks'] == [{'node': 'ztan-mig-235z', 'slots': 8, 'first_rank': 0},
+                            {'node': 'ztan-mig-gq73', 'slots': 8, 'first_rank': 8}]
     assert ['-x', 'NCCL_IB_HCA'] == call[call.index('-x'):call.index('-x') + 2]
     assert call[-13:] == [str(tools / 'all_reduce_perf'), '-b', '8', '-e', '8589934592', '-f', '2', '-n', '5',
                           '-w', '2', '-c', '1', '-g', '1'][-13:]
@@ -106,3 +115,39 @@ def test_probe_reports_what_the_node_has(tmp_path):
     out = run(tmp_path, probe=True, node='gpu01', nodes=[{'name': 'gpu01', 'address': '10.0.0.1'}],
               nccl_tests_dir=str(tools), env_path=str(tmp_path / 'no-env'))
     assert out['found']['nccl_tests'] == str(tools / 'all_reduce_perf') and out['found']['torchrun'] is None
+
+
+def test_a_2_1_1_cluster_gets_each_nodes_own_slots_through_mpirun(tmp_path):
+    tools = stand_ins(tmp_path, 'all_reduce_h100x16_2nodes.txt')
+    nodes = [{'name': 'alpha', 'address': '10.99.0.11', 'slots': 2},
+             {'name': 'bravo-2', 'address': '10.99.0.12', 'slots': 1},
+             {'name': 'charlie', 'address': '10.99.0.13', 'slots': 1}]
+    out = run(tmp_path, method='nccl_tests', node='alpha', nodes=nodes, nccl_tests_dir=str(tools),
+              mpirun=str(tools / 'mpirun'), sizes=['8', '16'], env_files=[])
+    call = (tmp_path / 'calls.txt').read_text().split()
+    assert call[1:3] == ['-np', '4']
+    assert (tmp_path / 'hostfile.txt').read_text() == ('10.99.0.11 slots=2\n10.99.0.12 slots=1\n'
+                                                       '10.99.0.13 slots=1\n')
+    assert [(r['node'], r['slots'], r['first_rank']) for r in out['ranks']] == [
+        ('alpha', 2, 0), ('bravo-2', 1, 2), ('charlie', 1, 3)]
+
+
+def test_a_run_that_printed_one_row_then_timed_out_is_a_failure_naming_the_missing_sizes(tmp_path):
+    # the header and the first row (8 bytes) of the recorded run, then timeout(1)'s exit 124
+    tools = stand_ins(tmp_path, 'all_reduce_h100x16_2nodes.txt', lines=24, rc=124)
+    out = run(tmp_path, method='nccl_tests', node='ztan-mig-235z', nodes=NODES, nccl_tests_dir=str(tools),
+              mpirun=str(tools / 'mpirun'), sizes=['8', '1M', '8G'], thresholds={'8G': 100}, env_files=[], timeout=60)
+    assert not out.get('failed'), out
+    assert [r['size'] for r in out['rows']] == [8]
+    assert out['ok'] is False
+    assert out['missing_sizes'] == [1048576, 8589934592]
+    assert out['error'] == 'nccl-tests exited 124 (timed out after 60 s); size(s) 1M, 8G missing from the output'
+    assert out['below_threshold'] == [{'size': 8589934592, 'busbw_gbs': None, 'threshold_gbs': 100.0}]
+
+
+def test_a_complete_table_with_a_non_zero_exit_is_not_ok(tmp_path):
+    tools = stand_ins(tmp_path, 'all_reduce_h100x16_2nodes.txt', rc=1)
+    out = run(tmp_path, method='nccl_tests', node='ztan-mig-235z', nodes=NODES, nccl_tests_dir=str(tools),
+              mpirun=str(tools / 'mpirun'), sizes=['8', '16'], env_files=[])
+    assert out['missing_sizes'] == [] and out['correct'] is True
+    assert out['ok'] is False and out['error'] == 'nccl-tests exited 1'

@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -14,12 +15,6 @@ MODULE = os.path.join(ROOT, 'plugins', 'modules', 'net_bandwidth.py')
 COLLECTIONS = os.path.join(ROOT, '.build', 'collections')
 
 pytestmark = pytest.mark.skipif(shutil.which('iperf3') is None, reason='needs iperf3 (make setup installs it)')
-
-
-def own_process_name():
-    """The name the kernel gives this test process (python, or pytest when started as pytest)."""
-    with open('/proc/self/comm') as comm:
-        return comm.read().strip()
 
 
 def run(tmp_path, path=None, check=False, **args):
@@ -45,6 +40,12 @@ def free_port():
     return port
 
 
+def listening(address, port):
+    with socket.socket() as probe:
+        probe.settimeout(1)
+        return probe.connect_ex((address, port)) == 0
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -66,8 +67,10 @@ def test_a_pair_measured_both_ways_and_the_server_stopped(tmp_path):
                        duration=1, **common)
     finally:
         stopped = run(tmp_path, state='stopped', node='n2', **common)
-    assert stopped['stopped'] == [pid] and not alive(pid)
-    assert not (tmp_path / 'run' / ('net_bandwidth-n2-iperf3-%d.pid' % port)).exists()
+    assert pid in stopped['stopped'] and not alive(pid)
+    assert all(not alive(p) for p in stopped['stopped'])
+    assert not listening('127.0.0.12', port)   # the server itself, not only its wrapper, is gone
+    assert not (tmp_path / 'run' / ('net_bandwidth-n2-iperf3-%d' % port) / 'pid').exists()
     results = measured['results']
     assert [(r['client'], r['server']) for r in results] == [('n1', 'n2'), ('n2', 'n1')]
     assert all(r['error'] is None and r['gbps'] > 0 and r['streams'] == 2 for r in results)
@@ -95,10 +98,11 @@ def test_check_names_the_process_holding_the_port(tmp_path):
                       run_dir=str(tmp_path / 'run'))
     finally:
         holder.close()
-    name = own_process_name()
-    assert checked['problems'] == ['host n2: port %d (the bandwidth test port) is already in use by %s (pid %d) on 127.0.0.12'
-                                   % (port, name, os.getpid())]
-    assert refused['failed'] and refused['msg'] == checked['problems'][0]
+    assert len(checked['problems']) == 1
+    problem = checked['problems'][0]
+    assert problem.startswith('host n2: port %d is in use by pid %d (' % (port, os.getpid()))
+    assert problem.endswith(') (the bandwidth test port)')
+    assert refused['failed'] and refused['msg'] == problem
 
 
 def test_check_names_the_node_and_the_package_when_iperf3_is_missing(tmp_path):
@@ -136,5 +140,51 @@ def test_a_server_busy_with_another_test_is_tried_again(tmp_path):
     finally:
         other.wait(timeout=30)
         run(tmp_path, state='stopped', node='n2', **common)
+    assert measured['results'][0]['error'] is None, measured
+    assert measured['results'][0]['gbps'] > 0
+
+
+def test_a_stale_pid_file_naming_another_process_is_never_signalled(tmp_path):
+    port = free_port()
+    state = tmp_path / 'run' / ('net_bandwidth-n2-iperf3-%d' % port)
+    state.mkdir(parents=True, mode=0o700)
+    bystander = subprocess.Popen(['sleep', '60'], start_new_session=True)
+    try:
+        # an old pid file: a bare pid, as an earlier version wrote it, now reused by another process
+        (state / 'pid').write_text('%d\n' % bystander.pid)
+        first = run(tmp_path, state='stopped', node='n2', port=port, run_dir=str(tmp_path / 'run'))
+        assert first['stopped'] == [] and bystander.poll() is None
+        # a record whose start time does not match the live process
+        (state / 'pid').write_text(json.dumps({'pid': bystander.pid, 'start_time': 1, 'uid': os.getuid(),
+                                              'job_id': 'net_bandwidth-iperf3-%d' % port}))
+        second = run(tmp_path, state='stopped', node='n2', port=port, run_dir=str(tmp_path / 'run'))
+        assert second['stopped'] == [] and bystander.poll() is None
+        assert not (state / 'pid').exists()
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_a_client_started_before_its_server_waits_for_it(tmp_path):
+    port = free_port()
+    common = dict(port=port, run_dir=str(tmp_path / 'run'))
+    client_dir = tmp_path / 'client'
+    client_dir.mkdir()
+    payload = {'ANSIBLE_MODULE_ARGS': dict(state='client', node='n1', server='127.0.0.12', peer='n2', duration=1,
+                                           both_directions=False, server_wait=20, port=port,
+                                           _ansible_tmpdir=str(client_dir))}
+    (client_dir / 'args.json').write_text(json.dumps(payload))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([COLLECTIONS, os.environ.get('PYTHONPATH', '')]))
+    client = subprocess.Popen([sys.executable, MODULE, str(client_dir / 'args.json')], stdout=subprocess.PIPE,
+                              text=True, env=env)
+    try:
+        time.sleep(1.5)  # the client is refused, and tries again
+        started = run(tmp_path, state='server', node='n2', bind='127.0.0.12', **common)
+        assert not started.get('failed'), started
+        measured = json.loads(client.communicate(timeout=60)[0])
+    finally:
+        run(tmp_path, state='stopped', node='n2', **common)
+        if client.poll() is None:
+            client.kill()
     assert measured['results'][0]['error'] is None, measured
     assert measured['results'][0]['gbps'] > 0

@@ -10,25 +10,15 @@ from collections import OrderedDict
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import interfaces
+
 DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
-
-
-def _iface_facts(facts, name):
-    return facts.get(name.replace('-', '_').replace('.', '_').replace(':', '_')) or facts.get('ansible_' + name) or {}
 
 
 def nccl_interface_for_address(facts, address):
     """Name of the interface holding `address` (IPv4, primary or secondary, or IPv6) in the node's
     facts, or '' when none does. `facts` is ansible_facts (interfaces + one entry per interface)."""
-    address = str(address).split('/')[0]
-    for name in facts.get('interfaces') or []:
-        data = _iface_facts(facts, name)
-        v4 = [data.get('ipv4') or {}] + list(data.get('ipv4_secondaries') or [])
-        if any(a.get('address') == address for a in v4 if isinstance(a, dict)):
-            return name
-        if any(a.get('address') == address for a in data.get('ipv6') or [] if isinstance(a, dict)):
-            return name
-    return ''
+    return interfaces.interface_for_address(address, interfaces.from_facts(facts)) or ''
 
 
 def nccl_environment(mode, ifname, debug='WARN', ib_hca='', ib_gid_index=3, net_gdr_level='PHB',

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import nccl_tests as nt
+from ansible_collections.gpucluster.multinode.plugins.module_utils import nccl_tests_output as nt
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'nccl_tests')
 

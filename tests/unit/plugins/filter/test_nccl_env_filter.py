@@ -3,7 +3,7 @@
 import pytest
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpucluster.multinode.plugins.filter import nccl
+from ansible_collections.gpucluster.multinode.plugins.filter import nccl_env as nccl
 
 # Shape of ansible_facts on a node whose cluster NIC is not eth0 (names as on design card 3).
 FACTS = {
