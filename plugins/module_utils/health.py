@@ -59,17 +59,28 @@ VERSION_COMPONENTS = dict([
     ('driver', 'fail'),
     ('cuda', 'fail'),
     ('torch_cuda', 'fail'),
-    ('nccl', 'fail'),
+    ('torch_nccl', 'fail'),
+    ('nccl_wheel', 'fail'),
     ('torch', 'fail'),
     ('deepspeed', 'fail'),
+    ('ray', 'fail'),
+    ('python', 'fail'),
     ('kernel', 'warn'),
 ])
+
+# Compared only when a node reports them (ray is optional; the probe reads torch's NCCL only
+# when it imports torch, which the quick tier does not).
+VERSION_OPTIONAL = ('ray', 'torch_nccl')
+VERSION_GPU_ONLY = ('driver', 'cuda', 'torch_cuda', 'nccl_wheel')
 
 VERSION_REMEDY = {
     'driver': 'install the same NVIDIA driver on every node (site.yml --tags nvidia_driver --limit {node})',
     'cuda': 'install the same NVIDIA driver (its CUDA version) on every node (--limit {node})',
     'torch_cuda': 'install the same torch build on every node: site.yml --tags python_env --limit {node}',
-    'nccl': 'install the same torch/NCCL packages on every node: site.yml --tags python_env --limit {node}',
+    'torch_nccl': 'install the same torch build on every node: site.yml --tags python_env --limit {node}',
+    'nccl_wheel': 'install the same torch/NCCL packages on every node: site.yml --tags python_env --limit {node}',
+    'ray': 'install the same ray on every node: site.yml --limit {node}',
+    'python': 'build the environment with the same Python on every node: site.yml --tags python_env --limit {node}',
     'torch': 'reinstall the environment on {node}: site.yml --tags python_env --limit {node}',
     'deepspeed': 'reinstall the environment on {node}: site.yml --tags python_env --limit {node}',
     'kernel': 'boot {node} into the same kernel as the other nodes (drivers and RDMA modules follow it)',
@@ -261,11 +272,13 @@ def check_versions(nodes, head):
     for comp, mismatch in VERSION_COMPONENTS.items():
         values = {n['name']: (n.get('versions') or {}).get(comp) for n in live}
         present = [v for v in values.values() if v]
+        if not present and comp in VERSION_OPTIONAL:
+            continue
         if not present:
             for n in live:
                 out.append(record(n['name'], 'version.' + comp, 'unknown', None, 'equal on all nodes',
                                   'no node reports a %s version' % comp,
-                                  'none needed without a GPU driver' if comp in ('driver', 'cuda', 'torch_cuda', 'nccl')
+                                  'none needed without a GPU driver' if comp in VERSION_GPU_ONLY
                                   else 'install the environment: site.yml --tags python_env'))
             continue
         as_text = dict((k, v or 'absent') for k, v in values.items())

@@ -194,10 +194,14 @@ disks:
   elements: dict
   sample: [{path: /, free_pct: 63.2, inodes_free_pct: 91.0, free_bytes: 12345678}]
 versions:
-  description: Versions of torch, deepspeed, NCCL (nvidia-nccl distribution), torch's CUDA, and the kernel.
+  description:
+    - The environment's versions with the keys of C(module_utils/env_versions.py) (C(python), C(torch),
+      C(torch_cuda), C(torch_nccl), C(nccl_wheel), C(deepspeed), C(ray)), read from the installed
+      distributions without importing them (so C(torch_nccl) is null), and C(kernel).
   returned: always
   type: dict
-  sample: {torch: 2.13.0+cpu, deepspeed: 0.19.8, nccl: null, torch_cuda: null, kernel: 6.1.0-18-amd64}
+  sample: {python: 3.11.2, torch: 2.13.0+cpu, torch_cuda: null, torch_nccl: null, nccl_wheel: null,
+           deepspeed: 0.19.8, ray: null, kernel: 6.1.0-18-amd64}
 xid:
   description: NVIDIA Xid events found in the kernel log.
   returned: always
@@ -225,35 +229,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi
 
 MARKER_DIR = '.gpucluster-health'
 STOP_MESSAGE = b'gpucluster-health-stop'
-
-# Read the installed distributions, not the imports: milliseconds instead of seconds of CPU.
-VERSIONS_SCRIPT = r'''
-import json, re
-from importlib import metadata as m
-out = {"torch": None, "deepspeed": None, "nccl": None, "torch_cuda": None}
-for name in ("torch", "deepspeed"):
-    try:
-        out[name] = m.version(name)
-    except m.PackageNotFoundError:
-        pass
-for d in m.distributions():
-    n = (d.metadata["Name"] or "").lower()
-    if n.startswith("nvidia-nccl"):
-        out["nccl"] = d.version
-try:
-    txt = open(m.distribution("torch").locate_file("torch/version.py")).read()
-    c = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", txt, re.M)
-    out["torch_cuda"] = c.group(1) if c else None
-except Exception:
-    pass
-print(json.dumps(out))
-'''
-
 
 def interfaces(module):
     ip = module.get_bin_path('ip')
@@ -480,67 +461,6 @@ def disks(paths):
     return out
 
 
-def _site_dirs(python):
-    """The site-packages of the environment whose interpreter is python, found on disk; None when
-    they cannot be known without running it (no such directory, or a venv that also sees the
-    system's packages)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(python)))
-    cfg = os.path.join(root, 'pyvenv.cfg')
-    if os.path.isfile(cfg):
-        with open(cfg) as f:
-            if re.search(r'^\s*include-system-site-packages\s*=\s*true', f.read(), re.M | re.I):
-                return None
-    elif not os.path.isfile(os.path.join(root, 'conda-meta', 'history')):
-        return None   # a system interpreter: its path is known only to itself
-    dirs = [d for pattern in ('lib/python3*/site-packages', 'lib64/python3*/site-packages')
-            for d in sorted(glob.glob(os.path.join(root, pattern)))]
-    return dirs or None
-
-
-def _versions_from(dirs):
-    """What VERSIONS_SCRIPT prints, read from the distributions' metadata in dirs."""
-    from importlib import metadata as m
-    out = {'torch': None, 'deepspeed': None, 'nccl': None, 'torch_cuda': None}
-    torch = None
-    for d in m.distributions(path=dirs):
-        name = (d.metadata['Name'] or '').lower()
-        if name in ('torch', 'deepspeed') and out[name] is None:
-            out[name] = d.version
-            torch = d if name == 'torch' else torch
-        elif name.startswith('nvidia-nccl'):
-            out['nccl'] = d.version
-    if torch is not None:
-        try:
-            with open(str(torch.locate_file('torch/version.py'))) as f:
-                c = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", f.read(), re.M)
-            out['torch_cuda'] = c.group(1) if c else None
-        except (IOError, OSError):
-            pass
-    return out
-
-
-def env_versions(module, python):
-    if not python:
-        return {}, None
-    if not os.access(python, os.X_OK):
-        return {}, '%s does not exist' % python
-    dirs = _site_dirs(python)
-    if dirs:
-        # read on disk: no interpreter started (the largest part of the probe's time otherwise)
-        try:
-            return _versions_from(dirs), None
-        except Exception:   # an unreadable record: ask the interpreter itself below
-            pass
-    rc, out, err = module.run_command([python, '-c', VERSIONS_SCRIPT])
-    if rc != 0:
-        lines = (err or out or 'exit code %d' % rc).strip().splitlines()
-        return {}, lines[-1] if lines else 'exit code %d' % rc
-    try:
-        return json.loads(out.strip().splitlines()[-1]), None
-    except (ValueError, IndexError):
-        return {}, 'unreadable output of the version probe'
-
-
 def kernel_xids(module):
     dmesg = module.get_bin_path('dmesg')
     if not dmesg:
@@ -603,7 +523,7 @@ def main():
         result['shared'], result['clock'] = shared(p['shared_path'], p['shared_token'], p['shared_token_write'],
                                                    p['shared_must_be_mount'], re.sub(r'[^A-Za-z0-9_.-]', '_', node))
     result['disks'] = disks(p['disk_paths'])
-    versions, verr = env_versions(module, p['python'])
+    versions, verr = env_versions.read(module, p['python'])
     versions['kernel'] = result['kernel']
     result['versions'] = versions
     result['versions_error'] = verr

@@ -135,9 +135,9 @@ def fake_env(root, system_site=False):
     import glob as _glob
     (root / 'bin').mkdir(parents=True)
     os.symlink(sys.executable, str(root / 'bin' / 'python'))
-    (root / 'pyvenv.cfg').write_text('home = %s\ninclude-system-site-packages = %s\nversion = %d.%d\n'
-                                     % (os.path.dirname(sys.executable), 'true' if system_site else 'false',
-                                        sys.version_info[0], sys.version_info[1]))
+    (root / 'pyvenv.cfg').write_text('home = %s\ninclude-system-site-packages = %s\nversion = %d.%d.%d\n'
+                                     % ((os.path.dirname(sys.executable), 'true' if system_site else 'false')
+                                        + tuple(sys.version_info[:3])))
     site = root / 'lib' / ('python%d.%d' % sys.version_info[:2]) / 'site-packages'
     for name, dist, version in (('torch', 'torch', '2.7.1+cu128'), ('deepspeed', 'deepspeed', '0.17.2'),
                                 ('nvidia-nccl-cu12', 'nvidia_nccl_cu12', '2.26.2')):
@@ -159,7 +159,8 @@ def test_versions_of_an_environment(tmp_path, system_site):
     assert res['versions_error'] is None
     versions = dict(res['versions'])
     versions.pop('kernel')
-    assert versions == {'torch': '2.7.1+cu128', 'deepspeed': '0.17.2', 'nccl': '2.26.2', 'torch_cuda': '12.8'}
+    assert versions == {'python': '%d.%d.%d' % sys.version_info[:3], 'torch': '2.7.1+cu128', 'deepspeed': '0.17.2',
+                        'nccl_wheel': '2.26.2', 'torch_cuda': '12.8', 'torch_nccl': None, 'ray': None}
 
 
 def test_a_held_port_names_its_process(tmp_path):
