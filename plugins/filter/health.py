@@ -53,6 +53,8 @@ def health_nodes(groups, hostvars, probes, prepare=None, hosts=None):
         gpu = probe.get('gpu') or {}   # the probe reads the GPUs itself (option gpus)
         why = _unreachable(prep) or _unreachable(probe)
         usable_probe = probe if 'interfaces' in probe and not why else None
+        # the probe that failed: this node's, or the head's first one (then its probe was skipped)
+        failed = probe if probe and not probe.get('skipped') else (prep if prep.get('failed') else {})
         node = {
             'name': h,
             'address': contract.cluster_address(hostvars, h),
@@ -64,8 +66,8 @@ def health_nodes(groups, hostvars, probes, prepare=None, hosts=None):
             'gpu_slots': hv.get('gpu_slots'),
             'versions': dict(usable_probe.get('versions') or {}) if usable_probe else {},
             'xid': (usable_probe or {}).get('xid') or [],
-            'probe_error': (' '.join(str(probe.get('msg') or 'the probe failed').split())
-                            if probe and not usable_probe and not why and not probe.get('skipped') else None),
+            'probe_error': (' '.join(str(failed.get('msg') or 'the probe failed').split())
+                            if failed and not usable_probe and not why else None),
             'listen': prep.get('listen') if prep and not prep.get('skipped') else None,
         }
         if node['gpu']:
@@ -139,6 +141,11 @@ def health_slurm_lines(result, check_mode=False):
     return ['%s: %s' % (head, '; '.join(parts))]
 
 
+def health_setting_errors(settings):
+    """Problems with the health settings, one line each naming the variable."""
+    return health_checks.setting_errors(_plain(settings or {}))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -149,4 +156,5 @@ class FilterModule:
             'health_failed': health_failed,
             'health_failing': health_failing,
             'health_slurm_lines': health_slurm_lines,
+            'health_setting_errors': health_setting_errors,
         }

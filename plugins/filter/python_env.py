@@ -48,6 +48,13 @@ def python_env_install_changed(result):
     return python_env.install_changed((result or {}).get('stdout', ''), (result or {}).get('stderr', ''))
 
 
+def python_env_mask_credentials(value):
+    """A text, or a list of texts, with the credentials of every URL in it masked."""
+    if isinstance(value, (list, tuple)):
+        return [python_env.mask_credentials(v) for v in value]
+    return python_env.mask_credentials(value)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -57,4 +64,5 @@ class FilterModule:
             'python_env_version_offered': python_env_version_offered,
             'python_env_setting_errors': python_env_setting_errors,
             'python_env_install_changed': python_env_install_changed,
+            'python_env_mask_credentials': python_env_mask_credentials,
         }

@@ -551,3 +551,52 @@ def _collective_records(nodes, rep):
     return [record(n, 'collective', 'ok' if ok else 'fail', value,
                    'busbw at the largest size (GB/s); thresholds per size: cluster_tests_collective_thresholds',
                    detail, 'read the collective test output; with one slow node see bandwidth') for n in nodes]
+
+
+# ---------------------------------------------------------------- settings
+
+def _number(settings, name):
+    try:
+        return float(settings[name])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def setting_errors(settings):
+    """Problems with the health role's settings (a dict of its variables), one line each naming the
+    variable: percentages in 0-100, positive seconds and counts, warn thresholds before fail ones."""
+    errors = []
+    present = [k for k in settings if k.startswith('health_')]
+
+    def need(name, ok, what):
+        if name not in present:
+            return
+        value = _number(settings, name)
+        if value is None or not ok(value):
+            errors.append('%s must be %s (got %r)' % (name, what, settings.get(name)))
+
+    for name in ('health_disk_free_warn_pct', 'health_disk_free_fail_pct', 'health_inodes_free_warn_pct',
+                 'health_inodes_free_fail_pct', 'health_change_drop_pct', 'health_slurm_drain_max_pct'):
+        need(name, lambda v: 0 <= v <= 100, 'a percentage from 0 to 100')
+    for name in ('health_clock_offset_warn_s', 'health_clock_offset_fail_s', 'health_connect_timeout',
+                 'health_port_listen_seconds', 'health_probe_timeout', 'health_storage_timeout',
+                 'health_task_timeout'):
+        need(name, lambda v: v > 0, 'a positive number of seconds')
+    need('health_report_keep', lambda v: v >= 1 and v == int(v), 'a whole number of at least 1')
+    need('health_ecc_uncorrected_max', lambda v: v >= 0 and v == int(v), 'a whole number of at least 0')
+    need('health_bandwidth_min_ratio', lambda v: 0 < v <= 1, 'a ratio above 0 and at most 1')
+    for warn, fail, order in (('health_disk_free_warn_pct', 'health_disk_free_fail_pct', 'above'),
+                              ('health_inodes_free_warn_pct', 'health_inodes_free_fail_pct', 'above'),
+                              ('health_clock_offset_warn_s', 'health_clock_offset_fail_s', 'below')):
+        w, f = _number(settings, warn), _number(settings, fail)
+        if w is None or f is None or any(e.startswith((warn + ' ', fail + ' ')) for e in errors):
+            continue
+        if (order == 'above' and w < f) or (order == 'below' and w > f):
+            errors.append('%s (%s) must be %s or equal to %s (%s): a node warns before it fails'
+                          % (warn, settings[warn], order, fail, settings[fail]))
+    probe, task = _number(settings, 'health_probe_timeout'), _number(settings, 'health_storage_timeout')
+    if probe and task and task >= probe:
+        errors.append('health_storage_timeout (%s) must be below health_probe_timeout (%s): the probe reports a '
+                      'hung mount only if it ends before its task is stopped' % (settings['health_storage_timeout'],
+                                                                                   settings['health_probe_timeout']))
+    return errors

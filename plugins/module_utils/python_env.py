@@ -100,3 +100,14 @@ def install_changed(stdout, stderr=''):
         if line.strip().startswith(_INSTALL_MARKERS):
             return True
     return False
+
+
+# user[:password]@ in a URL (scheme://user:password@host/...), anywhere in a text.
+_URL_CREDENTIALS = re.compile(r'(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<auth>[^/@\s]+)@')
+
+
+def mask_credentials(text):
+    """text with the credentials of every URL in it replaced by ****: https://****@host/simple."""
+    if text is None:
+        return text
+    return _URL_CREDENTIALS.sub(lambda m: m.group('scheme') + '****@', str(text))

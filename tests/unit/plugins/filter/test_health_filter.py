@@ -159,3 +159,13 @@ def test_failing_nodes_and_their_checks_for_a_drain_reason():
     long = [{'node': 'a', 'check': 'check_%02d' % i, 'status': 'fail'} for i in range(30)]
     assert len(hf.health_failing(long)['a']) <= 120 and hf.health_failing(long)['a'].endswith('...')
 
+
+
+def test_a_failed_first_probe_on_the_head_is_the_head_s_probe_error():
+    groups, hostvars, probes, prepare, meta = lab()
+    head = groups['head'][0]
+    probes[head] = {'skipped': True, 'changed': False}
+    prepare = {'failed': True, 'msg': 'MODULE FAILURE: /usr/bin/python3: not found'}
+    recs = quick(groups, hostvars, probes, prepare, meta)
+    bad = [(r['node'], r['check'], r['detail']) for r in recs if r['status'] == 'fail']
+    assert bad == [(head, 'probe', 'MODULE FAILURE: /usr/bin/python3: not found')]

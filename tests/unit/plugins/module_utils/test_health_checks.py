@@ -234,3 +234,37 @@ def test_every_recorded_scenario_has_its_nodes():
         meta = json.loads(open(os.path.join(d, 'nodes.json')).read())
         for name, _ in meta['nodes']:
             assert os.path.exists(os.path.join(d, name + '.json'))
+
+
+# ------------------------------------------------------------------ settings
+
+SETTINGS = {'health_disk_free_warn_pct': 15, 'health_disk_free_fail_pct': 5, 'health_inodes_free_warn_pct': 15,
+            'health_inodes_free_fail_pct': 5, 'health_clock_offset_warn_s': 1.0, 'health_clock_offset_fail_s': 10.0,
+            'health_ecc_uncorrected_max': 0, 'health_bandwidth_min_ratio': 0.7, 'health_change_drop_pct': 20,
+            'health_slurm_drain_max_pct': 50, 'health_report_keep': 50, 'health_connect_timeout': 3,
+            'health_port_listen_seconds': 120, 'health_probe_timeout': 60, 'health_storage_timeout': 15,
+            'health_task_timeout': 120}
+
+
+def test_the_default_settings_are_accepted():
+    assert health_checks.setting_errors(SETTINGS) == []
+
+
+@pytest.mark.parametrize('change, message', [
+    ({'health_disk_free_fail_pct': -5}, "health_disk_free_fail_pct must be a percentage from 0 to 100 (got -5)"),
+    ({'health_inodes_free_warn_pct': 150}, 'health_inodes_free_warn_pct must be a percentage from 0 to 100'),
+    ({'health_disk_free_warn_pct': 3}, 'health_disk_free_warn_pct (3) must be above or equal to '
+                                       'health_disk_free_fail_pct (5): a node warns before it fails'),
+    ({'health_clock_offset_warn_s': 20}, 'health_clock_offset_warn_s (20) must be below or equal to '
+                                         'health_clock_offset_fail_s (10.0)'),
+    ({'health_clock_offset_fail_s': 0}, 'health_clock_offset_fail_s must be a positive number of seconds (got 0)'),
+    ({'health_connect_timeout': 'soon'}, "health_connect_timeout must be a positive number of seconds (got 'soon')"),
+    ({'health_report_keep': 0}, 'health_report_keep must be a whole number of at least 1'),
+    ({'health_bandwidth_min_ratio': 1.5}, 'health_bandwidth_min_ratio must be a ratio above 0 and at most 1'),
+    ({'health_probe_timeout': 10}, 'health_storage_timeout (15) must be below health_probe_timeout (10)'),
+    ({'health_task_timeout': -1}, 'health_task_timeout must be a positive number of seconds'),
+])
+def test_a_bad_setting_is_named(change, message):
+    errors = health_checks.setting_errors(dict(SETTINGS, **change))
+    assert len(errors) == 1, errors
+    assert message in errors[0]
