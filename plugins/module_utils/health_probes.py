@@ -17,14 +17,18 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import select
 import signal
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_parsers
 from ansible_collections.gpucluster.multinode.plugins.module_utils import interfaces
+from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi
+from ansible_collections.gpucluster.multinode.plugins.module_utils import processes
 
 MARKER_DIR = '.gpucluster-health'
 STOP_MESSAGE = b'gpucluster-health-stop'
@@ -337,3 +341,47 @@ def nccl_env(path):
     with open(path) as f:
         env = health_parsers.parse_profile_env(f.read())
     return True, dict((k, v) for k, v in env.items() if k in ('NCCL_SOCKET_IFNAME', 'GLOO_SOCKET_IFNAME'))
+
+
+# ---------------------------------------------------------------- the whole probe
+
+def probe(module):
+    """The health_probe module's result from its params (see its RETURN); fails only on bad input."""
+    p = module.params
+    if p['release_port']:
+        return {'changed': False, 'released': release(p['release_port'])}
+    for port_opt in ('connect_port', 'listen_port'):
+        if not 0 <= p[port_opt] <= 65535:
+            module.fail_json(msg='%s must be a port number 0-65535, got %s' % (port_opt, p[port_opt]))
+    if p['storage_timeout'] <= 0 or p['connect_timeout'] <= 0:
+        module.fail_json(msg='storage_timeout and connect_timeout must be positive, got %s and %s'
+                         % (p['storage_timeout'], p['connect_timeout']))
+    node = socket.gethostname()
+    # storage first, in children (before any thread starts): they run while the rest is read
+    deadline = time.monotonic() + p['storage_timeout']
+    shared_args = None
+    if p['shared_path']:
+        shared_args = (p['shared_path'], p['shared_token'], p['shared_token_write'], p['shared_must_be_mount'],
+                       re.sub(r'[^A-Za-z0-9_.-]', '_', node))
+    children = start_storage(shared_args, p['disk_paths'])
+    result = {'changed': False, 'kernel': os.uname()[2]}
+    if p['listen_port']:
+        result['listen'] = listen(p['listen_port'], p['listen_seconds'], p['listen_expect'],
+                                  processes.port_listeners)
+    result['interfaces'] = node_interfaces(module)
+    result['nccl_env_file'] = p['nccl_env_file']
+    result['nccl_env_file_found'], result['nccl_env'] = nccl_env(p['nccl_env_file'])
+    result['resolve'] = resolve(p['resolve'])
+    if p['connect_host']:
+        result['connect'] = connect(p['connect_host'], p['connect_port'], p['connect_timeout'])
+    versions, verr = env_versions.read(module, p['python'])
+    versions['kernel'] = result['kernel']
+    result['versions'], result['versions_error'] = versions, verr
+    result['xid'], result['kernel_log_error'] = kernel_xids(module) if p['kernel_log'] else ([], 'not read')
+    if p['gpus']:
+        result['gpu'] = nvidia_smi.read_gpu_facts(module, p['nvidia_smi'], p['gpu_timeout'], topology=False)
+    shared, clock, result['disks'] = collect_storage(children, shared_args, p['disk_paths'], deadline,
+                                                     p['storage_timeout'], node)
+    if shared_args:
+        result['shared'], result['clock'] = shared, clock
+    return result

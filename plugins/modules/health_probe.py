@@ -222,16 +222,8 @@ gpu:
   sample: {gpu_count: 0, reason: no NVIDIA GPU on the PCI bus and no nvidia-smi, pci_gpu_count: 0}
 '''
 
-import os
-import re
-import socket
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_probes as probes
-from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi
-from ansible_collections.gpucluster.multinode.plugins.module_utils import processes
 
 
 def main():
@@ -260,44 +252,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    if p['release_port']:
-        module.exit_json(changed=False, released=probes.release(p['release_port']))
-    for port_opt in ('connect_port', 'listen_port'):
-        if not 0 <= p[port_opt] <= 65535:
-            module.fail_json(msg='%s must be a port number 0-65535, got %s' % (port_opt, p[port_opt]))
-    if p['storage_timeout'] <= 0 or p['connect_timeout'] <= 0:
-        module.fail_json(msg='storage_timeout and connect_timeout must be positive, got %s and %s'
-                         % (p['storage_timeout'], p['connect_timeout']))
-    node = socket.gethostname()
-    # storage first, in children (before any thread starts): they run while the rest is read
-    deadline = time.monotonic() + p['storage_timeout']
-    shared_args = None
-    if p['shared_path']:
-        shared_args = (p['shared_path'], p['shared_token'], p['shared_token_write'], p['shared_must_be_mount'],
-                       re.sub(r'[^A-Za-z0-9_.-]', '_', node))
-    children = probes.start_storage(shared_args, p['disk_paths'])
-    result = {'changed': False, 'kernel': os.uname()[2]}
-    if p['listen_port']:
-        result['listen'] = probes.listen(p['listen_port'], p['listen_seconds'], p['listen_expect'],
-                                         processes.port_listeners)
-    result['interfaces'] = probes.node_interfaces(module)
-    result['nccl_env_file'] = p['nccl_env_file']
-    result['nccl_env_file_found'], result['nccl_env'] = probes.nccl_env(p['nccl_env_file'])
-    result['resolve'] = probes.resolve(p['resolve'])
-    if p['connect_host']:
-        result['connect'] = probes.connect(p['connect_host'], p['connect_port'], p['connect_timeout'])
-    versions, verr = env_versions.read(module, p['python'])
-    versions['kernel'] = result['kernel']
-    result['versions'], result['versions_error'] = versions, verr
-    result['xid'], result['kernel_log_error'] = probes.kernel_xids(module) if p['kernel_log'] else ([], 'not read')
-    if p['gpus']:
-        result['gpu'] = nvidia_smi.read_gpu_facts(module, p['nvidia_smi'], p['gpu_timeout'], topology=False)
-    shared, clock, result['disks'] = probes.collect_storage(children, shared_args, p['disk_paths'], deadline,
-                                                            p['storage_timeout'], node)
-    if shared_args:
-        result['shared'], result['clock'] = shared, clock
-    module.exit_json(**result)
+    module.exit_json(**probes.probe(module))
 
 
 if __name__ == '__main__':
