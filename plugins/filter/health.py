@@ -26,8 +26,13 @@ def _unreachable(result):
         return None
     if result.get('unreachable'):
         return ' '.join(str(result.get('msg') or 'no answer').split())
+    timedout = result.get('timedout')
+    if timedout:   # the task ran past its `timeout:` (a frozen node, a hung call)
+        period = timedout.get('period') if hasattr(timedout, 'get') else None
+        return 'timeout: the node did not finish its probe within %s s (health_probe_timeout): frozen or hung' % (
+            period if period is not None else 'its timeout')
     msg = ' '.join(str(result.get('msg') or '').split())
-    if result.get('failed') and 'timed out' in msg:
+    if result.get('failed') and 'timed out after' in msg.lower():
         return 'timeout: %s' % msg
     return None
 

@@ -98,7 +98,8 @@ def _majority(values, head_value):
 
 def check_reachable(node):
     if node.get('unreachable'):
-        return record(node['name'], 'reachable', 'fail', 'unreachable', 'answers over SSH',
+        value = 'timeout' if str(node['unreachable']).startswith('timeout') else 'unreachable'
+        return record(node['name'], 'reachable', 'fail', value, 'answers over SSH',
                       node['unreachable'],
                       'start the node or its sshd (systemctl start ssh), check its network, then '
                       'ssh to %s' % (node.get('address') or node['name']))

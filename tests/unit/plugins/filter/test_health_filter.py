@@ -81,12 +81,20 @@ def test_a_probe_past_its_task_timeout_names_the_node_and_the_others_are_checked
     """A frozen node: its probe task ran past `timeout:` (Ansible's own result), the rest answered."""
     groups, hostvars, probes, prepare, meta = lab()
     frozen = groups['workers'][1]
-    probes[frozen] = {'failed': True, 'changed': False,
-                      'msg': 'The task action timed out after 60 seconds.'}
+    # as ansible-core 2.19 registers it (recorded on the lab with the node paused)
+    probes[frozen] = {'failed': True, 'changed': False, 'msg': 'Task failed: Timed out after 60 second(s).',
+                      'timedout': {'frame': 'Configure `DISPLAY_TRACEBACK` to see a traceback on timeout errors.',
+                                   'period': 60}}
     recs = quick(groups, hostvars, probes, prepare, meta)
     bad = [r for r in recs if r['status'] == 'fail']
     assert [(r['node'], r['check']) for r in bad] == [(frozen, 'reachable')]
-    assert bad[0]['detail'].startswith('timeout: The task action timed out after 60 seconds')
+    assert bad[0]['value'] == 'timeout'
+    assert bad[0]['detail'] == ('timeout: the node did not finish its probe within 60 s (health_probe_timeout): '
+                                'frozen or hung')
+    probes[frozen] = {'failed': True, 'msg': 'Task failed: Timed out after 30 second(s).'}
+    recs = quick(groups, hostvars, probes, prepare, meta)
+    assert [r['detail'] for r in recs if r['status'] == 'fail'] == [
+        'timeout: Task failed: Timed out after 30 second(s).']
     others = [r for r in recs if r['node'] != frozen and r['check'] == 'shared_storage']
     assert len(others) == 3 and {r['status'] for r in others} == {'ok'}
 
