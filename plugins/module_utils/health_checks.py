@@ -574,7 +574,7 @@ def setting_errors(settings):
             return
         value = _number(settings, name)
         if value is None or not ok(value):
-            errors.append('%s must be %s (got %r)' % (name, what, settings.get(name)))
+            errors.append('%s must be %s (got %s)' % (name, what, settings.get(name)))
 
     for name in ('health_disk_free_warn_pct', 'health_disk_free_fail_pct', 'health_inodes_free_warn_pct',
                  'health_inodes_free_fail_pct', 'health_change_drop_pct', 'health_slurm_drain_max_pct'):

@@ -258,7 +258,7 @@ def test_the_default_settings_are_accepted():
     ({'health_clock_offset_warn_s': 20}, 'health_clock_offset_warn_s (20) must be below or equal to '
                                          'health_clock_offset_fail_s (10.0)'),
     ({'health_clock_offset_fail_s': 0}, 'health_clock_offset_fail_s must be a positive number of seconds (got 0)'),
-    ({'health_connect_timeout': 'soon'}, "health_connect_timeout must be a positive number of seconds (got 'soon')"),
+    ({'health_connect_timeout': 'soon'}, "health_connect_timeout must be a positive number of seconds (got soon)"),
     ({'health_report_keep': 0}, 'health_report_keep must be a whole number of at least 1'),
     ({'health_bandwidth_min_ratio': 1.5}, 'health_bandwidth_min_ratio must be a ratio above 0 and at most 1'),
     ({'health_probe_timeout': 10}, 'health_storage_timeout (15) must be below health_probe_timeout (10)'),
