@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import re
 
-
-
 _EXPORT_RE = re.compile(r'''^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(?:"([^"]*)"|'([^']*)'|(\S*))''')
 
 

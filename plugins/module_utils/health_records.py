@@ -14,32 +14,26 @@ Status is one of ok, warn, fail, unknown (unknown: could not be measured, e.g. n
 
 from __future__ import annotations
 
-
-
-
 STATUSES = ('ok', 'warn', 'fail', 'unknown')
-
-
 # Worst first when several findings make one record.
 _SEVERITY = {'ok': 0, 'unknown': 1, 'warn': 2, 'fail': 3}
-
-
 # Prometheus gauge value of a status (documented in the README).
 PROM_STATUS_VALUE = {'ok': 0, 'warn': 1, 'fail': 2, 'unknown': 3}
-
 
 TIERS = ('quick', 'deep')
 
 
 def record(node, check, status, value=None, threshold=None, detail='', remedy=''):
+    """One record; the remedy is kept only when the status is not ok."""
     if status not in STATUSES:
         raise ValueError('unknown status %r' % status)
     return dict([('node', node), ('check', check), ('status', status), ('value', value),
-                        ('threshold', threshold), ('detail', detail),
-                        ('remedy', remedy if status != 'ok' else '')])
+                 ('threshold', threshold), ('detail', detail),
+                 ('remedy', remedy if status != 'ok' else '')])
 
 
 def worst(statuses):
+    """The most severe of statuses (ok for none)."""
     statuses = list(statuses)
     return max(statuses, key=lambda s: _SEVERITY[s]) if statuses else 'ok'
 

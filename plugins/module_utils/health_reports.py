@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils.health_records import _SEVERITY, PROM_STATUS_VALUE, STATUSES, fmt, worst
+from ansible_collections.gpucluster.multinode.plugins.module_utils.health_records import (
+    _SEVERITY, PROM_STATUS_VALUE, STATUSES, fmt, worst)
 
 
 def counts(records):
