@@ -265,10 +265,11 @@ def _quote(text):
     return "'" + str(text).replace("'", "'\"'\"'") + "'"
 
 
-def spawn_detached(command, env, cwd, log_path, state_dir, job_id=None, proc='/proc'):
+def spawn_detached(command, env, cwd, log_path, state_dir, job_id=None, proc='/proc', exit_files=()):
     """Start a shell command in its own session (its pid is the process group id), output appended
     to log_path, exit status written to state_dir/exit_code when it ends, and a pid file recording
     its identity (pid, start time, uid, job id). state_dir is made private (see private_dir).
+    exit_files: more paths the exit status is copied to (a job directory other nodes read).
 
     Returns the identity record."""
     import subprocess  # only here: starting a detached session is what this helper is for
@@ -282,7 +283,9 @@ def spawn_detached(command, env, cwd, log_path, state_dir, job_id=None, proc='/p
     env = dict(env)
     if job_id:
         env[JOB_ENV] = str(job_id)
-    wrapper = '( %s ); echo $? > %s' % (command, _quote(os.path.join(state_dir, EXIT_CODE_FILE)))
+    wrapper = '( %s ); rc=$?; echo $rc > %s' % (command, _quote(os.path.join(state_dir, EXIT_CODE_FILE)))
+    for path in exit_files:
+        wrapper += '; echo $rc > %s' % _quote(path)
     with open(log_path, 'ab') as log, open(os.devnull, 'rb') as devnull:
         child = subprocess.Popen(['/bin/bash', '-c', wrapper], cwd=cwd, env=env, stdin=devnull,
                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -310,29 +313,24 @@ def _send(target, sig, group):
     return SIGNALLED
 
 
-def signal_process(recorded, sig, proc='/proc', uid=None):
-    """Signal one process only when it still is the one recorded and is owned by uid (default: us)."""
+def signal_process(recorded, sig, proc='/proc', uid=None, group=False):
+    """Signal one process only when it still is the one recorded and is owned by uid (default: us).
+
+    With group, signal its whole process group instead when it leads one (its pid is the group id),
+    never our own group. Answers SIGNALLED, GONE, NOT_OURS or NOT_PERMITTED."""
     uid = os.geteuid() if uid is None else uid
     now = same_process(recorded, proc)
     if now is None:
         return GONE
     if now['uid'] != uid:
         return NOT_OURS
-    return _send(now['pid'], sig, False)
+    lead = group and now['pgid'] == now['pid'] and now['pgid'] != os.getpgid(0)
+    return _send(now['pgid'] if lead else now['pid'], sig, lead)
 
 
 def signal_group(recorded, sig, proc='/proc', uid=None):
-    """Signal the process group a record names (its pid is the group id) only when the leader still
-    is the process recorded and is owned by uid (default: us). Never our own group."""
-    uid = os.geteuid() if uid is None else uid
-    now = same_process(recorded, proc)
-    if now is None:
-        return GONE
-    if now['uid'] != uid:
-        return NOT_OURS
-    if now['pgid'] != now['pid'] or now['pgid'] == os.getpgid(0):
-        return _send(now['pid'], sig, False)
-    return _send(now['pgid'], sig, True)
+    """signal_process(..., group=True): the group a recorded leader leads, checked the same way."""
+    return signal_process(recorded, sig, proc, uid, group=True)
 
 
 def job_processes(job_id, uid=None, proc='/proc', leaders=()):
@@ -395,8 +393,8 @@ def stop_job(job_id, uid=None, grace=10.0, proc='/proc', leaders=(), sleep=time.
                 lead = by_pid.get(pgid) or next(x for x in leaders if x and x['pid'] == pgid)
                 answer = signal_group({'pid': pgid, 'start_time': lead['start_time'], 'uid': uid}, sig, proc, uid)
                 done.add(pgid)
-                if answer == NOT_PERMITTED:
-                    refused.append({'pid': pgid, 'reason': 'group %d: not permitted' % pgid})
+                if answer == NOT_PERMITTED and pgid not in [r['pid'] for r in refused]:
+                    refused.append({'pid': pgid, 'reason': 'not permitted'})
         for p in procs:
             if p['pgid'] in done:
                 signalled.append(p['pid'])
@@ -404,7 +402,7 @@ def stop_job(job_id, uid=None, grace=10.0, proc='/proc', leaders=(), sleep=time.
             answer = signal_process({'pid': p['pid'], 'start_time': p['start_time'], 'uid': uid}, sig, proc, uid)
             if answer == SIGNALLED:
                 signalled.append(p['pid'])
-            elif answer == NOT_PERMITTED:
+            elif answer == NOT_PERMITTED and p['pid'] not in [r['pid'] for r in refused]:
                 refused.append({'pid': p['pid'], 'reason': 'not permitted'})
         deadline = clock() + wait
         while clock() < deadline and job_processes(job_id, uid, proc, leaders):
