@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpucluster.multinode.plugins.module_utils import health
+from ansible_collections.gpucluster.multinode.plugins.module_utils import health_checks
+from ansible_collections.gpucluster.multinode.plugins.module_utils import health_reports
 from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
 
 
@@ -20,27 +21,45 @@ def _plain(value):
 
 
 def _unreachable(result):
+    """Why a node gave no answer: unreachable over SSH, or its task ran past its timeout."""
     if not result:
         return None
     if result.get('unreachable'):
         return ' '.join(str(result.get('msg') or 'no answer').split())
+    timedout = result.get('timedout')
+    if timedout:   # the task ran past its `timeout:` (a frozen node, a hung call)
+        period = timedout.get('period') if hasattr(timedout, 'get') else None
+        return 'timeout: the node did not finish its probe within %s s (health_probe_timeout): frozen or hung' % (
+            period if period is not None else 'its timeout')
+    msg = ' '.join(str(result.get('msg') or '').split())
+    if result.get('failed') and 'timed out after' in msg.lower():
+        return 'timeout: %s' % msg
     return None
 
 
-def health_nodes(groups, hostvars, hosts=None):
-    """The nodes as evaluate_quick wants them, from the registered __health_* results."""
+def health_nodes(groups, hostvars, probes, prepare=None, hosts=None):
+    """The nodes as evaluate_quick wants them.
+
+    probes: {host: the health_probe result registered on that host}; prepare: the head's result
+    of the probe that holds the rendezvous port; hosts: the hosts of the run (default all)."""
+    if not hasattr(probes, 'items'):
+        raise AnsibleFilterError('health_nodes: probes must be {host: health_probe result}, got %s'
+                                 % type(probes).__name__)
     order = contract.ordered_nodes(groups)
     if hosts is not None:
         order = [h for h in order if h in hosts]
     head = (groups.get('head') or [None])[0]
+    prep_result = _plain(prepare or {})
     nodes = []
     for h in order:
         hv = hostvars[h]
-        prep = _plain(hv.get('__health_head_prepare') or {}) if h == head else {}
-        probe = _plain(hv.get('__health_probe') or {})
+        prep = prep_result if h == head else {}
+        probe = _plain(probes.get(h) or {})
         gpu = probe.get('gpu') or {}   # the probe reads the GPUs itself (option gpus)
         why = _unreachable(prep) or _unreachable(probe)
         usable_probe = probe if 'interfaces' in probe and not why else None
+        # the probe that failed: this node's, or the head's first one (then its probe was skipped)
+        failed = probe if probe and not probe.get('skipped') else (prep if prep.get('failed') else {})
         node = {
             'name': h,
             'address': contract.cluster_address(hostvars, h),
@@ -48,11 +67,12 @@ def health_nodes(groups, hostvars, hosts=None):
             'probe': usable_probe,
             # a probe that answered without 'gpu' ran with health_gpu_checks off
             'gpu': gpu if 'gpu_count' in gpu else ({'disabled': True} if usable_probe else None),
+            # GPUs this node has (node_slots, the ranks launchers start, is not a GPU count)
             'gpu_slots': hv.get('gpu_slots'),
             'versions': dict(usable_probe.get('versions') or {}) if usable_probe else {},
             'xid': (usable_probe or {}).get('xid') or [],
-            'probe_error': (' '.join(str(probe.get('msg') or 'the probe failed').split())
-                            if probe and not usable_probe and not why and not probe.get('skipped') else None),
+            'probe_error': (' '.join(str(failed.get('msg') or 'the probe failed').split())
+                            if failed and not usable_probe and not why else None),
             'listen': prep.get('listen') if prep and not prep.get('skipped') else None,
         }
         if node['gpu']:
@@ -62,27 +82,27 @@ def health_nodes(groups, hostvars, hosts=None):
     return nodes
 
 
-def health_quick_records(groups, hostvars, hosts=None, token='', thresholds=None):
-    """Records of the quick tier (see module_utils/health.py)."""
-    nodes = health_nodes(groups, hostvars, hosts)
+def health_quick_records(groups, hostvars, probes, prepare=None, hosts=None, token='', thresholds=None):
+    """Records of the quick tier (see module_utils/health_checks.py); probes and prepare as in health_nodes."""
+    nodes = health_nodes(groups, hostvars, probes, prepare, hosts)
     manifest = contract.cluster_manifest(groups, hostvars)
     try:
-        return health.evaluate_quick(nodes, manifest['head'], manifest['master_port'], token,
-                                     _plain(thresholds or {}))
+        return health_checks.evaluate_quick(nodes, manifest['head'], manifest['master_port'], token,
+                                            _plain(thresholds or {}))
     except (KeyError, TypeError, ValueError) as exc:
         raise AnsibleFilterError('health_quick_records: %s' % exc)
 
 
 def health_deep_records(nodes, bandwidth=None, smoke=None, collective=None, errors=None, tests=None,
                         thresholds=None):
-    """Records of the deep tier from the cluster_tests results (see module_utils/health.py)."""
-    return health.evaluate_deep(list(nodes), _plain(bandwidth), _plain(smoke), _plain(collective),
+    """Records of the deep tier from the cluster_tests results (see module_utils/health_checks.py)."""
+    return health_checks.evaluate_deep(list(nodes), _plain(bandwidth), _plain(smoke), _plain(collective),
                                 _plain(errors or {}), _plain(tests))
 
 
 def health_summary(records, changes=None):
     """The human summary table (a list of lines)."""
-    return health.summary_lines(_plain(records), changes)
+    return health_reports.summary_lines(_plain(records), changes)
 
 
 def health_failed(records):
@@ -126,6 +146,11 @@ def health_slurm_lines(result, check_mode=False):
     return ['%s: %s' % (head, '; '.join(parts))]
 
 
+def health_setting_errors(settings):
+    """Problems with the health settings, one line each naming the variable."""
+    return health_checks.setting_errors(_plain(settings or {}))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -136,4 +161,5 @@ class FilterModule:
             'health_failed': health_failed,
             'health_failing': health_failing,
             'health_slurm_lines': health_slurm_lines,
+            'health_setting_errors': health_setting_errors,
         }

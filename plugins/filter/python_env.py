@@ -5,22 +5,27 @@
 
 from __future__ import annotations
 
+from ansible.errors import AnsibleFilterError
 from ansible_collections.gpucluster.multinode.plugins.module_utils import python_env
 
 
-def _infos(hosts, hostvars, var):
-    return dict((h, (hostvars[h].get(var) or {})) for h in hosts)
+def _versions(by_host):
+    if not hasattr(by_host, 'items'):
+        raise AnsibleFilterError('expected {host: versions} (the python_env_info results\' versions), got %s'
+                                 % type(by_host).__name__)
+    return dict((str(h), dict(v or {})) for h, v in by_host.items())
 
 
-def python_env_lines(hosts, hostvars, var='__python_env_info'):
-    """One line per node with its versions."""
-    width = max([len(str(h)) for h in hosts] or [0])
-    return [python_env.versions_line(h, i, width) for h, i in _infos(hosts, hostvars, var).items()]
+def python_env_lines(by_host):
+    """One line per node with its versions; by_host is {host: python_env_info's versions}."""
+    infos = _versions(by_host)
+    width = max([len(h) for h in infos] or [0])
+    return [python_env.versions_line(h, v, width) for h, v in infos.items()]
 
 
-def python_env_mismatches(hosts, hostvars, var='__python_env_info'):
-    """One line per version that differs between the nodes, naming the nodes."""
-    return python_env.version_mismatches(_infos(hosts, hostvars, var))
+def python_env_mismatches(by_host):
+    """One line per version that differs between the nodes, naming the nodes; by_host as above."""
+    return python_env.version_mismatches(_versions(by_host))
 
 
 def python_env_index_versions(stdout):
@@ -43,6 +48,13 @@ def python_env_install_changed(result):
     return python_env.install_changed((result or {}).get('stdout', ''), (result or {}).get('stderr', ''))
 
 
+def python_env_mask_credentials(value):
+    """A text, or a list of texts, with the credentials of every URL in it masked."""
+    if isinstance(value, (list, tuple)):
+        return [python_env.mask_credentials(v) for v in value]
+    return python_env.mask_credentials(value)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -52,4 +64,5 @@ class FilterModule:
             'python_env_version_offered': python_env_version_offered,
             'python_env_setting_errors': python_env_setting_errors,
             'python_env_install_changed': python_env_install_changed,
+            'python_env_mask_credentials': python_env_mask_credentials,
         }

@@ -1,100 +1,33 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""The training environment: the probe run inside it, parsing its output, comparing nodes."""
+"""The training environment: comparing the nodes' versions (read by env_versions), pip output, settings."""
 
 from __future__ import annotations
 
-import json
 import re
 
-MARKER = 'GPUCLUSTER_PYTHON_ENV_INFO '
+from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
 
-# Run by the environment's own interpreter. Importing deepspeed logs to stdout, so the
-# result is one marked JSON line among whatever else the imports print.
-PROBE_SCRIPT = r'''
-import json, platform, sys
-info = {"python": platform.python_version()}
-try:
-    import torch
-    info["torch"] = torch.__version__
-    info["cuda"] = torch.version.cuda
-    info["cuda_available"] = bool(torch.cuda.is_available())
-    info["nccl"] = None
-    if torch.version.cuda and torch.distributed.is_nccl_available():
-        info["nccl"] = torch.cuda.nccl.version()
-    import deepspeed
-    info["deepspeed"] = deepspeed.__version__
-except Exception as exc:  # report, do not crash: the caller names the node
-    info["error"] = "%s: %s" % (type(exc).__name__, exc)
-print("GPUCLUSTER_PYTHON_ENV_INFO " + json.dumps(info), flush=True)
-'''
-
-KEYS = ('python', 'torch', 'cuda', 'nccl', 'deepspeed')
+# Compared across nodes, in this order: every key of env_versions, python last.
+COMPARED = tuple(k for k in env_versions.KEYS if k != 'python') + ('python',)
 
 
-class ProbeError(ValueError):
-    """The probe printed no usable result."""
-
-
-def format_nccl_version(value):
-    """torch.cuda.nccl.version() is a tuple (2, 28, 9) in torch >= 1.13, an int 21805 before."""
-    if value is None or value == '':
-        return None
-    if isinstance(value, (list, tuple)):
-        return '.'.join(str(int(v)) for v in value)
-    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
-        num = int(value)
-        major, rest = divmod(num, 10000) if num >= 10000 else divmod(num, 1000)
-        minor, patch = divmod(rest, 100)
-        return '%d.%d.%d' % (major, minor, patch)
-    return str(value)
-
-
-def parse_probe_output(stdout):
-    """The result dict from the probe's stdout (last marked line wins).
-
-    Raises ProbeError when there is no marked line or it is not JSON, and when the
-    probe caught an import error (its message is kept).
-    """
-    found = None
-    for line in (stdout or '').splitlines():
-        if line.startswith(MARKER):
-            found = line[len(MARKER):]
-    if found is None:
-        raise ProbeError('the probe printed no result line')
-    try:
-        raw = json.loads(found)
-    except ValueError as exc:
-        raise ProbeError('the probe result is not JSON: %s' % exc)
-    if raw.get('error'):
-        raise ProbeError(raw['error'])
-    return {
-        'python_version': raw.get('python'),
-        'torch_version': raw.get('torch'),
-        'cuda_version': raw.get('cuda') or None,
-        'cuda_available': bool(raw.get('cuda_available')),
-        'nccl_version': format_nccl_version(raw.get('nccl')),
-        'deepspeed_version': raw.get('deepspeed'),
-    }
-
-
-def versions_line(host, info, width=0):
-    """'HOST  torch 2.13.0+cpu  cuda -  nccl -  deepspeed 0.19.8  python 3.11.2' (HOST padded to width)."""
-    info = info or {}
-    return '%s  torch %s  cuda %s  nccl %s  deepspeed %s  python %s' % (
-        str(host).ljust(width), info.get('torch_version') or '-', info.get('cuda_version') or '-',
-        info.get('nccl_version') or '-', info.get('deepspeed_version') or '-',
-        info.get('python_version') or '-')
+def versions_line(host, versions, width=0):
+    """'HOST  torch 2.13.0+cpu  torch_cuda -  torch_nccl -  nccl_wheel -  deepspeed 0.19.8  python 3.11.2'
+    (HOST padded to width; ray only when installed)."""
+    versions = versions or {}
+    keys = [k for k in COMPARED if k != 'python' and (k != 'ray' or versions.get('ray'))] + ['python']
+    return '  '.join([str(host).ljust(width)] + ['%s %s' % (k, versions.get(k) or '-') for k in keys])
 
 
 def version_mismatches(infos):
     """One line per version that differs between nodes, naming the nodes of each value.
 
-    infos: {host: info dict}. Empty list when every node reports the same versions.
+    infos: {host: versions dict (env_versions keys)}. Empty list when every node reports the same versions.
     """
     problems = []
-    for key in ('torch_version', 'cuda_version', 'nccl_version', 'deepspeed_version', 'python_version'):
+    for key in COMPARED:
         by_value = {}
         for host in infos:
             by_value.setdefault(str((infos[host] or {}).get(key)), []).append(host)
@@ -167,3 +100,14 @@ def install_changed(stdout, stderr=''):
         if line.strip().startswith(_INSTALL_MARKERS):
             return True
     return False
+
+
+# user[:password]@ in a URL (scheme://user:password@host/...), anywhere in a text.
+_URL_CREDENTIALS = re.compile(r'(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<auth>[^/@\s]+)@')
+
+
+def mask_credentials(text):
+    """text with the credentials of every URL in it replaced by ****: https://****@host/simple."""
+    if text is None:
+        return text
+    return _URL_CREDENTIALS.sub(lambda m: m.group('scheme') + '****@', str(text))

@@ -131,7 +131,8 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpucluster.multinode.plugins.module_utils import health
+from ansible_collections.gpucluster.multinode.plugins.module_utils import health_records
+from ansible_collections.gpucluster.multinode.plugins.module_utils import health_reports
 
 
 def _now():
@@ -175,7 +176,7 @@ def main():
             state=dict(type='str', choices=['validated', 'present'], default='present'),
             report_dir=dict(type='path', required=True),
             records=dict(type='list', elements='dict', default=[]),
-            tier=dict(type='str', choices=list(health.TIERS), default='quick'),
+            tier=dict(type='str', choices=list(health_records.TIERS), default='quick'),
             keep=dict(type='int', default=50),
             started=dict(type='str', default=''),
             cluster=dict(type='str', default=''),
@@ -194,12 +195,12 @@ def main():
         module.exit_json(changed=False, report_dir=rdir)
 
     for r in p['records']:
-        if r.get('status') not in health.STATUSES:
+        if r.get('status') not in health_records.STATUSES:
             module.fail_json(msg='record %s/%s has status %r, not one of %s'
-                             % (r.get('node'), r.get('check'), r.get('status'), ', '.join(health.STATUSES)))
+                             % (r.get('node'), r.get('check'), r.get('status'), ', '.join(health_records.STATUSES)))
     now = _now()
     stamp = now.strftime('%Y%m%dT%H%M%S') + '%03dZ' % (now.microsecond // 1000)
-    report = health.make_report(p['records'], p['tier'], p['started'] or now.isoformat(), now.isoformat(), p['cluster'])
+    report = health_reports.make_report(p['records'], p['tier'], p['started'] or now.isoformat(), now.isoformat(), p['cluster'])
 
     hdir = os.path.join(rdir, 'history')
     old = sorted(glob.glob(os.path.join(hdir, '%s-*.json' % p['tier'])))
@@ -212,10 +213,10 @@ def main():
             break
         except (IOError, OSError, ValueError):
             continue
-    changes = health.changes_since(previous, report, p['change_drop_pct'])
+    changes = health_reports.changes_since(previous, report, p['change_drop_pct'])
     report['changes'] = changes
     report['previous_report'] = previous_file
-    summary = health.summary_lines(p['records'], changes if previous is not None else None)
+    summary = health_reports.summary_lines(p['records'], changes if previous is not None else None)
 
     report_file = os.path.join(hdir, '%s-%s.json' % (p['tier'], stamp))
     files = [report_file, os.path.join(rdir, 'latest-%s.json' % p['tier'])]
@@ -227,16 +228,16 @@ def main():
         try:
             if not os.path.isdir(hdir):
                 os.makedirs(hdir, 0o755)
-            text = health.dumps(report)
+            text = health_reports.dumps(report)
             _write(module, report_file, text)
             _write(module, files[1], text)
             if junit_file:
-                _write(module, junit_file, health.junit_xml(p['records'], p['tier'], now.isoformat()))
+                _write(module, junit_file, health_reports.junit_xml(p['records'], p['tier'], now.isoformat()))
                 files.append(junit_file)
             if prom:
                 if not os.path.isdir(os.path.dirname(prom)):
                     os.makedirs(os.path.dirname(prom), 0o755)
-                _write(module, prom, health.prometheus_text(p['records'], p['tier'], now.timestamp()))
+                _write(module, prom, health_reports.prometheus_text(p['records'], p['tier'], now.timestamp()))
                 files.append(prom)
             kept = sorted(glob.glob(os.path.join(hdir, '%s-*.json' % p['tier'])))
             for stale in kept[:-p['keep']]:

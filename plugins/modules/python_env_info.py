@@ -8,12 +8,13 @@ from __future__ import annotations
 DOCUMENTATION = r'''
 ---
 module: python_env_info
-short_description: Versions of torch, CUDA, NCCL and DeepSpeed in a Python environment
+short_description: Versions of Python, torch, CUDA, NCCL and DeepSpeed in a Python environment
 description:
-  - Runs the environment's own interpreter, imports C(torch) and C(deepspeed) and reports
-    their versions, the CUDA version torch was built for (C(torch.version.cuda)), whether a
-    GPU is usable, and the NCCL version (C(torch.cuda.nccl.version())) when torch has CUDA.
-  - Fails, with the import error, when either package cannot be imported.
+  - Runs the environment's own interpreter, imports C(torch) and C(deepspeed) and reports the
+    versions with the keys of C(module_utils/env_versions.py) (the same keys the health probe
+    reports), and whether torch sees a usable GPU.
+  - Fails, with the import error, when either package cannot be imported, and when the import does
+    not end within O(timeout) seconds.
   - Changes nothing on the node.
 version_added: 0.1.0
 author: gpucluster.multinode contributors
@@ -52,46 +53,31 @@ EXAMPLES = r'''
 
 - name: Show them
   ansible.builtin.debug:
-    msg: "torch {{ env_info.torch_version }}, deepspeed {{ env_info.deepspeed_version }}"
+    msg: "torch {{ env_info.versions.torch }}, deepspeed {{ env_info.versions.deepspeed }}"
 '''
 
 RETURN = r'''
-python_version:
-  description: Version of the environment's interpreter.
+versions:
+  description:
+    - The environment's versions, keys as in C(module_utils/env_versions.py) (null when not installed
+      or not applicable) - C(python); C(torch) (local label included); C(torch_cuda), the CUDA torch
+      was built with (null for a CPU build); C(torch_nccl), the NCCL torch uses (null without CUDA);
+      C(nccl_wheel), the C(nvidia-nccl-cu*) distribution; C(deepspeed); C(ray).
   returned: success
-  type: str
-  sample: 3.11.2
-torch_version:
-  description: C(torch.__version__), local label included.
-  returned: success
-  type: str
-  sample: 2.13.0+cpu
-cuda_version:
-  description: CUDA version torch was built for; null for a CPU build.
-  returned: success
-  type: str
-  sample: "13.0"
+  type: dict
+  sample: {python: 3.11.2, torch: 2.13.0+cpu, torch_cuda: null, torch_nccl: null, nccl_wheel: null,
+           deepspeed: 0.19.8, ray: null}
 cuda_available:
   description: Whether torch sees a usable GPU.
   returned: success
   type: bool
   sample: false
-nccl_version:
-  description: NCCL version bundled with torch as C(major.minor.patch); null without CUDA.
-  returned: success
-  type: str
-  sample: 2.28.9
-deepspeed_version:
-  description: C(deepspeed.__version__).
-  returned: success
-  type: str
-  sample: 0.19.8
 '''
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpucluster.multinode.plugins.module_utils import python_env
+from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
 
 
 def main():
@@ -106,16 +92,15 @@ def main():
     python = module.params['python']
     if not os.access(python, os.X_OK):
         module.fail_json(msg='python %s does not exist or is not executable; is the environment installed?' % python)
-
+    if module.params['timeout'] <= 0:
+        module.fail_json(msg='timeout must be a positive number of seconds, got %s' % module.params['timeout'])
     environ = dict((str(k), str(v)) for k, v in module.params['environ'].items())
-    cmd = ['timeout', str(module.params['timeout']), python, '-c', python_env.PROBE_SCRIPT]
-    rc, out, err = module.run_command(cmd, environ_update=environ)
-    try:
-        info = python_env.parse_probe_output(out)
-    except python_env.ProbeError as exc:
-        tail = ' | '.join((err or out or '').strip().splitlines()[-3:])
-        module.fail_json(msg='%s cannot import torch and deepspeed: %s' % (python, exc), rc=rc, stderr_tail=tail)
-    module.exit_json(changed=False, **info)
+    versions, error = env_versions.read(module, python, imports=True, environ=environ,
+                                        timeout=module.params['timeout'])
+    if error or not versions:
+        module.fail_json(msg='%s cannot import torch and deepspeed: %s' % (python, error or 'no result'))
+    cuda_available = bool(versions.pop('cuda_available', False))
+    module.exit_json(changed=False, versions=versions, cuda_available=cuda_available)
 
 
 if __name__ == '__main__':

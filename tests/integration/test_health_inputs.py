@@ -54,11 +54,49 @@ def test_a_threshold_of_the_wrong_type_is_refused(var, value, kind):
     assert no_check_ran(out)
 
 
-def test_thresholds_out_of_order_are_refused():
-    rc, out = run('-e', 'health_disk_free_fail_pct=20', '-e', 'health_disk_free_warn_pct=10')
+def one_line(out):
+    return ' '.join(out.split())
+
+
+@pytest.mark.parametrize('args, message', [
+    (['-e', 'health_disk_free_fail_pct=20', '-e', 'health_disk_free_warn_pct=10'],
+     'host gpu-master: health_disk_free_warn_pct (10) must be above or equal to health_disk_free_fail_pct (20): '
+     'a node warns before it fails. No check was run.'),
+    (['-e', 'health_disk_free_fail_pct=-5'],
+     'host gpu-master: health_disk_free_fail_pct must be a percentage from 0 to 100 (got -5). No check was run.'),
+    (['-e', 'health_clock_offset_warn_s=0'],
+     'host gpu-master: health_clock_offset_warn_s must be a positive number of seconds (got 0)'),
+    (['-e', 'health_probe_timeout=10'],
+     'health_storage_timeout (15) must be below health_probe_timeout (10)'),
+])
+def test_thresholds_out_of_range_or_order_are_refused(args, message):
+    rc, out = run(*args)
     assert rc != 0
-    assert 'health: thresholds out of order: health_disk_free_fail_pct (20) must be at most' in out, out[-3000:]
+    assert message in one_line(out), out[-3000:]
     assert no_check_ran(out)
+
+
+@pytest.mark.parametrize('inventory, found', [
+    ('all:\n  children:\n    cluster:\n      children:\n        workers:\n          hosts:\n'
+     '            w1: {ansible_host: 10.1.0.11}\n            w2: {ansible_host: 10.1.0.12}\n', 'it has 0.'),
+    ('all:\n  children:\n    cluster:\n      children:\n        head:\n          hosts:\n'
+     '            h1: {ansible_host: 10.1.0.10}\n            h2: {ansible_host: 10.1.0.11}\n'
+     '        workers:\n          hosts:\n            w1: {ansible_host: 10.1.0.12}\n', 'it has 2 (h1, h2).'),
+])
+def test_an_inventory_without_exactly_one_head_is_refused(tmp_path, inventory, found):
+    """No worker is ever taken as the head: the reports would be written there."""
+    inv = tmp_path / 'hosts.yml'
+    inv.write_text(inventory)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, '.build', 'collections'))
+    proc = subprocess.run(['ansible-playbook', PLAYBOOK, '-i', str(inv), '-e', 'ansible_connection=local',
+                           '-e', 'ansible_python_interpreter=' + shutil.which('python3')],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert 'health: the inventory must have exactly one host in the group head' in one_line(out), out[-3000:]
+    assert found + ' No check was run.' in one_line(out)
+    assert no_check_ran(out) and 'Check that the head can keep the reports' not in out
 
 
 def test_a_report_directory_that_cannot_be_written_is_refused(tmp_path):

@@ -69,6 +69,17 @@ def test_a_torch_version_the_wheelhouse_lacks_fails_naming_the_source(tmp_path):
     assert not (tmp_path / 'envs').exists()
 
 
+def test_credentials_in_an_index_url_never_show(tmp_path):
+    """python_env_no_log is false (the default): the failure names the index, its password masked."""
+    url = 'https://build-bot:s3cret-t0ken@127.0.0.1:9/simple'
+    rc, out = run_role(tmp_path, python_env_torch_version='2.13.0', python_env_index_url=url,
+                       python_env_pip_timeout='3', python_env_extra_index_urls='["https://tok3n-only@127.0.0.1:9/x"]')
+    assert rc != 0
+    assert 'python_env_torch_version 2.13.0 is not offered by https://****@127.0.0.1:9/simple' in ' '.join(out.split())
+    assert 's3cret' not in out and 'build-bot' not in out and 'tok3n-only' not in out
+    assert not (tmp_path / 'envs').exists()
+
+
 def test_offline_without_a_wheelhouse_is_refused(tmp_path):
     rc, out = run_role(tmp_path, python_env_offline='true')
     assert rc != 0

@@ -11,7 +11,8 @@
 #
 # Settings (environment): HEALTH_LAB_NAME (lab-health), HEALTH_LAB_INVENTORY
 # (inventories/<name>), HEALTH_FAULT_NODE (the last worker), HEALTH_FAULT_LOG_DIR (a new temp dir).
-# Faults: sshd torch port shared hosts nccl_iface clock link slurm (link runs the deep tier's
+# Faults: sshd frozen hung_mount torch port shared hosts nccl_iface clock link slurm (frozen:
+# the node paused, the run must end within 120 s naming it; link runs the deep tier's
 # bandwidth matrix: minutes; slurm, health_slurm_drain, needs playbooks/slurm.yml applied to
 # the lab and is skipped otherwise). How each is planted is printed as it is planted.
 set -uo pipefail
@@ -22,7 +23,7 @@ source scripts/env.sh
 LAB=${HEALTH_LAB_NAME:-lab-health}
 INV=${HEALTH_LAB_INVENTORY:-inventories/$LAB}
 OUT=${HEALTH_FAULT_LOG_DIR:-$(mktemp -d /tmp/health-faults.XXXXXX)}
-ALL_FAULTS="sshd torch port shared hosts nccl_iface clock link slurm"
+ALL_FAULTS="sshd frozen hung_mount torch port shared hosts nccl_iface clock link slurm"
 FAULTS=${*:-$ALL_FAULTS}
 mkdir -p "$OUT"
 
@@ -101,6 +102,31 @@ for fault in $FAULTS; do
       run_health sshd
       cx "$NODE" 'systemctl start ssh.service'
       expect sshd quick "$NODE" reachable fail "sshd"
+      ;;
+    frozen)
+      # The whole node frozen (cgroup freezer): its kernel still completes TCP handshakes, so
+      # SSH connects and then waits forever; only the run's own bounds can end it.
+      echo "    plant: podman pause $LAB-$NODE"
+      podman pause "$LAB-$NODE" >/dev/null
+      start=$SECONDS
+      run_health frozen
+      took=$((SECONDS - start))
+      podman unpause "$LAB-$NODE" >/dev/null
+      expect frozen quick "$NODE" reachable fail "start the node"
+      if [ "$took" -lt 120 ]; then
+        passed=$((passed + 1)); results+=("ok    frozen (the run ended in $took s, under 120 s)")
+      else
+        failed=$((failed + 1)); results+=("FAIL  frozen: the run took $took s (120 s at most)")
+      fi
+      ;;
+    hung_mount)
+      # A read that never returns, as on a hard NFS mount whose server is gone: the node's own
+      # clock file on the shared storage becomes a FIFO, which open() for writing waits on.
+      echo "    plant: /shared/.gpucluster-health/clock-$NODE replaced by a FIFO (open() blocks, as on a hung NFS mount)"
+      cx "$NODE" "rm -f /shared/.gpucluster-health/clock-$NODE && mkfifo /shared/.gpucluster-health/clock-$NODE"
+      run_health hung_mount
+      cx "$NODE" "rm -f /shared/.gpucluster-health/clock-$NODE"
+      expect hung_mount quick "$NODE" shared_storage fail "does not answer $NODE"
       ;;
     torch)
       plant_torch

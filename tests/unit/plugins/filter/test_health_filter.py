@@ -19,64 +19,132 @@ def lab():
     meta = load('nodes.json')
     names = [n for n, _ in meta['nodes']]
     groups = {'cluster': names, 'head': names[:1], 'workers': names[1:]}
-    hostvars = {}
+    hostvars, probes = {}, {}
     for name, address in meta['nodes']:
-        hostvars[name] = {'ansible_host': address, 'cluster_master_port': meta['port'],
-                          '__health_probe': dict(load(name + '.json'), gpu={
-                              'gpu_count': 0, 'reason': 'no NVIDIA GPU on the PCI bus', 'gpus': []})}
-    hostvars[names[0]]['__health_head_prepare'] = {'listen': meta['listen']}
-    return groups, hostvars, meta
+        hostvars[name] = {'ansible_host': address, 'cluster_master_port': meta['port']}
+        probes[name] = dict(load(name + '.json'), gpu={
+            'gpu_count': 0, 'reason': 'no NVIDIA GPU on the PCI bus', 'gpus': []})
+    return groups, hostvars, probes, {'listen': meta['listen']}, meta
+
+
+def quick(groups, hostvars, probes, prepare, meta):
+    return hf.health_quick_records(groups, hostvars, probes, prepare, None, meta['token'], {})
 
 
 def test_records_of_the_recorded_lab():
-    groups, hostvars, meta = lab()
-    recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
+    groups, hostvars, probes, prepare, meta = lab()
+    recs = quick(groups, hostvars, probes, prepare, meta)
     assert not [r for r in recs if r['status'] == 'fail']
     assert {r['node'] for r in recs} == set(groups['cluster'])
 
 
 def test_an_unreachable_worker_and_a_failed_probe():
-    groups, hostvars, meta = lab()
+    groups, hostvars, probes, prepare, meta = lab()
     w1, w2 = groups['workers'][0], groups['workers'][1]
-    hostvars[w1]['__health_probe'] = {'unreachable': True, 'changed': False,
+    probes[w1] = {'unreachable': True, 'changed': False,
                                       'msg': 'Failed to connect to the host via ssh: ssh: connect to host '
                                              '10.213.50.11 port 22: Connection refused'}
-    hostvars[w2]['__health_probe'] = {'failed': False, 'failed_when_result': False, 'changed': False,
+    probes[w2] = {'failed': False, 'failed_when_result': False, 'changed': False,
                                       'msg': 'MODULE FAILURE: /usr/bin/python3: not found'}
-    recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
+    recs = quick(groups, hostvars, probes, prepare, meta)
     bad = sorted((r['node'], r['check']) for r in recs if r['status'] == 'fail')
     assert bad == [(w1, 'reachable'), (w2, 'probe')]
     assert 'Connection refused' in [r for r in recs if r['node'] == w1][0]['detail']
 
 
 def test_gpu_checks_switched_off_leave_no_gpu_record():
-    groups, hostvars, meta = lab()
-    for hv in hostvars.values():
-        del hv['__health_probe']['gpu']   # the probe ran with gpus: false
-    recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
+    groups, hostvars, probes, prepare, meta = lab()
+    for probe in probes.values():
+        del probe['gpu']   # the probe ran with gpus: false
+    recs = quick(groups, hostvars, probes, prepare, meta)
     assert 'gpu' not in {r['check'] for r in recs}
 
 
 def test_gpus_read_by_the_probe_are_judged():
     """The probe reads the GPUs in the same round trip (option gpus); no gpu_facts result needed."""
-    groups, hostvars, meta = lab()
+    groups, hostvars, probes, prepare, meta = lab()
     head = groups['head'][0]
-    for hv in hostvars.values():
-        hv['__health_probe'] = dict(hv['__health_probe'], gpu={'gpu_count': 0, 'gpus': [], 'pci_gpu_count': 0,
-                                                               'reason': 'no NVIDIA GPU on the PCI bus'})
-    hostvars[head]['__health_probe']['gpu'] = {
+    for name in probes:
+        probes[name] = dict(probes[name], gpu={'gpu_count': 0, 'gpus': [], 'pci_gpu_count': 0,
+                                               'reason': 'no NVIDIA GPU on the PCI bus'})
+    probes[head]['gpu'] = {
         'gpu_count': 0, 'gpus': [], 'pci_gpu_count': 2,
         'reason': 'nvidia-smi not found: no NVIDIA driver is installed (2 NVIDIA GPU(s) on the PCI bus)'}
-    recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
+    recs = quick(groups, hostvars, probes, prepare, meta)
     gpu = dict((r['node'], r) for r in recs if r['check'] == 'gpu')
     assert set(gpu) == set(groups['cluster'])
     assert gpu[head]['status'] == 'fail' and 'no NVIDIA driver' in gpu[head]['detail']
     assert {gpu[w]['status'] for w in groups['workers']} == {'unknown'}
 
 
+def test_a_probe_past_its_task_timeout_names_the_node_and_the_others_are_checked():
+    """A frozen node: its probe task ran past `timeout:` (Ansible's own result), the rest answered."""
+    groups, hostvars, probes, prepare, meta = lab()
+    frozen = groups['workers'][1]
+    # as ansible-core 2.19 registers it (recorded on the lab with the node paused)
+    probes[frozen] = {'failed': True, 'changed': False, 'msg': 'Task failed: Timed out after 60 second(s).',
+                      'timedout': {'frame': 'Configure `DISPLAY_TRACEBACK` to see a traceback on timeout errors.',
+                                   'period': 60}}
+    recs = quick(groups, hostvars, probes, prepare, meta)
+    bad = [r for r in recs if r['status'] == 'fail']
+    assert [(r['node'], r['check']) for r in bad] == [(frozen, 'reachable')]
+    assert bad[0]['value'] == 'timeout'
+    assert bad[0]['detail'] == ('timeout: the node did not finish its probe within 60 s (health_probe_timeout): '
+                                'frozen or hung')
+    probes[frozen] = {'failed': True, 'msg': 'Task failed: Timed out after 30 second(s).'}
+    recs = quick(groups, hostvars, probes, prepare, meta)
+    assert [r['detail'] for r in recs if r['status'] == 'fail'] == [
+        'timeout: Task failed: Timed out after 30 second(s).']
+    others = [r for r in recs if r['node'] != frozen and r['check'] == 'shared_storage']
+    assert len(others) == 3 and {r['status'] for r in others} == {'ok'}
+
+
+def test_a_hung_mount_is_a_timeout_naming_node_and_path():
+    groups, hostvars, probes, prepare, meta = lab()
+    w1 = groups['workers'][0]
+    why = 'no answer from /shared on %s within 15.0 s (a hung mount?)' % w1
+    probes[w1]['shared'] = {'path': '/shared', 'exists': None, 'must_be_mount': True, 'timeout': True, 'mounted': None,
+                            'fstype': None, 'writable': False, 'write_error': why, 'token_read': None}
+    probes[w1]['clock'] = {'offset_s': None, 'reference': 'shared storage /shared', 'error': why}
+    probes[w1]['disks'] = [d for d in probes[w1]['disks'] if d['path'] != '/shared'] + [
+        {'path': '/shared', 'free_pct': None, 'inodes_free_pct': None, 'free_bytes': None, 'timeout': True,
+         'error': why}]
+    recs = quick(groups, hostvars, probes, prepare, meta)
+    bad = dict((r['check'], r) for r in recs if r['status'] == 'fail')
+    assert sorted(bad) == ['disk_free', 'inodes_free', 'shared_storage']
+    assert {r['node'] for r in bad.values()} == {w1}
+    assert bad['shared_storage']['value'] == 'timeout' and why in bad['shared_storage']['detail']
+    assert bad['disk_free']['value'] == 'timeout' and '/shared' in bad['disk_free']['detail']
+
+
+def test_two_ranks_on_a_node_without_gpus_is_not_a_gpu_fault():
+    """node_slots (ranks the launchers start) is not a GPU count: a CPU lab's head with
+    node_slots 2 and no gpu_slots stays clean; gpu_slots 2 without GPUs fails."""
+    groups, hostvars, probes, prepare, meta = lab()
+    head = groups['head'][0]
+    hostvars[head]['node_slots'] = 2
+    recs = quick(groups, hostvars, probes, prepare, meta)
+    assert not [r for r in recs if r['status'] == 'fail']
+    assert [r['status'] for r in recs if r['node'] == head and r['check'] == 'gpu'] == ['unknown']
+    hostvars[head]['gpu_slots'] = 2
+    recs = quick(groups, hostvars, probes, prepare, meta)
+    assert [(r['node'], r['check']) for r in recs if r['status'] == 'fail'] == [(head, 'gpu')]
+
+
+def test_results_come_as_arguments_not_from_register_names():
+    groups, hostvars, probes, prepare, meta = lab()
+    for name in hostvars:   # a register of the old name is not read
+        hostvars[name]['__health_probe'] = {'unreachable': True, 'msg': 'stale'}
+    assert not [r for r in quick(groups, hostvars, probes, prepare, meta) if r['status'] == 'fail']
+    import pytest
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match='probes must be'):
+        hf.health_nodes(groups, hostvars, None)
+
+
 def test_summary_and_failed():
-    groups, hostvars, meta = lab()
-    recs = hf.health_quick_records(groups, hostvars, None, meta['token'], {})
+    groups, hostvars, probes, prepare, meta = lab()
+    recs = quick(groups, hostvars, probes, prepare, meta)
     assert hf.health_summary(recs)[0].startswith('health: 4 node(s)')
     assert hf.health_failed(recs) == []
 
@@ -99,3 +167,13 @@ def test_failing_nodes_and_their_checks_for_a_drain_reason():
     long = [{'node': 'a', 'check': 'check_%02d' % i, 'status': 'fail'} for i in range(30)]
     assert len(hf.health_failing(long)['a']) <= 120 and hf.health_failing(long)['a'].endswith('...')
 
+
+
+def test_a_failed_first_probe_on_the_head_is_the_head_s_probe_error():
+    groups, hostvars, probes, prepare, meta = lab()
+    head = groups['head'][0]
+    probes[head] = {'skipped': True, 'changed': False}
+    prepare = {'failed': True, 'msg': 'MODULE FAILURE: /usr/bin/python3: not found'}
+    recs = quick(groups, hostvars, probes, prepare, meta)
+    bad = [(r['node'], r['check'], r['detail']) for r in recs if r['status'] == 'fail']
+    assert bad == [(head, 'probe', 'MODULE FAILURE: /usr/bin/python3: not found')]

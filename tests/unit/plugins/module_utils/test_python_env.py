@@ -4,6 +4,7 @@ import os
 
 import pytest
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
 from ansible_collections.gpucluster.multinode.plugins.module_utils import python_env
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'python_env')
@@ -14,51 +15,33 @@ def fixture(name):
         return f.read()
 
 
-def test_cpu_probe_output_with_deepspeed_log_lines():
-    out = fixture('cpu-deepspeed-0.19.8.txt')
-    assert '[WARNING]' in out   # deepspeed logs to stdout before the result line
-    info = python_env.parse_probe_output(out)
-    assert info == {'python_version': '3.11.7', 'torch_version': '2.13.0+cpu', 'cuda_version': None,
-                    'cuda_available': False, 'nccl_version': None, 'deepspeed_version': '0.19.8'}
-
-
-def test_cuda_probe_output_formats_the_nccl_tuple():
-    info = python_env.parse_probe_output(fixture('cuda-h100-torch-2.11.txt'))
-    assert info['torch_version'] == '2.11.0+cu130'
-    assert info['cuda_version'] == '13.0'
-    assert info['nccl_version'] == '2.28.9'
-    assert info['cuda_available'] is True
-
-
-def test_missing_torch_is_reported_with_the_import_error():
-    with pytest.raises(python_env.ProbeError, match="No module named 'torch'"):
-        python_env.parse_probe_output(fixture('no-torch.txt'))
-
-
-def test_output_without_result_line_is_an_error():
-    with pytest.raises(python_env.ProbeError, match='no result line'):
-        python_env.parse_probe_output('Segmentation fault\n')
-
-
-@pytest.mark.parametrize('raw, expected', [((2, 28, 9), '2.28.9'), ([2, 21, 5], '2.21.5'),
-                                           (21805, '2.18.5'), (2708, '2.7.8'), (None, None)])
-def test_nccl_version_forms(raw, expected):
-    assert python_env.format_nccl_version(raw) == expected
+def versions(name):
+    return env_versions.parse_probe_output(fixture(name))
 
 
 def test_equal_nodes_have_no_mismatch_and_one_line_each():
-    info = python_env.parse_probe_output(fixture('cpu-deepspeed-0.19.8.txt'))
+    info = versions('cpu-deepspeed-0.19.8.txt')
     infos = {'lab-head': info, 'lab-worker-1': dict(info)}
     assert python_env.version_mismatches(infos) == []
-    assert python_env.versions_line('lab-head', info) == \
-        'lab-head  torch 2.13.0+cpu  cuda -  nccl -  deepspeed 0.19.8  python 3.11.7'
+    assert python_env.versions_line('lab-head', info) == (
+        'lab-head  torch 2.13.0+cpu  torch_cuda -  torch_nccl -  nccl_wheel -  deepspeed 0.19.8  python 3.11.7')
+
+
+def test_ray_is_shown_only_where_installed():
+    info = dict(versions('cpu-deepspeed-0.19.8.txt'), ray='2.50.0')
+    assert '  ray 2.50.0  python 3.11.7' in python_env.versions_line('n1', info)
 
 
 def test_differing_nodes_are_named():
-    info = python_env.parse_probe_output(fixture('cpu-deepspeed-0.19.8.txt'))
-    other = dict(info, deepspeed_version='0.18.0')
+    info = versions('cpu-deepspeed-0.19.8.txt')
+    other = dict(info, deepspeed='0.18.0')
+    cuda = versions('cuda-h100-torch-2.11.txt')
     problems = python_env.version_mismatches({'n1': info, 'n2': info, 'n3': other})
-    assert problems == ['deepspeed_version differs: 0.18.0 on n3; 0.19.8 on n1, n2']
+    assert problems == ['deepspeed differs: 0.18.0 on n3; 0.19.8 on n1, n2']
+    problems = python_env.version_mismatches({'n1': info, 'n2': cuda})
+    assert 'torch_cuda differs: 13.0 on n2; None on n1' in problems
+    assert 'torch_nccl differs: 2.28.9 on n2; None on n1' in problems
+    assert 'python differs: 3.11.7 on n1; 3.12.3 on n2' in problems
 
 
 def test_pip_index_versions_output():
@@ -111,7 +94,17 @@ def test_bad_settings_name_the_variable(change, message):
 
 def test_lines_of_several_nodes_line_up():
     from ansible_collections.gpucluster.multinode.plugins.filter.python_env import python_env_lines
-    info = python_env.parse_probe_output(fixture('cpu-deepspeed-0.19.8.txt'))
-    hostvars = {'lab-head': {'__python_env_info': info}, 'lab-worker-1': {'__python_env_info': info}}
-    lines = python_env_lines(['lab-head', 'lab-worker-1'], hostvars)
+    info = versions('cpu-deepspeed-0.19.8.txt')
+    lines = python_env_lines({'lab-head': info, 'lab-worker-1': info})
     assert [line.index('torch') for line in lines] == [14, 14]
+    assert lines[1].startswith('lab-worker-1  torch 2.13.0+cpu')
+
+
+def test_filters_take_the_results_as_argument():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.gpucluster.multinode.plugins.filter.python_env import python_env_mismatches
+    info = versions('cpu-deepspeed-0.19.8.txt')
+    assert python_env_mismatches({'a': info, 'b': dict(info, torch='2.12.0+cpu')}) == [
+        'torch differs: 2.12.0+cpu on b; 2.13.0+cpu on a']
+    with pytest.raises(AnsibleFilterError, match='expected {host: versions}'):
+        python_env_mismatches(['a', 'b'])

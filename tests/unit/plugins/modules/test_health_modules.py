@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -101,7 +102,7 @@ def test_probe_on_this_machine(tmp_path):
                shared_path=str(shared), shared_token='tok-1', shared_token_write=True, disk_paths=[],
                kernel_log=False)
     assert head['listen']['in_use'] is False
-    res = run('health_probe', tmp_path, cluster_address='127.0.0.1', nccl_env_file=str(nccl),
+    res = run('health_probe', tmp_path, nccl_env_file=str(nccl),
               resolve=[{'name': 'localhost', 'address': '127.0.0.1'}], connect_host='127.0.0.1',
               connect_port=port, shared_path=str(shared), shared_token='tok-1', shared_must_be_mount=False,
               disk_paths=['/', '/no/such/path'], python=sys.executable, kernel_log=False)
@@ -130,14 +131,39 @@ def test_names_are_resolved_together_and_reported_in_order(tmp_path):
     assert res['resolve'][2]['addresses'] == ['127.0.0.1'] and res['resolve'][2]['error'] is None
 
 
+def test_a_hung_shared_path_is_a_timeout_and_the_rest_is_reported(tmp_path):
+    """The clock file is a FIFO: opening it for writing blocks as a hung NFS server does. The
+    probe gives up on that path after storage_timeout, names it, and reports everything else."""
+    shared = tmp_path / 'shared'
+    marker = shared / '.gpucluster-health'
+    marker.mkdir(parents=True)
+    node = re.sub(r'[^A-Za-z0-9_.-]', '_', socket.gethostname())
+    os.mkfifo(str(marker / ('clock-' + node)))
+    start = time.time()
+    res = run('health_probe', tmp_path, shared_path=str(shared), shared_must_be_mount=False, disk_paths=['/'],
+              storage_timeout=2, resolve=[{'name': 'localhost', 'address': '127.0.0.1'}], kernel_log=False)
+    took = time.time() - start
+    assert 2 <= took < 15
+    assert res['shared']['timeout'] is True
+    assert res['shared']['write_error'] == 'no answer from %s on %s within 2.0 s (a hung mount?)' % (shared, socket.gethostname())
+    assert res['clock']['offset_s'] is None and 'no answer from' in res['clock']['error']
+    assert [d['path'] for d in res['disks']] == ['/'] and res['disks'][0]['free_pct'] > 0
+    assert res['resolve'][0]['addresses'] and res['interfaces']
+
+
+def test_a_bad_storage_timeout_is_refused(tmp_path):
+    res = run('health_probe', tmp_path, storage_timeout=0, disk_paths=[], kernel_log=False)
+    assert res['failed'] is True and 'storage_timeout' in res['msg']
+
+
 def fake_env(root, system_site=False):
     """A venv on disk with torch (CUDA 12.8 build), DeepSpeed and NCCL's wheel recorded."""
     import glob as _glob
     (root / 'bin').mkdir(parents=True)
     os.symlink(sys.executable, str(root / 'bin' / 'python'))
-    (root / 'pyvenv.cfg').write_text('home = %s\ninclude-system-site-packages = %s\nversion = %d.%d\n'
-                                     % (os.path.dirname(sys.executable), 'true' if system_site else 'false',
-                                        sys.version_info[0], sys.version_info[1]))
+    (root / 'pyvenv.cfg').write_text('home = %s\ninclude-system-site-packages = %s\nversion = %d.%d.%d\n'
+                                     % ((os.path.dirname(sys.executable), 'true' if system_site else 'false')
+                                        + tuple(sys.version_info[:3])))
     site = root / 'lib' / ('python%d.%d' % sys.version_info[:2]) / 'site-packages'
     for name, dist, version in (('torch', 'torch', '2.7.1+cu128'), ('deepspeed', 'deepspeed', '0.17.2'),
                                 ('nvidia-nccl-cu12', 'nvidia_nccl_cu12', '2.26.2')):
@@ -159,7 +185,8 @@ def test_versions_of_an_environment(tmp_path, system_site):
     assert res['versions_error'] is None
     versions = dict(res['versions'])
     versions.pop('kernel')
-    assert versions == {'torch': '2.7.1+cu128', 'deepspeed': '0.17.2', 'nccl': '2.26.2', 'torch_cuda': '12.8'}
+    assert versions == {'python': '%d.%d.%d' % sys.version_info[:3], 'torch': '2.7.1+cu128', 'deepspeed': '0.17.2',
+                        'nccl_wheel': '2.26.2', 'torch_cuda': '12.8', 'torch_nccl': None, 'ray': None}
 
 
 def test_a_held_port_names_its_process(tmp_path):

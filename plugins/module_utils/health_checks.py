@@ -1,34 +1,16 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""Cluster health: node-side parsers, the per-node checks, cross-node comparisons and the
-report formats (summary table, JSON, JUnit XML, Prometheus textfile, changes since last run).
-
-A record is one check on one node::
-
-    {'node': 'gpu-worker-2', 'check': 'version.torch', 'status': 'fail',
-     'value': '2.12.0', 'threshold': '== 2.13.0 (3 of 4 nodes)',
-     'detail': 'torch 2.12.0 here, 2.13.0 on gpu-master, gpu-worker-1, gpu-worker-3',
-     'remedy': 'reinstall the environment on gpu-worker-2: site.yml --tags python_env --limit gpu-worker-2'}
-
-Status is one of ok, warn, fail, unknown (unknown: could not be measured, e.g. no GPU).
-"""
+"""The health checks: per-node and cross-node records of the quick tier (from the probe results)
+and of the deep tier (from the cluster_tests reports), with their thresholds."""
 
 from __future__ import annotations
 
-import json
-import re
 from collections import Counter
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import interfaces
+from ansible_collections.gpucluster.multinode.plugins.module_utils.health_records import fmt, record, worst
 
-STATUSES = ('ok', 'warn', 'fail', 'unknown')
-# Worst first when several findings make one record.
-_SEVERITY = {'ok': 0, 'unknown': 1, 'warn': 2, 'fail': 3}
-# Prometheus gauge value of a status (documented in the README).
-PROM_STATUS_VALUE = {'ok': 0, 'warn': 1, 'fail': 2, 'unknown': 3}
-
-TIERS = ('quick', 'deep')
 
 DEFAULT_THRESHOLDS = {
     # free space and inodes on each path in disk_paths, percent
@@ -56,91 +38,42 @@ DEFAULT_THRESHOLDS = {
     'change_drop_pct': 20,
 }
 
+
 # Versions compared across nodes, and the status of a mismatch.
 VERSION_COMPONENTS = dict([
     ('driver', 'fail'),
     ('cuda', 'fail'),
     ('torch_cuda', 'fail'),
-    ('nccl', 'fail'),
+    ('torch_nccl', 'fail'),
+    ('nccl_wheel', 'fail'),
     ('torch', 'fail'),
     ('deepspeed', 'fail'),
+    ('ray', 'fail'),
+    ('python', 'fail'),
     ('kernel', 'warn'),
 ])
+
+
+# Compared only when a node reports them (ray is optional; the probe reads torch's NCCL only
+# when it imports torch, which the quick tier does not).
+VERSION_OPTIONAL = ('ray', 'torch_nccl')
+
+
+VERSION_GPU_ONLY = ('driver', 'cuda', 'torch_cuda', 'nccl_wheel')
+
 
 VERSION_REMEDY = {
     'driver': 'install the same NVIDIA driver on every node (site.yml --tags nvidia_driver --limit {node})',
     'cuda': 'install the same NVIDIA driver (its CUDA version) on every node (--limit {node})',
     'torch_cuda': 'install the same torch build on every node: site.yml --tags python_env --limit {node}',
-    'nccl': 'install the same torch/NCCL packages on every node: site.yml --tags python_env --limit {node}',
+    'torch_nccl': 'install the same torch build on every node: site.yml --tags python_env --limit {node}',
+    'nccl_wheel': 'install the same torch/NCCL packages on every node: site.yml --tags python_env --limit {node}',
+    'ray': 'install the same ray on every node: site.yml --limit {node}',
+    'python': 'build the environment with the same Python on every node: site.yml --tags python_env --limit {node}',
     'torch': 'reinstall the environment on {node}: site.yml --tags python_env --limit {node}',
     'deepspeed': 'reinstall the environment on {node}: site.yml --tags python_env --limit {node}',
     'kernel': 'boot {node} into the same kernel as the other nodes (drivers and RDMA modules follow it)',
 }
-
-
-# ---------------------------------------------------------------- node-side parsers
-
-_EXPORT_RE = re.compile(r'''^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(?:"([^"]*)"|'([^']*)'|(\S*))''')
-
-
-def parse_profile_env(text):
-    """Variables a profile script sets (``export NAME=value`` / ``NAME="value"``), last one wins."""
-    env = {}
-    for line in (text or '').splitlines():
-        m = _EXPORT_RE.match(line)
-        if m:
-            value = next(v for v in m.groups()[1:] if v is not None)
-            env[m.group(1)] = value
-    return env
-
-
-ifname_matches = interfaces.ifname_selects  # NCCL_SOCKET_IFNAME rules, one source
-
-
-_XID_RE = re.compile(r'NVRM: Xid \((?P<pci>[^)]*)\): (?P<code>\d+)(?:, (?P<text>.*))?')
-
-
-def parse_xid_lines(text):
-    """Xid events in kernel log text: [{'pci': 'PCI:0000:3b:00', 'code': 79, 'text': ...}]."""
-    found = []
-    for line in (text or '').splitlines():
-        m = _XID_RE.search(line)
-        if m:
-            found.append({'pci': m.group('pci'), 'code': int(m.group('code')),
-                          'text': (m.group('text') or '').strip()})
-    return found
-
-
-def parse_proc_net_tcp_listeners(text, port):
-    """Socket inodes listening on ``port`` in /proc/net/tcp(6) text."""
-    inodes = []
-    for line in (text or '').splitlines()[1:]:
-        parts = line.split()
-        if len(parts) < 10:
-            continue
-        local, state, inode = parts[1], parts[3], parts[9]
-        try:
-            lport = int(local.rsplit(':', 1)[1], 16)
-        except (IndexError, ValueError):
-            continue
-        if state == '0A' and lport == int(port):
-            inodes.append(inode)
-    return inodes
-
-
-# ---------------------------------------------------------------- records
-
-def record(node, check, status, value=None, threshold=None, detail='', remedy=''):
-    if status not in STATUSES:
-        raise ValueError('unknown status %r' % status)
-    return dict([('node', node), ('check', check), ('status', status), ('value', value),
-                        ('threshold', threshold), ('detail', detail),
-                        ('remedy', remedy if status != 'ok' else '')])
-
-
-def worst(statuses):
-    statuses = list(statuses)
-    return max(statuses, key=lambda s: _SEVERITY[s]) if statuses else 'ok'
 
 
 def _pct_status(value, warn, fail):
@@ -163,11 +96,10 @@ def _majority(values, head_value):
     return tied[0]
 
 
-# ---------------------------------------------------------------- the checks
-
 def check_reachable(node):
     if node.get('unreachable'):
-        return record(node['name'], 'reachable', 'fail', 'unreachable', 'answers over SSH',
+        value = 'timeout' if str(node['unreachable']).startswith('timeout') else 'unreachable'
+        return record(node['name'], 'reachable', 'fail', value, 'answers over SSH',
                       node['unreachable'],
                       'start the node or its sshd (systemctl start ssh), check its network, then '
                       'ssh to %s' % (node.get('address') or node['name']))
@@ -247,11 +179,13 @@ def check_versions(nodes, head):
     for comp, mismatch in VERSION_COMPONENTS.items():
         values = {n['name']: (n.get('versions') or {}).get(comp) for n in live}
         present = [v for v in values.values() if v]
+        if not present and comp in VERSION_OPTIONAL:
+            continue
         if not present:
             for n in live:
                 out.append(record(n['name'], 'version.' + comp, 'unknown', None, 'equal on all nodes',
                                   'no node reports a %s version' % comp,
-                                  'none needed without a GPU driver' if comp in ('driver', 'cuda', 'torch_cuda', 'nccl')
+                                  'none needed without a GPU driver' if comp in VERSION_GPU_ONLY
                                   else 'install the environment: site.yml --tags python_env'))
             continue
         as_text = dict((k, v or 'absent') for k, v in values.items())
@@ -270,10 +204,10 @@ def check_versions(nodes, head):
 
 
 def _cluster_iface(probe, address):
-    for iface in probe.get('interfaces') or []:
-        if address in (iface.get('addresses') or []):
-            return iface
-    return None
+    """The probe's interface that holds address (module_utils/interfaces.py decides), or None."""
+    ifaces = dict((i['name'], i) for i in probe.get('interfaces') or [])
+    name = interfaces.interface_for_address(address, ifaces)
+    return ifaces[name] if name else None
 
 
 def check_nccl_interface(node):
@@ -300,7 +234,7 @@ def check_nccl_interface(node):
             chosen = [n for n in spec_value.split(',') if n in ifaces]
             missing = [n for n in spec_value.split(',') if n not in ifaces]
         else:
-            chosen = ifname_matches(spec_value, [n for n in ifaces if n != 'lo'] if not spec_value.lstrip('^=').startswith('lo') else list(ifaces))
+            chosen = interfaces.ifname_selects(spec_value, [n for n in ifaces if n != 'lo'] if not spec_value.lstrip('^=').startswith('lo') else list(ifaces))
             missing = [] if chosen else [spec_value]
         if missing:
             problems.append('%s=%s names no interface of %s (has %s)'
@@ -406,6 +340,10 @@ def check_shared(node, token):
     thr = 'mounted, writable, same content as the head'
     if not sh:
         return None
+    if sh.get('timeout'):
+        return record(name, 'shared_storage', 'fail', 'timeout', thr, sh.get('write_error') or '%s does not answer' % path,
+                      'the storage server of %s does not answer %s: check it and the network '
+                      '(on %s: grep %s /proc/mounts; dmesg | grep -i nfs)' % (path, name, name, path))
     problems = []
     remedy = ''
     if not sh.get('exists'):
@@ -432,8 +370,15 @@ def check_shared(node, token):
 def check_disk(node, t):
     name, disks = node['name'], node['probe'].get('disks') or []
     out = []
+    hung = [d for d in disks if d.get('timeout')]
     for check, key, warn, fail in (('disk_free', 'free_pct', t['disk_free_warn_pct'], t['disk_free_fail_pct']),
                                    ('inodes_free', 'inodes_free_pct', t['inodes_free_warn_pct'], t['inodes_free_fail_pct'])):
+        if hung:
+            out.append(record(name, check, 'fail', 'timeout', 'answers within the probe\'s storage_timeout',
+                              '; '.join(d.get('error') or '%s does not answer' % d['path'] for d in hung),
+                              'the file system of %s does not answer on %s: check its server and the network'
+                              % (', '.join(d['path'] for d in hung), name)))
+            continue
         measured = [(d['path'], d.get(key)) for d in disks if d.get(key) is not None]
         if not measured:
             out.append(record(name, check, 'unknown', None, None, 'no path measured', ''))
@@ -501,8 +446,6 @@ def evaluate_quick(nodes, head, port, token=None, thresholds=None):
     return [r for recs in per_node.values() for r in recs]
 
 
-# ---------------------------------------------------------------- deep tier
-
 def evaluate_deep(nodes, bandwidth=None, smoke=None, collective=None, errors=None, tests=None):
     """Records of the deep tier from the cluster_tests results.
 
@@ -545,13 +488,13 @@ def _bandwidth_records(nodes, rep):
         for end in (f.get('a'), f.get('b')):
             flagged.setdefault(end, []).append(f)
     median = rep.get('median_gbps')
-    thr = 'no slow link (fleet median %s Gbit/s, threshold %s)' % (_fmt(median), _fmt(rep.get('threshold_gbps')))
+    thr = 'no slow link (fleet median %s Gbit/s, threshold %s)' % (fmt(median), fmt(rep.get('threshold_gbps')))
     out = []
     for n in nodes:
         s = summary.get(n) or {}
         value = s.get('median')
         links = flagged.get(n) or []
-        text = '; '.join('%s-%s %s' % (f.get('a'), f.get('b'), 'slow, %s Gbit/s' % _fmt(f.get('gbps'))
+        text = '; '.join('%s-%s %s' % (f.get('a'), f.get('b'), 'slow, %s Gbit/s' % fmt(f.get('gbps'))
                                        if f.get('reason') == 'slow' else f.get('reason')) for f in links)
         if n in culprits:
             out.append(record(n, 'bandwidth', 'fail', _round(value), thr, 'slow node: ' + text,
@@ -602,7 +545,7 @@ def _collective_records(nodes, rep):
     size = last.get('size')
     if ok:
         detail = 'busbw %s GB/s at %s bytes, average %s GB/s, %s rank(s), %s' % (
-            _fmt(value), size, _fmt(rep.get('avg_busbw_gbs')), rep.get('world_size'),
+            fmt(value), size, fmt(rep.get('avg_busbw_gbs')), rep.get('world_size'),
             'values correct' if rep.get('correct') else 'values not checked')
     else:
         detail = '; '.join(rep.get('problems') or rep.get('lines') or ['the collective test failed'])[-300:]
@@ -611,169 +554,50 @@ def _collective_records(nodes, rep):
                    detail, 'read the collective test output; with one slow node see bandwidth') for n in nodes]
 
 
-# ---------------------------------------------------------------- report formats
+# ---------------------------------------------------------------- settings
 
-def counts(records):
-    c = dict((s, 0) for s in STATUSES)
-    for r in records:
-        c[r['status']] += 1
-    return c
-
-
-def make_report(records, tier, started, finished, cluster=None):
-    return dict([
-        ('format', 1),
-        ('tier', tier),
-        ('cluster', cluster or ''),
-        ('started', started),
-        ('finished', finished),
-        ('counts', counts(records)),
-        ('nodes', sorted(set(r['node'] for r in records))),
-        ('records', list(records)),
-    ])
+def _number(settings, name):
+    try:
+        return float(settings[name])
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
-def _fmt(v):
-    if v is None:
-        return '-'
-    if isinstance(v, float):
-        return ('%.3f' % v).rstrip('0').rstrip('.')
-    return str(v)
+def setting_errors(settings):
+    """Problems with the health role's settings (a dict of its variables), one line each naming the
+    variable: percentages in 0-100, positive seconds and counts, warn thresholds before fail ones."""
+    errors = []
+    present = [k for k in settings if k.startswith('health_')]
 
+    def need(name, ok, what):
+        if name not in present:
+            return
+        value = _number(settings, name)
+        if value is None or not ok(value):
+            errors.append('%s must be %s (got %s)' % (name, what, settings.get(name)))
 
-def summary_lines(records, changes=None):
-    """The human summary: one line per node with its counts, then every non-ok record."""
-    lines = []
-    nodes = {}
-    for r in records:
-        nodes.setdefault(r['node'], []).append(r)
-    total = counts(records)
-    lines.append('health: %d node(s), %d check(s): %d ok, %d warn, %d fail, %d unknown'
-                 % (len(nodes), len(records), total['ok'], total['warn'], total['fail'], total['unknown']))
-    w = max([len(n) for n in nodes] + [4])
-    lines.append('%s  %-7s %4s %4s %4s %7s' % ('NODE'.ljust(w), 'STATUS', 'OK', 'WARN', 'FAIL', 'UNKNOWN'))
-    for n, recs in nodes.items():
-        c = counts(recs)
-        lines.append('%s  %-7s %4d %4d %4d %7d' % (n.ljust(w), worst(r['status'] for r in recs).upper(),
-                                                   c['ok'], c['warn'], c['fail'], c['unknown']))
-    bad = [r for r in records if r['status'] in ('fail', 'warn')]
-    if bad:
-        lines.append('problems:')
-        for r in sorted(bad, key=lambda r: (-_SEVERITY[r['status']], r['node'], r['check'])):
-            lines.append('%s %s %s: %s (value %s, threshold %s)' % (r['status'].upper(), r['node'], r['check'],
-                                                                   r['detail'], _fmt(r['value']), _fmt(r['threshold'])))
-            lines.append('    remedy: %s' % r['remedy'])
-    unknown = sorted(set(r['check'] for r in records if r['status'] == 'unknown'))
-    if unknown:
-        lines.append('unknown (not measurable here): %s' % ', '.join(unknown))
-    if changes is not None:
-        if changes:
-            lines.append('changed since the last run:')
-            lines.extend('  ' + c for c in changes)
-        else:
-            lines.append('changed since the last run: nothing')
-    return lines
-
-
-def junit_xml(records, tier, timestamp, duration_s=0.0):
-    """JUnit XML: one testsuite per node, one testcase per check; fail -> <failure>,
-    unknown -> <skipped>, warn passes with the finding in <system-out>."""
-    # imported here: xml.sax pulls in urllib, a third of the probe's start-up on every node
-    from xml.sax.saxutils import escape as _xml_escape, quoteattr as _xml_quoteattr
-    nodes = {}
-    for r in records:
-        nodes.setdefault(r['node'], []).append(r)
-    c = counts(records)
-    out = ['<?xml version="1.0" encoding="UTF-8"?>',
-           '<testsuites name=%s tests="%d" failures="%d" skipped="%d" time="%.3f">'
-           % (_xml_quoteattr('gpucluster health %s' % tier), len(records), c['fail'], c['unknown'], duration_s)]
-    for node, recs in nodes.items():
-        nc = counts(recs)
-        out.append('  <testsuite name=%s tests="%d" failures="%d" errors="0" skipped="%d" timestamp=%s>'
-                   % (_xml_quoteattr(node), len(recs), nc['fail'], nc['unknown'], _xml_quoteattr(timestamp)))
-        for r in recs:
-            head = '    <testcase classname=%s name=%s' % (_xml_quoteattr('%s.%s' % (tier, node)), _xml_quoteattr(r['check']))
-            text = 'value %s, threshold %s: %s' % (_fmt(r['value']), _fmt(r['threshold']), r['detail'])
-            if r['status'] == 'ok':
-                out.append(head + '/>')
-            elif r['status'] == 'fail':
-                out.append(head + '>')
-                out.append('      <failure message=%s type="fail">%s</failure>'
-                           % (_xml_quoteattr(r['remedy']), _xml_escape(text)))
-                out.append('    </testcase>')
-            elif r['status'] == 'unknown':
-                out.append(head + '>')
-                out.append('      <skipped message=%s/>' % _xml_quoteattr('unknown: %s' % r['detail']))
-                out.append('    </testcase>')
-            else:
-                out.append(head + '>')
-                out.append('      <system-out>%s</system-out>' % _xml_escape('WARN %s; remedy: %s' % (text, r['remedy'])))
-                out.append('    </testcase>')
-        out.append('  </testsuite>')
-    out.append('</testsuites>')
-    return '\n'.join(out) + '\n'
-
-
-def _label(v):
-    return str(v).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
-
-
-def prometheus_text(records, tier, timestamp_s):
-    """node_exporter textfile collector format (text exposition format 0.0.4)."""
-    lines = [
-        '# HELP gpucluster_health_check_status Health check status: 0 ok, 1 warn, 2 fail, 3 unknown.',
-        '# TYPE gpucluster_health_check_status gauge',
-    ]
-    for r in records:
-        lines.append('gpucluster_health_check_status{tier="%s",node="%s",check="%s"} %d'
-                     % (_label(tier), _label(r['node']), _label(r['check']), PROM_STATUS_VALUE[r['status']]))
-    numeric = [r for r in records if isinstance(r['value'], (int, float)) and not isinstance(r['value'], bool)]
-    if numeric:
-        lines.append('# HELP gpucluster_health_check_value Measured value of a numeric health check.')
-        lines.append('# TYPE gpucluster_health_check_value gauge')
-        for r in numeric:
-            lines.append('gpucluster_health_check_value{tier="%s",node="%s",check="%s"} %s'
-                         % (_label(tier), _label(r['node']), _label(r['check']), repr(float(r['value']))))
-    c = counts(records)
-    lines.append('# HELP gpucluster_health_checks Checks of the last run by status.')
-    lines.append('# TYPE gpucluster_health_checks gauge')
-    for s in STATUSES:
-        lines.append('gpucluster_health_checks{tier="%s",status="%s"} %d' % (_label(tier), s, c[s]))
-    lines.append('# HELP gpucluster_health_last_run_timestamp_seconds When the last run finished.')
-    lines.append('# TYPE gpucluster_health_last_run_timestamp_seconds gauge')
-    lines.append('gpucluster_health_last_run_timestamp_seconds{tier="%s"} %s' % (_label(tier), repr(float(timestamp_s))))
-    return '\n'.join(lines) + '\n'
-
-
-def changes_since(previous, current, drop_pct=20):
-    """What changed from the previous report of the same tier: status changes, values that
-    drifted (versions), numeric values that fell by more than drop_pct, nodes gone or new."""
-    if not previous:
-        return []
-    prev = dict(((r['node'], r['check']), r) for r in previous.get('records') or [])
-    cur = dict(((r['node'], r['check']), r) for r in current.get('records') or [])
-    out = []
-    pn = set(n for n, _ in prev)
-    cn = set(n for n, _ in cur)
-    for n in sorted(cn - pn):
-        out.append('%s: new node' % n)
-    for n in sorted(pn - cn):
-        out.append('%s: no longer in the report' % n)
-    for key in sorted(cur):
-        if key not in prev:
+    for name in ('health_disk_free_warn_pct', 'health_disk_free_fail_pct', 'health_inodes_free_warn_pct',
+                 'health_inodes_free_fail_pct', 'health_change_drop_pct', 'health_slurm_drain_max_pct'):
+        need(name, lambda v: 0 <= v <= 100, 'a percentage from 0 to 100')
+    for name in ('health_clock_offset_warn_s', 'health_clock_offset_fail_s', 'health_connect_timeout',
+                 'health_port_listen_seconds', 'health_probe_timeout', 'health_storage_timeout',
+                 'health_task_timeout'):
+        need(name, lambda v: v > 0, 'a positive number of seconds')
+    need('health_report_keep', lambda v: v >= 1 and v == int(v), 'a whole number of at least 1')
+    need('health_ecc_uncorrected_max', lambda v: v >= 0 and v == int(v), 'a whole number of at least 0')
+    need('health_bandwidth_min_ratio', lambda v: 0 < v <= 1, 'a ratio above 0 and at most 1')
+    for warn, fail, order in (('health_disk_free_warn_pct', 'health_disk_free_fail_pct', 'above'),
+                              ('health_inodes_free_warn_pct', 'health_inodes_free_fail_pct', 'above'),
+                              ('health_clock_offset_warn_s', 'health_clock_offset_fail_s', 'below')):
+        w, f = _number(settings, warn), _number(settings, fail)
+        if w is None or f is None or any(e.startswith((warn + ' ', fail + ' ')) for e in errors):
             continue
-        a, b = prev[key], cur[key]
-        node, check = key
-        va, vb = a.get('value'), b.get('value')
-        if a['status'] != b['status']:
-            out.append('%s %s: %s -> %s (%s -> %s)' % (node, check, a['status'], b['status'], _fmt(va), _fmt(vb)))
-        elif check.startswith('version.') and va != vb:
-            out.append('%s %s: %s -> %s (drifted)' % (node, check, _fmt(va), _fmt(vb)))
-        elif (isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool)
-              and va > 0 and check in ('bandwidth', 'collective') and (va - vb) * 100.0 / va > float(drop_pct)):
-            out.append('%s %s: %s -> %s (-%.0f%%, became slow)' % (node, check, _fmt(va), _fmt(vb), (va - vb) * 100.0 / va))
-    return out
-
-
-def dumps(report):
-    return json.dumps(report, indent=2) + '\n'
+        if (order == 'above' and w < f) or (order == 'below' and w > f):
+            errors.append('%s (%s) must be %s or equal to %s (%s): a node warns before it fails'
+                          % (warn, settings[warn], order, fail, settings[fail]))
+    probe, task = _number(settings, 'health_probe_timeout'), _number(settings, 'health_storage_timeout')
+    if probe and task and task >= probe:
+        errors.append('health_storage_timeout (%s) must be below health_probe_timeout (%s): the probe reports a '
+                      'hung mount only if it ends before its task is stopped' % (settings['health_storage_timeout'],
+                                                                                   settings['health_probe_timeout']))
+    return errors

@@ -1,0 +1,170 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Health report formats: the report document, the summary table, JUnit XML, the Prometheus
+textfile and the changes since the previous report."""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils.health_records import (
+    _SEVERITY, PROM_STATUS_VALUE, STATUSES, fmt, worst)
+
+
+def counts(records):
+    c = dict((s, 0) for s in STATUSES)
+    for r in records:
+        c[r['status']] += 1
+    return c
+
+
+def make_report(records, tier, started, finished, cluster=None):
+    return dict([
+        ('format', 1),
+        ('tier', tier),
+        ('cluster', cluster or ''),
+        ('started', started),
+        ('finished', finished),
+        ('counts', counts(records)),
+        ('nodes', sorted(set(r['node'] for r in records))),
+        ('records', list(records)),
+    ])
+
+
+def summary_lines(records, changes=None):
+    """The human summary: one line per node with its counts, then every non-ok record."""
+    lines = []
+    nodes = {}
+    for r in records:
+        nodes.setdefault(r['node'], []).append(r)
+    total = counts(records)
+    lines.append('health: %d node(s), %d check(s): %d ok, %d warn, %d fail, %d unknown'
+                 % (len(nodes), len(records), total['ok'], total['warn'], total['fail'], total['unknown']))
+    w = max([len(n) for n in nodes] + [4])
+    lines.append('%s  %-7s %4s %4s %4s %7s' % ('NODE'.ljust(w), 'STATUS', 'OK', 'WARN', 'FAIL', 'UNKNOWN'))
+    for n, recs in nodes.items():
+        c = counts(recs)
+        lines.append('%s  %-7s %4d %4d %4d %7d' % (n.ljust(w), worst(r['status'] for r in recs).upper(),
+                                                   c['ok'], c['warn'], c['fail'], c['unknown']))
+    bad = [r for r in records if r['status'] in ('fail', 'warn')]
+    if bad:
+        lines.append('problems:')
+        for r in sorted(bad, key=lambda r: (-_SEVERITY[r['status']], r['node'], r['check'])):
+            lines.append('%s %s %s: %s (value %s, threshold %s)' % (r['status'].upper(), r['node'], r['check'],
+                                                                   r['detail'], fmt(r['value']), fmt(r['threshold'])))
+            lines.append('    remedy: %s' % r['remedy'])
+    unknown = sorted(set(r['check'] for r in records if r['status'] == 'unknown'))
+    if unknown:
+        lines.append('unknown (not measurable here): %s' % ', '.join(unknown))
+    if changes is not None:
+        if changes:
+            lines.append('changed since the last run:')
+            lines.extend('  ' + c for c in changes)
+        else:
+            lines.append('changed since the last run: nothing')
+    return lines
+
+
+def junit_xml(records, tier, timestamp, duration_s=0.0):
+    """JUnit XML: one testsuite per node, one testcase per check; fail -> <failure>,
+    unknown -> <skipped>, warn passes with the finding in <system-out>."""
+    # imported here: xml.sax pulls in urllib, a third of the probe's start-up on every node
+    from xml.sax.saxutils import escape as _xml_escape, quoteattr as _xml_quoteattr
+    nodes = {}
+    for r in records:
+        nodes.setdefault(r['node'], []).append(r)
+    c = counts(records)
+    out = ['<?xml version="1.0" encoding="UTF-8"?>',
+           '<testsuites name=%s tests="%d" failures="%d" skipped="%d" time="%.3f">'
+           % (_xml_quoteattr('gpucluster health %s' % tier), len(records), c['fail'], c['unknown'], duration_s)]
+    for node, recs in nodes.items():
+        nc = counts(recs)
+        out.append('  <testsuite name=%s tests="%d" failures="%d" errors="0" skipped="%d" timestamp=%s>'
+                   % (_xml_quoteattr(node), len(recs), nc['fail'], nc['unknown'], _xml_quoteattr(timestamp)))
+        for r in recs:
+            head = '    <testcase classname=%s name=%s' % (_xml_quoteattr('%s.%s' % (tier, node)), _xml_quoteattr(r['check']))
+            text = 'value %s, threshold %s: %s' % (fmt(r['value']), fmt(r['threshold']), r['detail'])
+            if r['status'] == 'ok':
+                out.append(head + '/>')
+            elif r['status'] == 'fail':
+                out.append(head + '>')
+                out.append('      <failure message=%s type="fail">%s</failure>'
+                           % (_xml_quoteattr(r['remedy']), _xml_escape(text)))
+                out.append('    </testcase>')
+            elif r['status'] == 'unknown':
+                out.append(head + '>')
+                out.append('      <skipped message=%s/>' % _xml_quoteattr('unknown: %s' % r['detail']))
+                out.append('    </testcase>')
+            else:
+                out.append(head + '>')
+                out.append('      <system-out>%s</system-out>' % _xml_escape('WARN %s; remedy: %s' % (text, r['remedy'])))
+                out.append('    </testcase>')
+        out.append('  </testsuite>')
+    out.append('</testsuites>')
+    return '\n'.join(out) + '\n'
+
+
+def _label(v):
+    return str(v).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+
+
+def prometheus_text(records, tier, timestamp_s):
+    """node_exporter textfile collector format (text exposition format 0.0.4)."""
+    lines = [
+        '# HELP gpucluster_health_check_status Health check status: 0 ok, 1 warn, 2 fail, 3 unknown.',
+        '# TYPE gpucluster_health_check_status gauge',
+    ]
+    for r in records:
+        lines.append('gpucluster_health_check_status{tier="%s",node="%s",check="%s"} %d'
+                     % (_label(tier), _label(r['node']), _label(r['check']), PROM_STATUS_VALUE[r['status']]))
+    numeric = [r for r in records if isinstance(r['value'], (int, float)) and not isinstance(r['value'], bool)]
+    if numeric:
+        lines.append('# HELP gpucluster_health_check_value Measured value of a numeric health check.')
+        lines.append('# TYPE gpucluster_health_check_value gauge')
+        for r in numeric:
+            lines.append('gpucluster_health_check_value{tier="%s",node="%s",check="%s"} %s'
+                         % (_label(tier), _label(r['node']), _label(r['check']), repr(float(r['value']))))
+    c = counts(records)
+    lines.append('# HELP gpucluster_health_checks Checks of the last run by status.')
+    lines.append('# TYPE gpucluster_health_checks gauge')
+    for s in STATUSES:
+        lines.append('gpucluster_health_checks{tier="%s",status="%s"} %d' % (_label(tier), s, c[s]))
+    lines.append('# HELP gpucluster_health_last_run_timestamp_seconds When the last run finished.')
+    lines.append('# TYPE gpucluster_health_last_run_timestamp_seconds gauge')
+    lines.append('gpucluster_health_last_run_timestamp_seconds{tier="%s"} %s' % (_label(tier), repr(float(timestamp_s))))
+    return '\n'.join(lines) + '\n'
+
+
+def changes_since(previous, current, drop_pct=20):
+    """What changed from the previous report of the same tier: status changes, values that
+    drifted (versions), numeric values that fell by more than drop_pct, nodes gone or new."""
+    if not previous:
+        return []
+    prev = dict(((r['node'], r['check']), r) for r in previous.get('records') or [])
+    cur = dict(((r['node'], r['check']), r) for r in current.get('records') or [])
+    out = []
+    pn = set(n for n, _ in prev)
+    cn = set(n for n, _ in cur)
+    for n in sorted(cn - pn):
+        out.append('%s: new node' % n)
+    for n in sorted(pn - cn):
+        out.append('%s: no longer in the report' % n)
+    for key in sorted(cur):
+        if key not in prev:
+            continue
+        a, b = prev[key], cur[key]
+        node, check = key
+        va, vb = a.get('value'), b.get('value')
+        if a['status'] != b['status']:
+            out.append('%s %s: %s -> %s (%s -> %s)' % (node, check, a['status'], b['status'], fmt(va), fmt(vb)))
+        elif check.startswith('version.') and va != vb:
+            out.append('%s %s: %s -> %s (drifted)' % (node, check, fmt(va), fmt(vb)))
+        elif (isinstance(va, (int, float)) and isinstance(vb, (int, float)) and not isinstance(va, bool)
+              and va > 0 and check in ('bandwidth', 'collective') and (va - vb) * 100.0 / va > float(drop_pct)):
+            out.append('%s %s: %s -> %s (-%.0f%%, became slow)' % (node, check, fmt(va), fmt(vb), (va - vb) * 100.0 / va))
+    return out
+
+
+def dumps(report):
+    return json.dumps(report, indent=2) + '\n'

@@ -1,0 +1,79 @@
+"""python_env_info run as Ansible runs it, with stand-in interpreters that print recorded probe output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
+COLLECTIONS = os.path.join(ROOT, '.build', 'collections')
+FIX = os.path.join(ROOT, 'tests', 'unit', 'fixtures', 'python_env')
+
+
+def run(tmp_path, **args):
+    payload = {'ANSIBLE_MODULE_ARGS': dict(args, _ansible_tmpdir=str(tmp_path))}
+    args_file = tmp_path / 'args.json'
+    args_file.write_text(json.dumps(payload))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([COLLECTIONS, os.environ.get('PYTHONPATH', '')]))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, 'plugins', 'modules', 'python_env_info.py'),
+                           str(args_file)], capture_output=True, text=True, env=env, check=False, timeout=120)
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail('module printed no JSON (rc %d): %s %s' % (proc.returncode, proc.stdout, proc.stderr))
+
+
+def interpreter(tmp_path, body):
+    """An executable that stands for the environment's python: it ignores its arguments."""
+    path = tmp_path / 'env' / 'bin' / 'python'
+    path.parent.mkdir(parents=True)
+    path.write_text('#!/bin/sh\n' + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def replay(tmp_path, fixture, rc=0, need_env=''):
+    check = '[ "$%s" = cpu ] || { echo "%s is not set" >&2; exit 1; }\n' % (need_env, need_env) if need_env else ''
+    return interpreter(tmp_path, '%scat %s\nexit %d\n' % (check, os.path.join(FIX, fixture), rc))
+
+
+def test_a_cpu_environment(tmp_path):
+    python = replay(tmp_path, 'cpu-deepspeed-0.19.8.txt', need_env='DS_ACCELERATOR')
+    res = run(tmp_path, python=python, environ={'DS_ACCELERATOR': 'cpu'})
+    assert res.get('failed') is not True, res
+    assert res['versions'] == {'python': '3.11.7', 'torch': '2.13.0+cpu', 'torch_cuda': None, 'torch_nccl': None,
+                               'nccl_wheel': None, 'deepspeed': '0.19.8', 'ray': None}
+    assert res['cuda_available'] is False and res['changed'] is False
+
+
+def test_a_cuda_environment_reports_torch_s_nccl(tmp_path):
+    res = run(tmp_path, python=replay(tmp_path, 'cuda-h100-torch-2.11.txt'))
+    assert res['versions']['torch_cuda'] == '13.0' and res['versions']['torch_nccl'] == '2.28.9'
+    assert res['cuda_available'] is True
+
+
+def test_an_import_error_fails_naming_it(tmp_path):
+    python = replay(tmp_path, 'no-torch.txt', rc=1)
+    res = run(tmp_path, python=python)
+    assert res['failed'] is True
+    assert res['msg'] == "%s cannot import torch and deepspeed: ModuleNotFoundError: No module named 'torch'" % python
+
+
+def test_a_hung_import_is_bounded(tmp_path):
+    python = interpreter(tmp_path, 'sleep 60\n')
+    start = time.time()
+    res = run(tmp_path, python=python, timeout=2)
+    assert time.time() - start < 20
+    assert res['failed'] is True and res['msg'].endswith('did not answer within 2 s')
+
+
+def test_a_missing_interpreter_and_a_bad_timeout(tmp_path):
+    res = run(tmp_path, python=str(tmp_path / 'nope' / 'python'))
+    assert res['failed'] is True and 'does not exist or is not executable' in res['msg']
+    res = run(tmp_path, python=replay(tmp_path, 'cpu-deepspeed-0.19.8.txt'), timeout=0)
+    assert res['failed'] is True and 'timeout must be a positive number' in res['msg']
