@@ -58,7 +58,7 @@ EXAMPLES = r'''
 - name: Fail on static address settings that cannot work, before anything changes
   vars:
     errors: "{{ network_static | gpucluster.multinode.network_static_errors(inventory_hostname,
-                cluster_cidr, ansible_facts.interfaces, cluster_address | default(ansible_host)) }}"
+                cluster_cidr, ansible_facts.interfaces, hostvars[inventory_hostname] | gpucluster.multinode.cluster_address) }}"
   ansible.builtin.assert:
     that: errors | length == 0
     fail_msg: "{{ errors }}"

@@ -32,9 +32,52 @@ def _get(hostvars, host, name, default=None):
     return default if value is None else value
 
 
+def _text(value):
+    """A variable's value as text, None when unset, None or blank (the one rule for 'empty')."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+def _var(host_vars, name):
+    try:
+        return host_vars.get(name)
+    except Exception:  # HostVars raise on undefined templated values
+        return None
+
+
+def address_of(host_vars, host=None):
+    """The address a node is known by inside the cluster, from that node's own variables.
+
+    cluster_address, else ansible_host, else the inventory name (host, or the vars' inventory_hostname).
+    An unset, None or blank value counts as not set, so '' never becomes an address."""
+    host_vars = host_vars if host_vars is not None else {}
+    for name in ('cluster_address', 'ansible_host'):
+        text = _text(_var(host_vars, name))
+        if text is not None:
+            return text
+    name = _text(host) or _text(_var(host_vars, 'inventory_hostname'))
+    if name is None:
+        raise ValueError('cluster_address: no cluster_address, ansible_host or host name to take the address from')
+    return name
+
+
+def address_source(host_vars):
+    """Which variable address_of() took the address from: cluster_address, ansible_host or inventory_hostname."""
+    for name in ('cluster_address', 'ansible_host'):
+        if _text(_var(host_vars or {}, name)) is not None:
+            return name
+    return 'inventory_hostname'
+
+
 def cluster_address(hostvars, host):
     """The address a node is known by inside the cluster: cluster_address, else ansible_host, else its name."""
-    return str(_get(hostvars, host, 'cluster_address') or _get(hostvars, host, 'ansible_host') or host)
+    try:
+        host_vars = hostvars[host]
+    except Exception:
+        host_vars = {}
+    return address_of(host_vars, host)
 
 
 def ordered_nodes(groups):
@@ -103,7 +146,7 @@ def contract_errors(groups, hostvars):
                           % (host, cidr))
             cidr = None
         address = cluster_address(hostvars, host)
-        source = 'cluster_address' if _get(hostvars, host, 'cluster_address') else 'ansible_host'
+        source = address_source(hostvars[host])
         if not addresses.is_ip(address):
             errors.append('host %s: %s %r is not an IP address; set cluster_address to the address '
                           'the node has on the cluster network' % (host, source, address))
