@@ -12,11 +12,16 @@ Every problem found is one line that names the host and the variable at fault.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
 
 USER_RE = re.compile(r'^[a-z_][a-z0-9_-]{0,31}$')
+# RFC 1123 host names: labels of letters, digits and inner hyphens, 63 characters each, 253 in all.
+HOSTNAME_RE = re.compile(r'^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$', re.I)
+# The widest cluster_cidr taken without cluster_cidr_allow_wide: the firewall opens it to everything.
+WIDEST_PREFIX = {4: 16, 6: 48}
 
 
 def natural_key(name):
@@ -87,6 +92,35 @@ def ordered_nodes(groups):
     return head + workers
 
 
+def is_hostname(name):
+    """True when name is an RFC 1123 host name (dotted labels allowed)."""
+    return isinstance(name, str) and bool(HOSTNAME_RE.match(name))
+
+
+def _truthy(value):
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ('1', 'true', 'yes', 'on')
+
+
+def cidr_errors(host, cidr, allow_wide=False):
+    """Problems of one cluster_cidr value: the firewall trusts it and NFS exports to it, so it must be
+    a private or site network, never the whole internet; wider than /16 (IPv4) or /48 (IPv6) only
+    with cluster_cidr_allow_wide."""
+    net = ipaddress.ip_network(str(cidr), strict=False)
+    if net.prefixlen == 0:
+        return ['host %s: cluster_cidr %s is every address there is; the firewall would trust the whole internet. '
+                'Set the cluster network (e.g. 192.168.1.0/24)' % (host, cidr)]
+    if net.is_multicast or net.is_unspecified:
+        return ['host %s: cluster_cidr %s is a multicast or unspecified range, not a cluster network' % (host, cidr)]
+    widest = WIDEST_PREFIX[net.version]
+    if net.prefixlen < widest and not allow_wide:
+        return ['host %s: cluster_cidr %s holds %d addresses, wider than /%d; the firewall trusts all of it. '
+                'Narrow it to the nodes\' network, or set cluster_cidr_allow_wide: true if it really is that wide'
+                % (host, cidr, net.num_addresses, widest)]
+    return []
+
+
 def _type_name(value):
     for kind in (bool, int, float, str, list, dict):
         if isinstance(value, kind):
@@ -137,7 +171,12 @@ def contract_errors(groups, hostvars):
             errors.append("host %s: is in 'cluster' but in neither 'head' nor 'workers'" % host)
 
     seen = {}
+    cidrs = {}
     for host in sorted(cluster, key=natural_key):
+        if not is_hostname(host):
+            errors.append('host %s: the inventory name %r is not a valid host name (RFC 1123: letters, digits and '
+                          'inner hyphens, labels separated by dots); it becomes the node\'s name in /etc/hosts and '
+                          'hostfiles' % (host, host))
         cidr = _get(hostvars, host, 'cluster_cidr')
         if cidr is None:
             errors.append('host %s: cluster_cidr is not set; set it for the cluster (e.g. 192.168.1.0/24)' % host)
@@ -145,6 +184,10 @@ def contract_errors(groups, hostvars):
             errors.append('host %s: cluster_cidr must be a network in CIDR form like 192.168.1.0/24, got %r'
                           % (host, cidr))
             cidr = None
+        else:
+            cidr = str(ipaddress.ip_network(str(cidr), strict=False))
+            cidrs.setdefault(cidr, []).append(host)
+            errors.extend(cidr_errors(host, cidr, _truthy(_get(hostvars, host, 'cluster_cidr_allow_wide', False))))
         address = cluster_address(hostvars, host)
         source = address_source(hostvars[host])
         if not addresses.is_ip(address):
@@ -162,7 +205,16 @@ def contract_errors(groups, hostvars):
             errors.append('host %s: cluster_user must be a POSIX user name (lowercase letters, digits, _ or -), got %r'
                           % (host, user))
         _check_int(errors, host, hostvars, 'gpu_slots', 0, 1024)
+        _check_int(errors, host, hostvars, 'node_slots', 1, 1024)
         _check_int(errors, host, hostvars, 'cluster_master_port', 1, 65535)
+    if len(cidrs) > 1:
+        head = heads[0] if len(heads) == 1 else None
+        ref = next((c for c, hs in cidrs.items() if head in hs), None) or max(cidrs, key=lambda c: len(cidrs[c]))
+        for cidr, hosts in sorted(cidrs.items()):
+            if cidr != ref:
+                errors.append('host %s: cluster_cidr %s differs from %s (%s); the cluster has one network, set '
+                              'cluster_cidr once for all nodes' % (', '.join(hosts), cidr, ref,
+                                                                   'the head\'s' if head in cidrs[ref] else 'most nodes\''))
     return errors
 
 
