@@ -119,8 +119,6 @@ def preflight_step_lines(lines, host, step, role):
     lines = [' '.join(str(line).split()) for line in ([lines] if isinstance(lines, str) else lines or [])]
     out = ['preflight: step %s (role %s) refuses its settings on host %s; nothing was changed' % (step, role, host)]
     for line in lines:
-        if line.startswith('argument '):
-            line = 'host %s: %s' % (host, line)
         out.append(line + (' (step %s)' % step if line.startswith('host ') else ''))
     return out
 

@@ -55,7 +55,8 @@ def test_tags_select_and_skip_tags_leave_out_steps():
 
 def test_a_refused_step_names_host_variable_and_step():
     lines = cluster.preflight_step_lines(
-        ["argument 'ssh_trust_uid' is of type str and we were unable to convert to int"], 'w1', 'ssh_trust', 'ssh_trust')
+        ["host w1: argument 'ssh_trust_uid' is of type str and we were unable to convert to int"], 'w1', 'ssh_trust',
+        'ssh_trust')
     assert lines == ['preflight: step ssh_trust (role ssh_trust) refuses its settings on host w1; nothing was changed',
                      "host w1: argument 'ssh_trust_uid' is of type str and we were unable to convert to int "
                      "(step ssh_trust)"]
