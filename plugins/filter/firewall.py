@@ -9,7 +9,7 @@ role (and site.yml's preflight) can fail before ufw or firewalld is touched.
 
 from __future__ import annotations
 
-import ipaddress
+from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
 
 DOCUMENTATION = r'''
 ---
@@ -40,36 +40,22 @@ options:
 '''
 
 EXAMPLES = r'''
-- name: Fail on firewall settings that cannot work
-  vars:
-    errors: >-
-      {{ (firewall_admin_networks | gpucluster.multinode.firewall_admin_errors(inventory_hostname, cluster_cidr, ''))
-         + ([firewall_rendezvous_ports] | gpucluster.multinode.firewall_port_errors(inventory_hostname, 'firewall_rendezvous_ports')) }}
-  ansible.builtin.assert:
-    that: errors | length == 0
-    fail_msg: "{{ errors }}"
+- name: Refuse ports ufw would refuse, before ufw is touched
+  ansible.builtin.fail:
+    msg: "{{ firewall_ray_ports | gpucluster.multinode.firewall_port_errors(inventory_hostname, 'firewall_ray_ports') }}"
+  when: firewall_ray_ports | gpucluster.multinode.firewall_port_errors(inventory_hostname, 'firewall_ray_ports') | length > 0
 '''
 
 RETURN = r'''
 _value:
-  description: One line per problem; empty when the settings are sound.
+  description: The problems found, each naming the host and the variable; an empty list when there are none.
   type: list
   elements: str
 '''
 
 
-def _ip(value):
-    try:
-        return ipaddress.ip_address(str(value))
-    except ValueError:
-        return None
-
-
-def _network(value):
-    try:
-        return ipaddress.ip_network(str(value), strict=False)
-    except ValueError:
-        return None
+_ip = addresses.ip_or_none
+_network = addresses.network_or_none
 
 
 def firewall_controller_address(ssh_client):

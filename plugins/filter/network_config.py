@@ -10,8 +10,8 @@ role can fail before it changes anything with a message a user can act on.
 from __future__ import annotations
 
 import ipaddress
-import re
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
 from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
 
 DOCUMENTATION = r'''
@@ -74,18 +74,8 @@ _value:
 STATIC_KEYS = ('interface', 'address', 'gateway', 'dns')
 
 
-def _ip(value):
-    try:
-        return ipaddress.ip_address(str(value))
-    except ValueError:
-        return None
-
-
-def _network(value):
-    try:
-        return ipaddress.ip_network(str(value), strict=False)
-    except ValueError:
-        return None
+_ip = addresses.ip_or_none
+_network = addresses.network_or_none
 
 
 def network_static_errors(static, host, cluster_cidr, interfaces, cluster_address=''):

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -141,7 +142,7 @@ CASES = [
          extra={'python_env_offline': True, 'python_env_find_links': ['/no/such/wheelhouse']}, args=['--tags', 'python_env'], step='python_env'),
     case('python-backend-choice', 'site', "host bat-worker-1: value of python_env_backend must be one of: venv, conda, got: pipx",
          extra={'python_env_backend': 'pipx'}, args=['--tags', 'python_env'], step='python_env'),
-    case('site-nccl-rdma-without-devices', 'site', 'host bat-worker-1: nccl_env_mode is rdma but /sys/class/infiniband',
+    case('site-nccl-rdma-without-devices', 'site', 'host bat-worker-1: nccl_env_mode is rdma but /sys/class/infiniband is empty',
          extra={'nccl_env_mode': 'rdma'}, step='nccl_env'),
     case('nccl-ifname-absent', 'site', 'host bat-head: nccl_env_socket_ifname ib9 is not an interface of this node',
          extra={'nccl_env_socket_ifname': 'ib9'}, args=['--tags', 'nccl_env'], step='nccl_env'),
@@ -153,6 +154,7 @@ CASES = [
 @pytest.fixture(scope='session')
 def battery():
     """The two nodes, their inventory and the fingerprint taken before any case ran."""
+    state = None
     try:
         inventory = nodes.up()
     except nodes.NodesUnavailable as exc:
@@ -161,8 +163,17 @@ def battery():
     try:
         with open(inventory, encoding='utf-8') as handle:
             base = json.load(handle)
-        yield {'inventory': base, 'fingerprint': nodes.fingerprint(), 'results': {}, 'pool': None}
+        started = time.time()
+        state = {'inventory': base, 'fingerprint': nodes.fingerprint(), 'results': {}, 'pool': None}
+        yield state
+        done = [f.result() for f in state['results'].values() if f.done() and not f.exception()]
+        if done:
+            slowest = max(done, key=lambda r: r['seconds'])
+            sys.__stdout__.write('\nbad-input battery: %d case(s) in %.0f s, %d at a time (slowest %.0f s)\n'
+                                 % (len(done), time.time() - started, PARALLEL, slowest['seconds']))
     finally:
+        if state is not None and state['pool'] is not None:
+            state['pool'].shutdown(wait=True, cancel_futures=True)
         nodes.down()
 
 
@@ -180,7 +191,8 @@ def _run(base, params):
         with open(os.path.join(workdir, 'hosts.yml'), 'w', encoding='utf-8') as handle:
             json.dump(inv, handle)
         with open(os.path.join(workdir, 'extra.json'), 'w', encoding='utf-8') as handle:
-            json.dump(params['extra'], handle)
+            # No summary table: it reads every node's GPUs (one more round trip) and says nothing about the input.
+            json.dump(dict({'preflight_summary': False}, **params['extra']), handle)
         env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(nodes.ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
                    ANSIBLE_FORCE_COLOR='0', ANSIBLE_COLLECTIONS_PATH=os.path.join(nodes.ROOT, '.build', 'collections'),
                    ANSIBLE_LOCAL_TEMP=os.path.join(workdir, 'tmp'))
