@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 
@@ -152,7 +151,7 @@ CASES = [
 
 
 @pytest.fixture(scope='session')
-def battery():
+def battery(request):
     """The two nodes, their inventory and the fingerprint taken before any case ran."""
     state = None
     try:
@@ -169,8 +168,10 @@ def battery():
         done = [f.result() for f in state['results'].values() if f.done() and not f.exception()]
         if done:
             slowest = max(done, key=lambda r: r['seconds'])
-            sys.__stdout__.write('\nbad-input battery: %d case(s) in %.0f s, %d at a time (slowest %.0f s)\n'
-                                 % (len(done), time.time() - started, PARALLEL, slowest['seconds']))
+            reporter = request.config.pluginmanager.get_plugin('terminalreporter')
+            if reporter is not None:
+                reporter.write_line('bad-input battery: %d case(s) in %.0f s, %d at a time (slowest %.0f s)'
+                                    % (len(done), time.time() - started, PARALLEL, slowest['seconds']))
     finally:
         if state is not None and state['pool'] is not None:
             state['pool'].shutdown(wait=True, cancel_futures=True)
