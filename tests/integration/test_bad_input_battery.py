@@ -151,7 +151,7 @@ CASES = [
 
 
 @pytest.fixture(scope='session')
-def battery(request):
+def battery():
     """The two nodes, their inventory and the fingerprint taken before any case ran."""
     state = None
     try:
@@ -162,16 +162,8 @@ def battery(request):
     try:
         with open(inventory, encoding='utf-8') as handle:
             base = json.load(handle)
-        started = time.time()
         state = {'inventory': base, 'fingerprint': nodes.fingerprint(), 'results': {}, 'pool': None}
         yield state
-        done = [f.result() for f in state['results'].values() if f.done() and not f.exception()]
-        if done:
-            slowest = max(done, key=lambda r: r['seconds'])
-            reporter = request.config.pluginmanager.get_plugin('terminalreporter')
-            if reporter is not None:
-                reporter.write_line('bad-input battery: %d case(s) in %.0f s, %d at a time (slowest %.0f s)'
-                                    % (len(done), time.time() - started, PARALLEL, slowest['seconds']))
     finally:
         if state is not None and state['pool'] is not None:
             state['pool'].shutdown(wait=True, cancel_futures=True)
