@@ -88,12 +88,38 @@ def cluster_summary(groups, hostvars, hosts=None):
     return ['  '.join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
 
 
-def unreachable_line(host, hostvars):
-    """'host NAME (ADDRESS): why' for a node whose ping result says unreachable."""
+def unreachable_line(host, hostvars, results):
+    """'host NAME (ADDRESS): why' for a node whose ping result (results[host]) says unreachable."""
     hv = hostvars[host]
-    result = hv.get('__preflight_ping') or {}
+    result = (results or {}).get(host) or {}
     why = ' '.join(str(result.get('msg', 'no answer')).split())
     return 'host %s (%s): %s' % (host, hv.get('ansible_host', host), why)
+
+
+def _tags(value):
+    return set([value] if isinstance(value, str) else value or [])
+
+
+def preflight_selected_steps(steps, run_tags=None, skip_tags=None):
+    """The steps a run with these --tags / --skip-tags executes (Ansible's rules for plays tagged with them)."""
+    run, skip = _tags(run_tags) or {'all'}, _tags(skip_tags)
+    selected = []
+    for step in steps or []:
+        tags = _tags(step.get('tags')) or {step.get('step')}
+        if 'all' in skip or tags & skip:
+            continue
+        if 'all' in run or 'tagged' in run or tags & run:
+            selected.append(step)
+    return selected
+
+
+def preflight_step_lines(lines, host, step, role):
+    """A refused step's problems: a first line naming the step, then each problem naming the host and the step."""
+    lines = [' '.join(str(line).split()) for line in ([lines] if isinstance(lines, str) else lines or [])]
+    out = ['preflight: step %s (role %s) refuses its settings on host %s; nothing was changed' % (step, role, host)]
+    for line in lines:
+        out.append(line + (' (step %s)' % step if line.startswith('host ') else ''))
+    return out
 
 
 class FilterModule:
@@ -105,4 +131,6 @@ class FilterModule:
             'cluster_job_nodes': cluster_job_nodes,
             'cluster_summary': cluster_summary,
             'unreachable_line': unreachable_line,
+            'preflight_selected_steps': preflight_selected_steps,
+            'preflight_step_lines': preflight_step_lines,
         }

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""Checks and renderings for the network and firewall roles.
+"""Checks and renderings for the network role.
 
 Every check returns a list of problems, one line each, naming the host and the variable, so a
 role can fail before it changes anything with a message a user can act on.
@@ -10,8 +10,8 @@ role can fail before it changes anything with a message a user can act on.
 from __future__ import annotations
 
 import ipaddress
-import re
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
 from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
 
 DOCUMENTATION = r'''
@@ -27,8 +27,8 @@ description:
     address; an interface the node does not have; a gateway that is not an address of the node's
     subnet (or is the node itself); a DNS server that is not an IP address."
   - Companion filters C(network_hostname_errors), C(network_hosts_lines) (the managed /etc/hosts
-    block), C(network_static_facts) (the parts of a valid C(network_static)),
-    C(firewall_controller_address) and C(firewall_admin_errors).
+    block), C(network_static_facts) (the parts of a valid C(network_static)) and
+    C(network_domain_errors).
 positional: _input, host, cluster_cidr, interfaces, cluster_address
 options:
   _input:
@@ -58,7 +58,7 @@ EXAMPLES = r'''
 - name: Fail on static address settings that cannot work, before anything changes
   vars:
     errors: "{{ network_static | gpucluster.multinode.network_static_errors(inventory_hostname,
-                cluster_cidr, ansible_facts.interfaces, cluster_address | default(ansible_host)) }}"
+                cluster_cidr, ansible_facts.interfaces, hostvars[inventory_hostname] | gpucluster.multinode.cluster_address) }}"
   ansible.builtin.assert:
     that: errors | length == 0
     fail_msg: "{{ errors }}"
@@ -72,21 +72,10 @@ _value:
 '''
 
 STATIC_KEYS = ('interface', 'address', 'gateway', 'dns')
-HOSTNAME_RE = re.compile(r'^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$', re.I)
 
 
-def _ip(value):
-    try:
-        return ipaddress.ip_address(str(value))
-    except ValueError:
-        return None
-
-
-def _network(value):
-    try:
-        return ipaddress.ip_network(str(value), strict=False)
-    except ValueError:
-        return None
+_ip = addresses.ip_or_none
+_network = addresses.network_or_none
 
 
 def network_static_errors(static, host, cluster_cidr, interfaces, cluster_address=''):
@@ -171,10 +160,20 @@ def network_static_facts(static):
 
 def network_hostname_errors(name, host):
     """A hostname must be RFC 1123 labels (letters, digits, hyphens), 253 characters at most."""
-    if isinstance(name, str) and HOSTNAME_RE.match(name):
+    if contract.is_hostname(name):
         return []
     return ['host %s: network_hostname %r is not a valid host name (letters, digits and hyphens, '
             'labels separated by dots)' % (host, name)]
+
+
+def network_domain_errors(domain, host):
+    """network_domain is empty or an RFC 1123 domain: it is appended to names in /etc/hosts."""
+    if domain in (None, ''):
+        return []
+    if isinstance(domain, str) and contract.is_hostname(domain.strip('.')) and domain.strip('.') == domain.rstrip('.'):
+        return []
+    return ['host %s: network_domain %r is not a valid DNS domain (RFC 1123: letters, digits and inner hyphens, '
+            'labels separated by dots, no spaces); /etc/hosts would give a wrong name' % (host, domain)]
 
 
 def _names(hostvars, host, domain):
@@ -199,37 +198,6 @@ def network_hosts_lines(groups, hostvars, domain=''):
     return lines
 
 
-def firewall_controller_address(ssh_client):
-    """The controller's address as the node sees it: the first field of SSH_CLIENT ('' when unknown)."""
-    first = str(ssh_client or '').split(' ')[0].strip()
-    return first if _ip(first) is not None else ''
-
-
-def firewall_admin_errors(admin_networks, host, cluster_cidr, controller=''):
-    """Problems of firewall_admin_networks: malformed entries, or a set that locks the controller out."""
-    errors = []
-    nets = []
-    if not isinstance(admin_networks, list):
-        return ['host %s: firewall_admin_networks must be a list of addresses or networks, got %r' % (host, admin_networks)]
-    for item in admin_networks:
-        net = _network(item)
-        if net is None:
-            errors.append('host %s: firewall_admin_networks entry %r is not an address or a network (a.b.c.d/prefix)'
-                          % (host, item))
-        else:
-            nets.append(net)
-    if errors or not controller:
-        return errors
-    ip = _ip(controller)
-    allowed = nets + [n for n in [_network(cluster_cidr)] if n is not None]
-    if not any(ip.version == n.version and ip in n for n in allowed):
-        errors.append('host %s: firewall_admin_networks %s excludes the controller\'s own address %s (the Ansible '
-                      'connection comes from it), and it is outside cluster_cidr %s: SSH would be locked out. '
-                      'Add %s/32 (or its network) to firewall_admin_networks'
-                      % (host, ', '.join(str(n) for n in nets) or '[]', controller, cluster_cidr, controller))
-    return errors
-
-
 class FilterModule:
     def filters(self):
         return {
@@ -237,6 +205,5 @@ class FilterModule:
             'network_static_facts': network_static_facts,
             'network_hostname_errors': network_hostname_errors,
             'network_hosts_lines': network_hosts_lines,
-            'firewall_controller_address': firewall_controller_address,
-            'firewall_admin_errors': firewall_admin_errors,
+            'network_domain_errors': network_domain_errors,
         }

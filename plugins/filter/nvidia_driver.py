@@ -34,11 +34,13 @@ def nvidia_driver_reboot_reasons(state):
     return nvidia_driver.reboot_reasons(state or {})
 
 
-def nvidia_driver_mismatches(hosts, hostvars, var='__nvidia_driver_after'):
-    """Lines naming the nodes of each driver version, when the nodes do not all run one."""
+def nvidia_driver_mismatches(results):
+    """Lines naming the nodes of each driver version, when the nodes do not all run one.
+
+    results: {host: the node's gpu_facts result after the install}."""
     versions = {}
-    for host in hosts:
-        facts = (hostvars[host].get(var) or {})
+    for host, facts in (results or {}).items():
+        facts = facts or {}
         if facts.get('gpu_count'):
             versions[host] = facts.get('driver_version')
     return nvidia_driver.version_mismatches(versions)

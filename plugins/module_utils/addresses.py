@@ -15,6 +15,22 @@ def _net(value):
         raise ValueError('%r is not a network in CIDR form: %s' % (value, exc)) from exc
 
 
+def ip_or_none(value):
+    """The ipaddress object of a single address, None when value is not one."""
+    try:
+        return ipaddress.ip_address(str(value))
+    except ValueError:
+        return None
+
+
+def network_or_none(value):
+    """The ipaddress network of an address or a network (host bits allowed), None when it is neither."""
+    try:
+        return ipaddress.ip_network(str(value), strict=False)
+    except ValueError:
+        return None
+
+
 def is_cidr(value):
     """True when value is an IPv4/IPv6 network written as address/prefix."""
     if not isinstance(value, str) or '/' not in value:

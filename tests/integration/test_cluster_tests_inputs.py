@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.integration,
 INVENTORY = """
 all:
   vars:
-    cluster_cidr: 127.0.0.0/8
+    cluster_cidr: 127.0.0.0/24
     ansible_connection: local
     ansible_python_interpreter: %s
   children:

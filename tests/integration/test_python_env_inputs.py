@@ -88,10 +88,11 @@ def test_offline_without_a_wheelhouse_is_refused(tmp_path):
 
 
 def conda_settings(tmp_path, sha256):
+    (tmp_path / 'wheelhouse').mkdir(exist_ok=True)
     return dict(python_env_backend='conda', python_env_conda_installer_file=FAKE_INSTALLER,
                 python_env_conda_installer_sha256=sha256, python_env_conda_prefix=str(tmp_path / 'miniforge'),
                 python_env_conda_cache_dir=str(tmp_path / 'cache'), python_env_check_torch_available='false',
-                python_env_verify='false', python_env_find_links='/opt/wheelhouse', python_env_offline='true')
+                python_env_verify='false', python_env_find_links=str(tmp_path / 'wheelhouse'), python_env_offline='true')
 
 
 def test_a_conda_installer_with_another_checksum_is_refused_before_any_change(tmp_path):
@@ -119,8 +120,8 @@ def test_conda_backend_installs_in_batch_mode_and_creates_the_env_from_the_spec(
     body = text[text.index('channels:'):]
     assert body == ('channels:\n  - conda-forge\n  - nodefaults\n'
                     'dependencies:\n  - python=3.11\n  - pip\n  - pip:\n'
-                    '      - --find-links /opt/wheelhouse\n      - --no-index\n'
-                    '      - torch==2.13.0\n      - deepspeed==0.19.8\n      - ninja==1.13.2\n')
+                    '      - --find-links %s\n      - --no-index\n' % (tmp_path / 'wheelhouse')
+                    + '      - torch==2.13.0\n      - deepspeed==0.19.8\n      - ninja==1.13.2\n')
     # A second run changes nothing; a changed spec updates the environment.
     rc, out = run_role(tmp_path, **settings)
     assert rc == 0 and 'changed=0' in out, out

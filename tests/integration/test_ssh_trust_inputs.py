@@ -32,7 +32,7 @@ all:
   vars:
     ansible_connection: local
     ansible_python_interpreter: %s
-    cluster_cidr: 127.0.0.0/8
+    cluster_cidr: 127.0.0.0/24
   children:
     cluster:
       children:

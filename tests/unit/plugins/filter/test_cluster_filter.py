@@ -1,5 +1,6 @@
 """Job nodes and the preflight summary read the GPU count that gpu_facts found."""
 
+from ansible_collections.gpucluster.multinode.plugins.filter import cluster
 from ansible_collections.gpucluster.multinode.plugins.filter.cluster import cluster_job_nodes, summary_rows
 
 GROUPS = {'cluster': ['gpu-master', 'gpu-worker-1', 'cpu-node'], 'head': ['gpu-master'],
@@ -41,3 +42,41 @@ def test_job_nodes_take_node_slots_and_refuse_a_bad_value_naming_host_and_variab
     hv['gpu-worker-1']['gpu_slots'] = 'two'
     with pytest.raises(AnsibleFilterError, match="host gpu-worker-1: gpu_slots must be a whole number"):
         cluster_job_nodes(GROUPS, hv)
+
+
+STEPS = [{'step': 'network', 'role': 'network', 'tags': ['network']},
+         {'step': 'shared_storage', 'role': 'nfs_client', 'tags': ['shared_storage', 'nfs']},
+         {'step': 'nccl_env', 'role': 'nccl_env', 'tags': ['nccl_env']}]
+
+
+def _names(steps):
+    return [s['role'] for s in steps]
+
+
+def test_a_plain_run_checks_every_step():
+    assert _names(cluster.preflight_selected_steps(STEPS, ['all'], [])) == ['network', 'nfs_client', 'nccl_env']
+
+
+def test_tags_select_and_skip_tags_leave_out_steps():
+    assert _names(cluster.preflight_selected_steps(STEPS, ['nfs'], [])) == ['nfs_client']
+    assert _names(cluster.preflight_selected_steps(STEPS, ['preflight'], [])) == []
+    assert _names(cluster.preflight_selected_steps(STEPS, ['all'], ['shared_storage'])) == ['network', 'nccl_env']
+    assert _names(cluster.preflight_selected_steps(STEPS, ['network', 'nccl_env'], ['nccl_env'])) == ['network']
+
+
+def test_a_refused_step_names_host_variable_and_step():
+    lines = cluster.preflight_step_lines(
+        ["host w1: argument 'ssh_trust_uid' is of type str and we were unable to convert to int"], 'w1', 'ssh_trust',
+        'ssh_trust')
+    assert lines == ['preflight: step ssh_trust (role ssh_trust) refuses its settings on host w1; nothing was changed',
+                     "host w1: argument 'ssh_trust_uid' is of type str and we were unable to convert to int "
+                     "(step ssh_trust)"]
+    lines = cluster.preflight_step_lines('host h: firewall_rendezvous_ports entry\n  x', 'h', 'firewall', 'firewall')
+    assert lines[1] == 'host h: firewall_rendezvous_ports entry x (step firewall)'
+
+
+def test_unreachable_line_reads_the_result_it_is_given():
+    hostvars = {'w1': {'ansible_host': '10.0.0.2'}}
+    results = {'w1': {'unreachable': True, 'msg': 'Failed to connect\n  to the host'}}
+    assert cluster.unreachable_line('w1', hostvars, results) == 'host w1 (10.0.0.2): Failed to connect to the host'
+    assert cluster.unreachable_line('w1', hostvars, {}) == 'host w1 (10.0.0.2): no answer'

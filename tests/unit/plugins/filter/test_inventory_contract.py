@@ -69,3 +69,60 @@ def test_shipped_home_lan_example_is_sound():
     hostvars = {h.name: vm.get_vars(host=h, include_hostvars=False) for h in inv.get_hosts()}
     assert contract.contract_errors(groups, hostvars) == []
     assert contract.cluster_manifest(groups, hostvars)['master_addr'] == '192.168.1.100'
+
+
+def _one(host_vars, name='a'):
+    groups = {'cluster': [name], 'head': [name], 'workers': []}
+    base = {'cluster_cidr': '10.0.0.0/24', 'ansible_host': '10.0.0.1'}
+    return contract.contract_errors(groups, {name: dict(base, **host_vars)})
+
+
+@pytest.mark.parametrize('cidr', ['0.0.0.0/0', '::/0'])
+def test_the_whole_internet_is_never_a_cluster_network(cidr):
+    errors = _one({'cluster_cidr': cidr, 'cluster_cidr_allow_wide': True})
+    assert any(e.startswith('host a: cluster_cidr %s is every address there is' % cidr) for e in errors), errors
+
+
+def test_a_wide_network_needs_the_switch():
+    errors = _one({'cluster_cidr': '10.0.0.0/8'})
+    assert errors == ["host a: cluster_cidr 10.0.0.0/8 holds 16777216 addresses, wider than /16; the firewall trusts "
+                      "all of it. Narrow it to the nodes' network, or set cluster_cidr_allow_wide: true if it really "
+                      "is that wide"]
+    assert _one({'cluster_cidr': '10.0.0.0/8', 'cluster_cidr_allow_wide': 'true'}) == []
+    assert _one({'cluster_cidr': '10.0.0.0/16'}) == []
+
+
+def test_multicast_is_not_a_cluster_network():
+    assert _one({'cluster_cidr': '224.0.0.0/24', 'ansible_host': '224.0.0.1'})[0].startswith(
+        'host a: cluster_cidr 224.0.0.0/24 is a multicast')
+
+
+def test_cluster_cidr_is_one_value_for_the_cluster():
+    groups = {'cluster': ['h', 'w1', 'w2'], 'head': ['h'], 'workers': ['w1', 'w2']}
+    hostvars = {'h': {'cluster_cidr': '10.0.0.0/24', 'ansible_host': '10.0.0.1'},
+                'w1': {'cluster_cidr': '10.0.0.0/16', 'ansible_host': '10.0.0.2'},
+                'w2': {'cluster_cidr': '10.0.0.0/24', 'ansible_host': '10.0.0.3'}}
+    assert contract.contract_errors(groups, hostvars) == [
+        "host w1: cluster_cidr 10.0.0.0/16 differs from 10.0.0.0/24 (the head's); the cluster has one network, "
+        "set cluster_cidr once for all nodes"]
+
+
+@pytest.mark.parametrize('name', ['bad_head', 'my node', '-head', 'x' * 64])
+def test_inventory_names_must_be_host_names(name):
+    errors = _one({}, name)
+    assert errors and errors[0].startswith('host %s: the inventory name %r is not a valid host name (RFC 1123' % (name, name))
+
+
+@pytest.mark.parametrize('var, value, expected', [
+    ('gpu_slots', 'two', "host a: gpu_slots must be an integer from 0 to 1024, got 'two' (str)"),
+    ('node_slots', 'two', "host a: node_slots must be an integer from 1 to 1024, got 'two' (str)"),
+    ('node_slots', 0, 'host a: node_slots must be from 1 to 1024, got 0'),
+    ('gpu_slots', -1, 'host a: gpu_slots must be from 0 to 1024, got -1'),
+    ('node_slots', 2.5, 'host a: node_slots must be an integer from 1 to 1024, got 2.5 (float)'),
+])
+def test_slots_are_integers_in_range(var, value, expected):
+    assert _one({var: value}) == [expected]
+
+
+def test_node_slots_from_an_ini_inventory_is_accepted():
+    assert _one({'node_slots': '2', 'gpu_slots': '0'}) == []

@@ -1,10 +1,9 @@
-"""The network and firewall input checks: each problem is one line naming the host and the variable."""
+"""The network input checks: each problem is one line naming the host and the variable."""
 
 from __future__ import annotations
 
 from ansible_collections.gpucluster.multinode.plugins.filter.network_config import (
-    firewall_admin_errors, firewall_controller_address, network_hostname_errors, network_hosts_lines,
-    network_static_errors, network_static_facts)
+    network_domain_errors, network_hostname_errors, network_hosts_lines, network_static_errors, network_static_facts)
 
 GOOD = {'interface': 'enp3s0', 'address': '192.168.1.100/24', 'gateway': '192.168.1.1', 'dns': ['192.168.1.1', '1.1.1.1']}
 IFACES = ['lo', 'enp3s0', 'wlp2s0']
@@ -82,15 +81,11 @@ def test_hosts_lines_head_first_with_fqdn_and_short_name():
         '10.0.0.1 n1.dc.example n1']
 
 
-def test_controller_address_and_lockout():
-    assert firewall_controller_address('192.168.1.50 51234 22') == '192.168.1.50'
-    assert firewall_controller_address('') == ''
-    assert firewall_controller_address(None) == ''
-    assert firewall_admin_errors(['10.8.0.0/24'], 'gpu-master', '192.168.1.0/24', '192.168.1.50') == []
-    assert firewall_admin_errors(['10.8.0.0/24'], 'gpu-master', '192.168.1.0/24', '') == []
-    assert firewall_admin_errors(['10.8.0.0/24'], 'gpu-master', '192.168.1.0/24', '172.16.0.9') == [
-        "host gpu-master: firewall_admin_networks 10.8.0.0/24 excludes the controller's own address 172.16.0.9 (the "
-        "Ansible connection comes from it), and it is outside cluster_cidr 192.168.1.0/24: SSH would be locked out. "
-        "Add 172.16.0.9/32 (or its network) to firewall_admin_networks"]
-    assert firewall_admin_errors(['office'], 'h', '10.0.0.0/8') == [
-        "host h: firewall_admin_networks entry 'office' is not an address or a network (a.b.c.d/prefix)"]
+def test_domain_must_be_rfc1123():
+    assert network_domain_errors('', 'h') == []
+    assert network_domain_errors('home.lan', 'h') == []
+    assert network_domain_errors('dc1.example.com.', 'h') == []
+    for bad in ('my lab', '-lab', 'lab_1', 'a..b', 'x' * 64):
+        assert network_domain_errors(bad, 'bad-head') == [
+            "host bad-head: network_domain %r is not a valid DNS domain (RFC 1123: letters, digits and inner "
+            "hyphens, labels separated by dots, no spaces); /etc/hosts would give a wrong name" % bad]

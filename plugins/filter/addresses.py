@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""Small address filters and tests built on Python's ipaddress module (no netaddr needed)."""
+"""Address filters (cidr_contains, cidr_host, ...) over module_utils/addresses, on Python's ipaddress module."""
 
 from __future__ import annotations
 

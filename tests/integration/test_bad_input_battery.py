@@ -1,0 +1,258 @@
+"""Bad input against two real nodes: every playbook refuses it with one line naming the host and
+the variable (and, for site.yml's steps, the step), exits non-zero, and leaves the nodes as they
+were (hosts file, sshd config, firewall rules, exports, profile files, accounts, packages).
+
+The nodes are two systemd containers from the node image on their own podman network, reached
+over SSH with pinned host keys (battery_nodes.py). The cases run several at a time; after each,
+one `podman exec` per node reads a fingerprint that must equal the one taken before the first.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import copy
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+import battery_nodes as nodes
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(shutil.which('ansible-playbook') is None, reason='needs ansible-playbook (make setup)')]
+
+HEAD, WORKER = 'bat-head', 'bat-worker-1'
+PARALLEL = int(os.environ.get('GPUCLUSTER_BATTERY_PARALLEL', '6'))
+CASE_TIMEOUT = 420
+
+
+def case(name, playbook, expected, extra=None, host_vars=None, edit=None, args=(), rc=2, step=None):
+    """One bad input: playbook, -e values, per-host values or an inventory edit; the line expected
+    (and, for a step of site.yml, the step it must name)."""
+    return pytest.param({'playbook': playbook, 'expected': expected, 'extra': extra or {}, 'host_vars': host_vars or {},
+                         'edit': edit, 'args': list(args), 'rc': rc, 'step': step}, id=name)
+
+
+def _two_heads(inv):
+    workers = inv['all']['children']['cluster']['children']['workers']['hosts']
+    inv['all']['children']['cluster']['children']['head']['hosts'][WORKER] = workers.pop(WORKER)
+
+
+def _no_head(inv):
+    groups = inv['all']['children']['cluster']['children']
+    groups['workers']['hosts'][HEAD] = groups['head']['hosts'].pop(HEAD)
+
+
+def _stray(inv):
+    inv['all'].setdefault('hosts', {})['stray-box'] = {'ansible_host': nodes.PREFIX + '.50'}
+
+
+def _rename(inv):
+    workers = inv['all']['children']['cluster']['children']['workers']['hosts']
+    workers['bat_worker_1'] = workers.pop(WORKER)
+
+
+CASES = [
+    # The inventory contract: checked on the controller first by every playbook.
+    case('site-cidr-everything', 'site', 'host bat-head: cluster_cidr 0.0.0.0/0 is every address there is',
+         extra={'cluster_cidr': '0.0.0.0/0', 'cluster_cidr_allow_wide': True}),
+    case('site-cidr-too-wide', 'site', 'host bat-head: cluster_cidr 10.0.0.0/8 holds 16777216 addresses, wider than /16',
+         extra={'cluster_cidr': '10.0.0.0/8'}),
+    case('site-cidr-differs', 'site', 'host bat-worker-1: cluster_cidr 10.234.0.0/16 differs from %s' % nodes.SUBNET,
+         host_vars={WORKER: {'cluster_cidr': '10.234.0.0/16'}}),
+    case('site-name-not-rfc1123', 'site', "host bat_worker_1: the inventory name 'bat_worker_1' is not a valid host name",
+         edit=_rename),
+    case('site-address-not-ip', 'site', "host bat-worker-1: ansible_host 'node-b.example' is not an IP address",
+         host_vars={WORKER: {'ansible_host': 'node-b.example'}}),
+    case('site-address-outside-cidr', 'site', 'host bat-worker-1: cluster_address 10.9.0.7 is outside cluster_cidr',
+         host_vars={WORKER: {'cluster_address': '10.9.0.7'}}),
+    case('train-two-heads', 'train', "group 'head' must hold exactly one host, it holds 2: bat-head, bat-worker-1",
+         edit=_two_heads),
+    case('train-gpu-slots-word', 'train', "host bat-worker-1: gpu_slots must be an integer from 0 to 1024, got 'two' (str)",
+         host_vars={WORKER: {'gpu_slots': 'two'}}),
+    case('train-node-slots-zero', 'train', 'host bat-head: node_slots must be from 1 to 1024, got 0',
+         host_vars={HEAD: {'node_slots': 0}}),
+    case('health-no-head', 'health', "group 'head' is empty", edit=_no_head),
+    case('health-stray-host', 'health', 'host stray-box: is in no group', edit=_stray),
+    case('health-schedule-node-slots-word', 'health_schedule',
+         "host bat-worker-1: node_slots must be an integer from 1 to 1024, got 'many' (str)",
+         host_vars={WORKER: {'node_slots': 'many'}}),
+    case('network-test-duplicate-address', 'network_test',
+         'host bat-worker-1: cluster_address %s.10 is already used by host bat-head' % nodes.PREFIX,
+         host_vars={WORKER: {'cluster_address': nodes.PREFIX + '.10'}}),
+    case('nccl-test-bad-user', 'nccl_test', "host bat-head: cluster_user must be a POSIX user name",
+         extra={'cluster_user': 'Bad User'}),
+    case('dist-check-port-range', 'dist_check', 'host bat-head: cluster_master_port must be from 1 to 65535, got 70000',
+         host_vars={HEAD: {'cluster_master_port': 70000}}),
+    case('slurm-cidr-everything', 'slurm', 'host bat-head: cluster_cidr ::/0 is every address there is',
+         extra={'cluster_cidr': '::/0'}),
+    case('bootstrap-gpu-slots-negative', 'bootstrap', 'host bat-worker-1: gpu_slots must be from 0 to 1024, got -1',
+         host_vars={WORKER: {'gpu_slots': -1}}),
+    case('site-unreachable-node', 'site', 'host bat-worker-1 (%s.99): ' % nodes.PREFIX,
+         host_vars={WORKER: {'ansible_host': nodes.PREFIX + '.99', 'cluster_address': nodes.PREFIX + '.11'}},
+         extra={'ansible_ssh_timeout': 5}),
+    # Each step's own inputs: site.yml refuses them in its preflight, before the first step.
+    case('site-network-domain-space', 'site', "host bat-head: network_domain 'my lab' is not a valid DNS domain",
+         extra={'network_domain': 'my lab'}, step='network'),
+    case('network-hostname-underscore', 'site', "host bat-head: network_hostname 'bad_name' is not a valid host name",
+         host_vars={HEAD: {'network_hostname': 'bad_name'}}, args=['--tags', 'network'], step='network'),
+    case('network-static-outside-cidr', 'site', 'host bat-worker-1: network_static.address 10.9.0.7/24 is outside cluster_cidr',
+         host_vars={WORKER: {'network_static': {'interface': 'eth0', 'address': '10.9.0.7/24'}}}, args=['--tags', 'network'], step='network'),
+    case('ssh-trust-uid-taken', 'site', 'host bat-head: ssh_trust_uid 1000 is already the uid of account batadmin',
+         extra={'ssh_trust_uid': 1000}, args=['--tags', 'ssh_trust'], step='ssh_trust'),
+    case('ssh-trust-uid-word', 'site', "host bat-head: argument 'ssh_trust_uid' is of type",
+         extra={'ssh_trust_uid': 'abc'}, args=['--tags', 'ssh_trust'], step='ssh_trust'),
+    case('ssh-trust-unknown-cipher', 'site', 'host bat-head: sshd refuses the config with ssh_trust_sshd_dropin',
+         extra={'ssh_trust_sshd_ciphers': ['nosuch-cipher@example.com']}, args=['--tags', 'ssh_trust'], step='ssh_trust'),
+    case('ssh-trust-user-upper', 'site', 'host bat-worker-1: ssh_trust_user: not a POSIX account name: Bad',
+         extra={'ssh_trust_user': 'Bad'}, args=['--tags', 'ssh_trust'], step='ssh_trust'),
+    case('ssh-trust-dsa-keys', 'site', 'host bat-head: ssh_trust_host_key_types: choose among ed25519, ecdsa, rsa',
+         extra={'ssh_trust_host_key_types': ['dsa']}, args=['--tags', 'ssh_trust'], step='ssh_trust'),
+    case('site-firewall-port-out-of-range', 'site',
+         "host bat-head: firewall_rendezvous_ports entry '29500:70000' is not a port (1-65535)",
+         extra={'firewall_rendezvous_ports': '29500:70000'}, step='firewall'),
+    case('firewall-admin-not-cidr', 'site', "host bat-head: firewall_admin_networks entry 'office' is not an address or a network",
+         extra={'firewall_admin_networks': ['office']}, args=['--tags', 'firewall'], step='firewall'),
+    case('firewall-ray-source-word', 'site', "host bat-worker-1: firewall_ray_sources entry 'lab' is not an address",
+         extra={'firewall_ray_sources': ['lab']}, args=['--tags', 'firewall'], step='firewall'),
+    case('firewall-enabled-maybe', 'site', "host bat-head: argument 'firewall_enabled' is of type",
+         extra={'firewall_enabled': 'maybe'}, args=['--tags', 'firewall'], step='firewall'),
+    case('nfs-export-to-everyone', 'site', 'host bat-head: nfs_server_export_clients: * exports to every host',
+         extra={'nfs_client_mode': 'mount', 'nfs_server_export_clients': ['*']}, args=['--tags', 'nfs'], step='shared_storage'),
+    case('nfs-export-path-missing', 'site', "host bat-head: nfs_server_export_path: '' is not an absolute path",
+         extra={'nfs_client_mode': 'mount', 'nfs_server_export_path': ''}, args=['--tags', 'nfs'], step='shared_storage'),
+    case('nfs-client-path-relative', 'site', 'host bat-worker-1: nfs_client_path: shared is not an absolute path',
+         extra={'nfs_client_path': 'shared'}, args=['--tags', 'shared_storage'], step='shared_storage'),
+    case('nfs-client-timeout-zero', 'site', 'host bat-head: nfs_client_probe_timeout: must be above 0',
+         extra={'nfs_client_probe_timeout': 0}, args=['--tags', 'nfs'], step='shared_storage'),
+    case('nfs-client-mode-choice', 'site', "host bat-head: value of nfs_client_mode must be one of: mount, check, got: mirror",
+         extra={'nfs_client_mode': 'mirror'}, args=['--tags', 'nfs'], step='shared_storage'),
+    case('nvidia-branch-word', 'site', 'host bat-head: nvidia_driver_branch latest is not a driver branch number',
+         extra={'nvidia_driver_branch': 'latest'}, args=['--tags', 'nvidia_driver'], step='nvidia_driver'),
+    case('nvidia-version-other-branch', 'site', 'host bat-worker-1: nvidia_driver_version 550.54.15 is not in nvidia_driver_branch 580',
+         extra={'nvidia_driver_branch': '580', 'nvidia_driver_version': '550.54.15'}, args=['--tags', 'nvidia_driver'], step='nvidia_driver'),
+    case('site-python-offline-no-wheelhouse', 'site', 'host bat-head: python_env_offline needs python_env_find_links',
+         extra={'python_env_offline': True, 'python_env_find_links': []}, step='python_env'),
+    case('python-wheelhouse-missing', 'site', 'host bat-head: python_env_find_links /no/such/wheelhouse is not a directory',
+         extra={'python_env_offline': True, 'python_env_find_links': ['/no/such/wheelhouse']}, args=['--tags', 'python_env'], step='python_env'),
+    case('python-backend-choice', 'site', "host bat-worker-1: value of python_env_backend must be one of: venv, conda, got: pipx",
+         extra={'python_env_backend': 'pipx'}, args=['--tags', 'python_env'], step='python_env'),
+    case('site-nccl-rdma-without-devices', 'site', 'host bat-worker-1: nccl_env_mode is rdma but /sys/class/infiniband is empty',
+         extra={'nccl_env_mode': 'rdma'}, step='nccl_env'),
+    case('nccl-ifname-absent', 'site', 'host bat-head: nccl_env_socket_ifname ib9 is not an interface of this node',
+         extra={'nccl_env_socket_ifname': 'ib9'}, args=['--tags', 'nccl_env'], step='nccl_env'),
+    case('nccl-mode-choice', 'site', "host bat-head: value of nccl_env_mode must be one of: tcp, rdma, got: udp",
+         extra={'nccl_env_mode': 'udp'}, args=['--tags', 'nccl_env'], step='nccl_env'),
+]
+
+
+@pytest.fixture(scope='session')
+def battery():
+    """The two nodes, their inventory and the fingerprint taken before any case ran."""
+    state = None
+    try:
+        inventory = nodes.up()
+    except nodes.NodesUnavailable as exc:
+        nodes.down()
+        pytest.skip('bad-input battery needs podman and the node image: %s' % exc)
+    try:
+        with open(inventory, encoding='utf-8') as handle:
+            base = json.load(handle)
+        state = {'inventory': base, 'fingerprint': nodes.fingerprint(), 'results': {}, 'pool': None}
+        yield state
+    finally:
+        if state is not None and state['pool'] is not None:
+            state['pool'].shutdown(wait=True, cancel_futures=True)
+        nodes.down()
+
+
+def _run(base, params):
+    inv = copy.deepcopy(base)
+    groups = inv['all']['children']['cluster']['children']
+    for host, values in params['host_vars'].items():
+        for group in groups.values():
+            if host in group['hosts']:
+                group['hosts'][host].update(values)
+    if params['edit']:
+        params['edit'](inv)
+    workdir = tempfile.mkdtemp(prefix='gpucluster-battery-')
+    try:
+        with open(os.path.join(workdir, 'hosts.yml'), 'w', encoding='utf-8') as handle:
+            json.dump(inv, handle)
+        with open(os.path.join(workdir, 'extra.json'), 'w', encoding='utf-8') as handle:
+            # No summary table: it reads every node's GPUs (one more round trip) and says nothing about the input.
+            json.dump(dict({'preflight_summary': False}, **params['extra']), handle)
+        env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(nodes.ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
+                   ANSIBLE_FORCE_COLOR='0', ANSIBLE_COLLECTIONS_PATH=os.path.join(nodes.ROOT, '.build', 'collections'),
+                   ANSIBLE_LOCAL_TEMP=os.path.join(workdir, 'tmp'))
+        cmd = ['ansible-playbook', os.path.join(nodes.ROOT, 'playbooks', params['playbook'] + '.yml'),
+               '-i', os.path.join(workdir, 'hosts.yml'), '-e', '@' + os.path.join(workdir, 'extra.json')] + params['args']
+        started = time.time()
+        try:
+            proc = subprocess.run(cmd, cwd=nodes.ROOT, env=env, capture_output=True, text=True,
+                                  timeout=CASE_TIMEOUT, check=False)
+            rc, out = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as exc:
+            rc, out = 'timeout', str(exc.stdout or '')
+        after = nodes.fingerprint()
+        return {'rc': rc, 'out': out, 'fingerprint': after, 'seconds': time.time() - started}
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _result(battery, request, params):
+    """Every case is submitted at the first one's turn, so several run at once; each test waits for its own."""
+    if battery['pool'] is None:
+        battery['pool'] = concurrent.futures.ThreadPoolExecutor(max_workers=PARALLEL)
+        todo = []
+        for item in request.session.items:
+            spec = getattr(item, 'callspec', None)
+            if spec is not None and item.originalname == 'test_bad_input_is_refused_and_nothing_changes':
+                todo.append((spec.id, spec.params['params']))
+        # The whole-site runs (every step checked) take longest: they start first.
+        for key, params in sorted(todo, key=lambda kv: (kv[1]['playbook'] != 'site' or bool(kv[1]['args']),)):
+            battery['results'][key] = battery['pool'].submit(_run, battery['inventory'], params)
+    key = request.node.callspec.id
+    if key not in battery['results']:
+        battery['results'][key] = battery['pool'].submit(_run, battery['inventory'], params)
+    return battery['results'][key].result()
+
+
+def _lines(out):
+    """The output as logical lines: ansible's wrapped YAML joined back, one message per line."""
+    lines = []
+    out = out.replace("\\'", "'").replace("''", "'")
+    for raw in out.splitlines():
+        text = ' '.join(raw.split())
+        if lines and raw.startswith('        ') and not raw.strip().startswith('-'):
+            lines[-1] += ' ' + text
+        else:
+            lines.append(text)
+    return lines + [' '.join(out.split())]
+
+
+@pytest.mark.parametrize('params', CASES)
+def test_bad_input_is_refused_and_nothing_changes(battery, request, params):
+    result = _result(battery, request, params)
+    out = result['out']
+    assert result['rc'] == params['rc'], out[-3000:]
+    # One line names the host and the variable; nothing after the check touched a node.
+    assert any(params['expected'] in line for line in _lines(out)), out[-3000:]
+    assert 'changed=' in out and all(part.startswith('changed=0') for part in out.split()[1:] if part.startswith('changed=')), \
+        out[out.find('PLAY RECAP'):]
+    assert nodes.changes(battery['fingerprint'], result['fingerprint']) == []
+    if params['step']:
+        # site.yml says which step the refused value belongs to, and refused it before any step ran.
+        assert any(params['expected'] in line and '(step %s)' % params['step'] in line for line in _lines(out)), out[-3000:]
+        assert 'PLAY [Network' not in out
+
+
+def test_the_battery_covers_every_playbook_and_step():
+    playbooks = {c.values[0]['playbook'] for c in CASES}
+    assert playbooks >= {'site', 'train', 'health', 'health_schedule', 'network_test', 'nccl_test', 'dist_check',
+                         'slurm', 'bootstrap'}
+    assert len(CASES) >= 40
