@@ -9,7 +9,7 @@
 #   4. a planted fault: one node's sending rate throttled with tc (tbf); the matrix must flag
 #      exactly that node's links and name it.
 #
-#   ansible-playbook playbooks/lab.yml -e lab_name=lab-net -e lab_subnet=10.213.40.0/24 \
+#   ansible-playbook lab/lab.yml -e lab_name=lab-net -e lab_subnet=10.213.40.0/24 \
 #       -e lab_inventory_dir=inventories/lab-net -e lab_nodes=8
 #   benchmarks/network_matrix.sh        # INV=inventories/lab-net DURATION=2 ROUNDS=3 THROTTLE=1gbit PARTS="1 2 3 4"
 #

@@ -61,7 +61,7 @@ if [ -z "$scenarios" ]; then
   done
 fi
 if [ -n "${scenarios// /}" ]; then
-  step node-image ansible-playbook playbooks/lab.yml -e lab_state=image
+  step node-image ansible-playbook lab/lab.yml -e lab_state=image
   GPUCLUSTER_NODE_IMAGE=$(cat .lab/node-image)
   export GPUCLUSTER_NODE_IMAGE
   for s in $scenarios; do
