@@ -8,15 +8,15 @@ setup:            ## controller set-up: system packages, .venv, collection link
 	bash scripts/setup.sh
 
 lab: setup        ## the main job: lab up, site.yml on it, then the example trained with deepspeed
-	$(ENV) ansible-playbook playbooks/lab.yml $(LAB_ARGS)
-	$(ENV) ansible-playbook playbooks/site.yml -i inventories/lab
-	$(ENV) ansible-playbook playbooks/train.yml -i inventories/lab -e training_wait=finished $(TRAIN_ARGS)
+	$(ENV) ansible-playbook lab/lab.yml $(LAB_ARGS)
+	$(ENV) ansible-playbook playbooks/site.yml -i lab/inventory
+	$(ENV) ansible-playbook playbooks/train.yml -i lab/inventory -e training_wait=finished $(TRAIN_ARGS)
 
 lab-up: setup     ## only create the lab
-	$(ENV) ansible-playbook playbooks/lab.yml $(LAB_ARGS)
+	$(ENV) ansible-playbook lab/lab.yml $(LAB_ARGS)
 
 lab-down: setup   ## remove the lab (containers, network, keys, inventory)
-	$(ENV) ansible-playbook playbooks/lab.yml -e lab_state=absent $(LAB_ARGS)
+	$(ENV) ansible-playbook lab/lab.yml -e lab_state=absent $(LAB_ARGS)
 
 test:             ## lint, unit/integration tests, collection build, molecule scenarios
 	bash scripts/test.sh

@@ -28,7 +28,7 @@ INV=inventories/$LAB_NAME
 LOG=${LOG_DIR:-$(mktemp -d /tmp/health-bench.XXXXXX)}
 mkdir -p "$LOG"
 lab() {
-  timeout "$LAB_UP_TIMEOUT" ansible-playbook playbooks/lab.yml -e lab_name="$LAB_NAME" -e lab_subnet="$LAB_SUBNET" \
+  timeout "$LAB_UP_TIMEOUT" ansible-playbook lab/lab.yml -e lab_name="$LAB_NAME" -e lab_subnet="$LAB_SUBNET" \
     -e lab_inventory_dir="$INV" "$@" >>"$LOG/lab.log" 2>&1
 }
 busy() {  # CPU seconds the whole machine has been busy (controller and lab nodes share its cores)

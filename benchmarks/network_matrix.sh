@@ -9,7 +9,7 @@
 #   4. a planted fault: one node's sending rate throttled with tc (tbf); the matrix must flag
 #      exactly that node's links and name it.
 #
-#   ansible-playbook playbooks/lab.yml -e lab_name=lab-net -e lab_subnet=10.213.40.0/24 \
+#   ansible-playbook lab/lab.yml -e lab_name=lab-net -e lab_subnet=10.213.40.0/24 \
 #       -e lab_inventory_dir=inventories/lab-net -e lab_nodes=8
 #   benchmarks/network_matrix.sh        # INV=inventories/lab-net DURATION=2 ROUNDS=5 THROTTLE=1gbit PARTS="1 2 3 4"
 #
@@ -125,11 +125,14 @@ fi
 
 part 4 || exit 0
 slow=${NODES[5]}
-echo "== 4. planted fault: $slow sends at most $THROTTLE (tc tbf on eth0), 8 nodes"
-on "$slow" "sudo tc qdisc replace dev eth0 root tbf rate $THROTTLE burst 64kb latency 50ms"
-trap 'on "$slow" "sudo tc qdisc del dev eth0 root" || true; rm -rf "$OUT"' EXIT
+# the NIC that holds the node's cluster address (the lab names them differently per node)
+nic=$(on "$slow" "ip -o -4 addr show to $(address "$slow")" | awk '{print $2; exit}')
+[ -n "$nic" ] || { echo "network_matrix: no NIC of $slow holds $(address "$slow")" >&2; exit 1; }
+echo "== 4. planted fault: $slow sends at most $THROTTLE (tc tbf on $nic), 8 nodes"
+on "$slow" "sudo tc qdisc replace dev $nic root tbf rate $THROTTLE burst 64kb latency 50ms"
+trap 'on "$slow" "sudo tc qdisc del dev $nic root" || true; rm -rf "$OUT"' EXIT
 matrix fault round_robin "${NODES[@]}" >/dev/null
-on "$slow" "sudo tc qdisc del dev eth0 root"
+on "$slow" "sudo tc qdisc del dev $nic root"
 trap 'rm -rf "$OUT"' EXIT
 python3 - "$OUT/fault/bandwidth.json" "$slow" <<'PY'
 import json, sys

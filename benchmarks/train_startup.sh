@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 # shellcheck source=benchmarks/lib.sh
 source benchmarks/lib.sh
-INV=${INV:-inventories/lab}
+INV=${INV:-lab/inventory}
 ENV_PATH=${ENV_PATH:-/opt/gpucluster/env}
 ROUNDS=${ROUNDS:-3}
 key=$(sed -n 's/^ *ansible_ssh_private_key_file: //p' "$INV/hosts.yml")

@@ -1,4 +1,4 @@
-"""playbooks/lab.yml refuses bad input before it creates anything."""
+"""lab/lab.yml (the lab, development only) refuses bad input before it creates anything."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def lab(*extra):
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
                ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, '.build', 'collections'),
                CONTAINERS_CONF=os.path.join(ROOT, 'lab', 'containers.conf'))
-    cmd = ['ansible-playbook', 'playbooks/lab.yml', '-e', 'lab_name=' + NAME,
+    cmd = ['ansible-playbook', 'lab/lab.yml', '-e', 'lab_name=' + NAME,
            '-e', 'lab_inventory_dir=' + os.path.join(ROOT, '.build', 'inputtest-inventory')] + list(extra)
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     return proc.returncode, proc.stdout + proc.stderr
@@ -81,3 +81,23 @@ def test_more_nodes_than_the_inotify_limit_allows_are_refused():
     assert 'the host allows %d (fs.inotify.max_user_instances)' % limit in out
     assert 'Nothing was started' in out
     assert_nothing_made()
+
+
+def test_the_collection_tarball_leaves_the_lab_and_the_tests_out(tmp_path):
+    """The lab and the scenarios are development only: the built collection holds none of them
+    and does not depend on containers.podman."""
+    import tarfile
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1')
+    proc = subprocess.run(['ansible-galaxy', 'collection', 'build', '--output-path', str(tmp_path), ROOT],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [tarball] = list(tmp_path.glob('gpucluster-multinode-*.tar.gz'))
+    with tarfile.open(tarball) as tar:
+        names = tar.getnames()
+        manifest = json.load(tar.extractfile('MANIFEST.json'))
+    top = {n.split('/')[0] for n in names}
+    assert not top & {'lab', 'molecule', 'tests', 'benchmarks', 'scripts', '.lab', '.config', '.pytest_cache'}, sorted(top)
+    assert 'playbooks/lab.yml' not in names
+    assert not [n for n in names if n.startswith('inventories/lab')]
+    assert 'roles/node_tools/tasks/main.yml' in names and 'playbooks/site.yml' in names
+    assert 'containers.podman' not in manifest['collection_info']['dependencies']

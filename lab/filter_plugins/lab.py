@@ -5,20 +5,38 @@
 
 from __future__ import annotations
 
+import re
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
 
+IFNAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$')
 
-def lab_layout(lab_name, nodes, subnet, first_host=10, head_name='lab-head', worker_prefix='lab-worker'):
-    """One dict per node: name, group (head/workers), address, container."""
+
+def lab_layout(lab_name, nodes, subnet, first_host=10, head_name='lab-head', worker_prefix='lab-worker',
+               head_slots=1, worker_slots=1, interface_names=None):
+    """One dict per node: name, group (head/workers), address, container, slots (ranks the
+    launchers start there: node_slots in the inventory) and interface (the name of the node's
+    cluster NIC: the head takes the first of interface_names, the workers the others in turn)."""
     try:
         nodes = int(nodes)
         first_host = int(first_host)
+        head_slots = int(head_slots)
+        worker_slots = int(worker_slots)
     except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError('lab_layout: nodes and first_host must be integers: %s' % exc) from exc
+        raise AnsibleFilterError('lab_layout: nodes, first_host and the slots must be integers: %s' % exc) from exc
     if nodes < 1:
         raise AnsibleFilterError('lab_layout: lab_nodes must be at least 1, got %d' % nodes)
+    if head_slots < 1 or worker_slots < 1:
+        raise AnsibleFilterError('lab_layout: lab_head_slots and lab_worker_slots must be at least 1, got %d and %d'
+                                 % (head_slots, worker_slots))
+    ifnames = [str(n) for n in (interface_names or ['eth0'])]
+    bad = [n for n in ifnames if not IFNAME.match(n)]
+    if bad:
+        raise AnsibleFilterError('lab_layout: lab_interface_names holds %s, not an interface name '
+                                 '(1-15 characters: letters, digits, . - _)' % ', '.join(repr(n) for n in bad))
+    worker_ifnames = ifnames[1:] or ifnames
     names = [head_name] + ['%s-%d' % (worker_prefix, i) for i in range(1, nodes)]
     out = []
     for idx, name in enumerate(names):
@@ -31,6 +49,8 @@ def lab_layout(lab_name, nodes, subnet, first_host=10, head_name='lab-head', wor
             'group': 'head' if idx == 0 else 'workers',
             'address': address,
             'container': '%s-%s' % (lab_name, name),
+            'slots': head_slots if idx == 0 else worker_slots,
+            'interface': ifnames[0] if idx == 0 else worker_ifnames[(idx - 1) % len(worker_ifnames)],
         })
     return out
 

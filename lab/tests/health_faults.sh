@@ -3,11 +3,11 @@
 # playbook, check that the report names that node with the expected status and remedy, then
 # remove the fault. Starts and ends with a healthy run (no failure, exit code 0).
 #
-#   ansible-playbook playbooks/lab.yml -e lab_name=lab-health -e lab_subnet=10.213.50.0/24 \
+#   ansible-playbook lab/lab.yml -e lab_name=lab-health -e lab_subnet=10.213.50.0/24 \
 #       -e lab_inventory_dir=inventories/lab-health -e lab_nodes=4
 #   ansible-playbook playbooks/site.yml -i inventories/lab-health   (python_env and nccl_env at least)
-#   tests/lab/health_faults.sh                         # every fault
-#   tests/lab/health_faults.sh torch clock             # only these
+#   lab/tests/health_faults.sh                         # every fault
+#   lab/tests/health_faults.sh torch clock             # only these
 #
 # Settings (environment): HEALTH_LAB_NAME (lab-health), HEALTH_LAB_INVENTORY
 # (inventories/<name>), HEALTH_FAULT_NODE (the last worker), HEALTH_FAULT_LOG_DIR (a new temp dir).
@@ -59,7 +59,7 @@ run_health() {  # label, extra ansible-playbook args...
 }
 expect() {  # label tier args-for-health_expect...
   local label=$1 tier=$2; shift 2
-  if python3 tests/lab/health_expect.py "$OUT/$label/latest-$tier.json" "$(cat "$OUT/$label.rc")" "$@"; then
+  if python3 lab/tests/health_expect.py "$OUT/$label/latest-$tier.json" "$(cat "$OUT/$label.rc")" "$@"; then
     passed=$((passed + 1)); results+=("ok    $label")
   else
     failed=$((failed + 1)); results+=("FAIL  $label"); grep -E '^ *- .(FAIL|WARN)|remedy' "$OUT/$label.log" | head -20
@@ -200,7 +200,7 @@ for fault in $FAULTS; do
       # time.time_ns() return 30 s less.
       echo "    plant: /usr/local/lib/python3.11/dist-packages/health_fault_clock.{pth,py} in $NODE: Python's time.time() 30 s behind"
       cx "$NODE" 'd=/usr/local/lib/python3.11/dist-packages; mkdir -p $d; cat > $d/health_fault_clock.py <<PY
-# gpucluster health fault (tests/lab/health_faults.sh): the clock of this node runs 30 s behind
+# gpucluster health fault (lab/tests/health_faults.sh): the clock of this node runs 30 s behind
 import time as _time
 _real_time, _real_time_ns = _time.time, _time.time_ns
 _time.time = lambda: _real_time() - 30.0
