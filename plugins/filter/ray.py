@@ -10,11 +10,10 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import ray_cl
 
 
 def _plain(value):
-    if isinstance(value, dict) or hasattr(value, 'items'):
-        return dict((k, _plain(v)) for k, v in value.items())
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+    """Ansible's lazy containers as plain dicts and lists."""
+    if hasattr(value, 'items'):
+        return {k: _plain(v) for k, v in value.items()}
+    return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
 def ray_input_errors(settings, head):

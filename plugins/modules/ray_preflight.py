@@ -94,6 +94,7 @@ connect:
 
 import errno
 import os
+import select
 import socket
 import time
 
@@ -112,8 +113,22 @@ def unit_pids(module, unit):
     return set(ray_cluster.cgroup_pids(ray_cluster.parse_systemctl_show(out).get('ControlGroup', '')))
 
 
+def _accept_until(sock, deadline, expect):
+    """Accept (and close) connections until the deadline or the expected count."""
+    count = 0
+    while time.time() < deadline and (expect <= 0 or count < expect):
+        ready, _w, _x = select.select([sock], [], [], max(0.1, deadline - time.time()))
+        if ready:
+            conn, _addr = sock.accept()
+            conn.close()
+            count += 1
+
+
 def hold(address, port, seconds, expect):
-    sock = socket.socket(socket.AF_INET6 if ':' in address else socket.AF_INET, socket.SOCK_STREAM)
+    """Bind the port; when that works, a child in its own session keeps it open for the workers'
+    test and the module returns at once."""
+    family = socket.AF_INET6 if ':' in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((address, port))
@@ -121,27 +136,16 @@ def hold(address, port, seconds, expect):
     except (OSError, socket.error):
         sock.close()
         return False
-    if os.fork() != 0:
+    child = os.fork()
+    if child:
         sock.close()
         return True
-    # first child: a new session, and a grandchild that holds the port while the module returns
-    os.setsid()
-    if os.fork() != 0:
-        os._exit(0)
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    deadline = time.time() + seconds
-    count = 0
     try:
-        while time.time() < deadline and (expect <= 0 or count < expect):
-            sock.settimeout(max(0.1, deadline - time.time()))
-            try:
-                conn, _addr = sock.accept()
-                conn.close()
-                count += 1
-            except socket.timeout:
-                break
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):   # nothing of the child keeps the module's output open
+            os.dup2(devnull, fd)
+        _accept_until(sock, time.time() + seconds, expect)
     finally:
         os._exit(0)
 
