@@ -74,7 +74,10 @@ def ray_preflight_problems(hostvars, hosts, head, head_address, port, env_path, 
     for h in hosts:
         hv = hostvars[h]
         reach = _plain(hv.get('__ray_reach') or {})
-        if reach.get('connect') and reach['connect'] != 'connected':
+        # the head's own Ray held the port (restarting, say): a refusal proves the way is open
+        restarting = ((head_ports.get('ports') or [{}])[0].get('ours')
+                      and str(reach.get('connect', '')).startswith('connection refused'))
+        if reach.get('connect') and reach['connect'] != 'connected' and not restarting:
             problems.append('host %s: cannot reach the head %s on ray_port %s: %s'
                             % (h, head_address, port, reach['connect']))
         env = _plain(hv.get('__ray_env_python') or {})

@@ -77,7 +77,7 @@ EXAMPLES = r'''
 
 RETURN = r'''
 ports:
-  description: Per port, who holds it besides the Ray service, and a line saying so.
+  description: Per port, who holds it besides the Ray service (C(ours) is true when the service holds it too), and a line saying so.
   returned: always
   type: list
   elements: dict
@@ -185,8 +185,10 @@ def main():
     if p['ports']:
         ours = unit_pids(module, p['unit'])
         for port in p['ports']:
-            holders = [h for h in port_listeners(port) if h['pid'] is None or h['pid'] not in ours]
+            listeners = port_listeners(port)
+            holders = [h for h in listeners if h['pid'] is None or h['pid'] not in ours]
             result['ports'].append({'port': port, 'free': not holders, 'holders': holders,
+                                    'ours': len(listeners) > len(holders),
                                     'text': describe_listeners(port, holders) if holders else ''})
     if p['hold_port'] and all(x['free'] for x in result['ports'] if x['port'] == p['hold_port']):
         if not port_listeners(p['hold_port']):

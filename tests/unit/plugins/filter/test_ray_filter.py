@@ -48,6 +48,18 @@ def test_preflight_problems_name_host_and_variable():
     assert len(rf.ray_preflight_problems(hostvars, ['h', 'w1', 'w2'], 'h', '10.0.0.1', 6379, '/e', True)) == 2
 
 
+def test_a_refusal_by_the_heads_own_restarting_ray_is_no_problem_a_timeout_is():
+    ports = {'ports': [{'port': 6379, 'free': True, 'ours': True, 'text': ''}]}
+    refused = 'connection refused (nothing listens there, or a firewall rejects it)'
+    hostvars = {'h': {'__ray_head_ports': ports}, 'w1': {'__ray_reach': {'connect': refused}},
+                'w2': {'__ray_reach': {'connect': 'no answer within 5s (a firewall drops it, or the head is down)'}}}
+    got = rf.ray_preflight_problems(hostvars, ['h', 'w1', 'w2'], 'h', '10.0.0.1', 6379, '/e')
+    assert [line.split(':')[0] for line in got] == ['host w2']
+    ports['ports'][0]['ours'] = False
+    got = rf.ray_preflight_problems(hostvars, ['h', 'w1', 'w2'], 'h', '10.0.0.1', 6379, '/e')
+    assert [line.split(':')[0] for line in got] == ['host w1', 'host w2']
+
+
 def _inspection(state, address, log=(), **spec):
     return {'active_state': state, 'sub_state': 'running' if state == 'active' else 'dead', 'processes': [],
             'log_tail': list(log), 'manifest': rc.node_spec('x', address, address.endswith('.1'),
