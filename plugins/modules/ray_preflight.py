@@ -113,6 +113,19 @@ def unit_pids(module, unit):
     return set(ray_cluster.cgroup_pids(ray_cluster.parse_systemctl_show(out).get('ControlGroup', '')))
 
 
+def stable_listeners(port, tries=3, pause=1.0):
+    """The listeners on a port seen in consecutive scans: a process that is exiting (a Ray that
+    restarts) is not taken for a holder."""
+    seen = port_listeners(port)
+    for _ in range(tries - 1):
+        if not seen:
+            break
+        time.sleep(pause)
+        again = port_listeners(port)
+        seen = [h for h in again if h['pid'] in [x['pid'] for x in seen]]
+    return seen
+
+
 def _accept_until(sock, deadline, expect):
     """Accept (and close) connections until the deadline or the expected count."""
     count = 0
@@ -185,7 +198,7 @@ def main():
     if p['ports']:
         ours = unit_pids(module, p['unit'])
         for port in p['ports']:
-            listeners = port_listeners(port)
+            listeners = stable_listeners(port)
             holders = [h for h in listeners if h['pid'] is None or h['pid'] not in ours]
             result['ports'].append({'port': port, 'free': not holders, 'holders': holders,
                                     'ours': len(listeners) > len(holders),
