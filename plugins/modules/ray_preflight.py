@@ -1,0 +1,215 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+---
+module: ray_preflight
+short_description: Checks before a Ray cluster starts - ports free on the head, the head reachable from a worker
+description:
+  - On the head, O(ports) names the processes listening on each port, leaving out the node's own
+    Ray service (the processes in the cgroup of O(unit)); a port held by anything else is a problem.
+  - On the head, O(hold_port) opens that port (when it is free) in a detached listener for at most
+    O(hold_seconds), which exits once O(hold_expect) connections came, so that the workers can
+    test that they reach it before Ray runs.
+  - On a worker, O(connect_host) and O(connect_port) make one TCP connection, bounded by
+    O(connect_timeout), and say why it failed.
+  - Changes nothing that stays; runs the same in check mode.
+version_added: 0.2.0
+author: gpucluster.multinode contributors
+options:
+  unit:
+    description: The node's Ray unit; its processes may hold the ports.
+    type: str
+    default: gpucluster-ray.service
+  ports:
+    description: Ports that must be free (or held by the node's Ray service).
+    type: list
+    elements: int
+    default: []
+  hold_port:
+    description: Port to hold open for the workers' test (0 holds none).
+    type: int
+    default: 0
+  hold_address:
+    description: Address the held port is bound to.
+    type: str
+    default: ''
+  hold_seconds:
+    description: At most this long.
+    type: int
+    default: 30
+  hold_expect:
+    description: The listener exits after this many connections.
+    type: int
+    default: 0
+  connect_host:
+    description: Address to connect to (the head's cluster address).
+    type: str
+    default: ''
+  connect_port:
+    description: Port to connect to.
+    type: int
+    default: 0
+  connect_timeout:
+    description: Seconds the connection may take.
+    type: float
+    default: 5
+attributes:
+  check_mode:
+    support: full
+    details: Runs the same in check mode (a held port is released by itself).
+  diff_mode:
+    support: none
+'''
+
+EXAMPLES = r'''
+- name: Ports free on the head
+  gpucluster.multinode.ray_preflight:
+    ports: [6379, 8265, 10001]
+    hold_port: 6379
+    hold_address: 10.0.0.1
+    hold_expect: 2
+'''
+
+RETURN = r'''
+ports:
+  description: Per port, who holds it besides the Ray service (C(ours) is true when the service holds it too), and a line saying so.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{port: 6379, free: false, holders: [{pid: 77, cmdline: redis-server *:6379}], text: "port 6379 is in use by pid 77 (redis-server *:6379)"}]
+held:
+  description: Whether O(hold_port) is now held by the detached listener (false when Ray or another process holds it).
+  returned: always
+  type: bool
+connect:
+  description: The result of the connection, C(connected) or the reason it failed.
+  returned: when connect_port is set
+  type: str
+'''
+
+import errno
+import os
+import select
+import socket
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.multinode.plugins.module_utils import ray_cluster
+try:
+    from ansible_collections.gpucluster.multinode.plugins.module_utils.processes import port_listeners, describe_listeners
+except ImportError:
+    from ansible_collections.gpucluster.multinode.plugins.module_utils.jobs import port_listeners, describe_listeners
+
+
+def unit_pids(module, unit):
+    rc, out, _err = module.run_command(['systemctl', 'show', '-p', 'ControlGroup', unit])
+    if rc != 0:
+        return set()
+    return set(ray_cluster.cgroup_pids(ray_cluster.parse_systemctl_show(out).get('ControlGroup', '')))
+
+
+def stable_listeners(port, tries=3, pause=1.0):
+    """The listeners on a port seen in consecutive scans: a process that is exiting (a Ray that
+    restarts) is not taken for a holder."""
+    seen = port_listeners(port)
+    for _ in range(tries - 1):
+        if not seen:
+            break
+        time.sleep(pause)
+        again = port_listeners(port)
+        seen = [h for h in again if h['pid'] in [x['pid'] for x in seen]]
+    return seen
+
+
+def _accept_until(sock, deadline, expect):
+    """Accept (and close) connections until the deadline or the expected count."""
+    count = 0
+    while time.time() < deadline and (expect <= 0 or count < expect):
+        ready, _w, _x = select.select([sock], [], [], max(0.1, deadline - time.time()))
+        if ready:
+            conn, _addr = sock.accept()
+            conn.close()
+            count += 1
+
+
+def hold(address, port, seconds, expect):
+    """Bind the port; when that works, a child in its own session keeps it open for the workers'
+    test and the module returns at once."""
+    family = socket.AF_INET6 if ':' in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((address, port))
+        sock.listen(64)
+    except (OSError, socket.error):
+        sock.close()
+        return False
+    child = os.fork()
+    if child:
+        sock.close()
+        return True
+    try:
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):   # nothing of the child keeps the module's output open
+            os.dup2(devnull, fd)
+        _accept_until(sock, time.time() + seconds, expect)
+    finally:
+        os._exit(0)
+
+
+def connect(host, port, timeout):
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout)
+        sock.close()
+        return 'connected'
+    except socket.timeout:
+        return 'no answer within %gs (a firewall drops it, or the head is down)' % timeout
+    except (OSError, socket.error) as exc:
+        if exc.errno == errno.ECONNREFUSED:
+            return 'connection refused (nothing listens there, or a firewall rejects it)'
+        if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+            return 'no route to the head (%s)' % os.strerror(exc.errno)
+        return str(exc)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            unit=dict(type='str', default='gpucluster-ray.service'),
+            ports=dict(type='list', elements='int', default=[]),
+            hold_port=dict(type='int', default=0),
+            hold_address=dict(type='str', default=''),
+            hold_seconds=dict(type='int', default=30),
+            hold_expect=dict(type='int', default=0),
+            connect_host=dict(type='str', default=''),
+            connect_port=dict(type='int', default=0),
+            connect_timeout=dict(type='float', default=5),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    result = {'ports': [], 'held': False}
+    if p['ports']:
+        ours = unit_pids(module, p['unit'])
+        for port in p['ports']:
+            listeners = stable_listeners(port)
+            holders = [h for h in listeners if h['pid'] is None or h['pid'] not in ours]
+            result['ports'].append({'port': port, 'free': not holders, 'holders': holders,
+                                    'ours': len(listeners) > len(holders),
+                                    'text': describe_listeners(port, holders) if holders else ''})
+    if p['hold_port'] and all(x['free'] for x in result['ports'] if x['port'] == p['hold_port']):
+        if not port_listeners(p['hold_port']):
+            result['held'] = hold(p['hold_address'], p['hold_port'], p['hold_seconds'], p['hold_expect'])
+    if p['connect_port']:
+        result['connect'] = connect(p['connect_host'], p['connect_port'], p['connect_timeout'])
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == '__main__':
+    main()

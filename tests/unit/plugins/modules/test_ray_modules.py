@@ -1,0 +1,45 @@
+"""ray_preflight: the head holds its port for the workers' test; a worker says why it cannot connect.
+ray_node: the installed Ray version is read from the package metadata on disk."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from ansible_collections.gpucluster.multinode.plugins.modules import ray_node, ray_preflight
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_a_held_port_answers_then_goes_away():
+    port = free_port()
+    assert ray_preflight.hold('127.0.0.1', port, 20, 1) is True
+    assert ray_preflight.connect('127.0.0.1', port, 5) == 'connected'
+    deadline = time.time() + 10      # the listener leaves after its one expected connection
+    while time.time() < deadline and ray_preflight.connect('127.0.0.1', port, 1) == 'connected':
+        time.sleep(0.2)
+    assert ray_preflight.connect('127.0.0.1', port, 1).startswith('connection refused')
+
+
+def test_a_port_in_use_is_not_held():
+    busy = socket.socket()
+    busy.bind(('127.0.0.1', 0))
+    busy.listen(1)
+    try:
+        assert ray_preflight.hold('127.0.0.1', busy.getsockname()[1], 5, 1) is False
+    finally:
+        busy.close()
+
+
+def test_ray_version_from_metadata(tmp_path):
+    meta = tmp_path / 'lib' / 'python3.11' / 'site-packages' / 'ray-2.60.0.dist-info'
+    meta.mkdir(parents=True)
+    (meta / 'METADATA').write_text('Metadata-Version: 2.1\nName: ray\nVersion: 2.60.0\n')
+    assert ray_node.ray_version(str(tmp_path)) == '2.60.0'
+    assert ray_node.ray_version(str(tmp_path / 'none')) == ''
