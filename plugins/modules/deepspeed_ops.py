@@ -12,7 +12,7 @@ short_description: Build the DeepSpeed ops a job would JIT-build, ahead of the f
 description:
   - Runs the environment's interpreter as the account the module runs as, lets DeepSpeed pick
     its accelerator as a job does, and loads the op builders listed for that accelerator with
-    the builder's own C(load()), i.e. the JIT path of a job. The result lands in torch's
+    the builder's own load method, the JIT path of a job. The result lands in torch's
     extension directory of that account (C(TORCH_EXTENSIONS_DIR), else
     C(~/.cache/torch_extensions/pyXY_ACC)), where the job's ranks find it.
   - Records in that directory (C(gpucluster-deepspeed-ops.json)) the Python, torch, DeepSpeed
@@ -29,9 +29,9 @@ options:
     required: true
   ops:
     description:
-      - Op builder class names per DeepSpeed accelerator name, for example
+      - "Op builder class names per DeepSpeed accelerator name, for example
         C({cpu: [ShareMemCommBuilder], cuda: [FusedAdamBuilder]}). Only the list of the
-        accelerator DeepSpeed picks on the node is used.
+        accelerator DeepSpeed picks on the node is used."
     type: dict
     default: {}
   state:
