@@ -24,9 +24,9 @@ version_added: 0.2.0
 author: gpucluster.multinode contributors
 options:
   python:
-    description: Interpreter of the environment, for example C(/opt/gpucluster/env/bin/python).
-    type: path
     required: true
+    type: path
+    description: The environment's python (the job's), for example C(/opt/gpucluster/env/bin/python).
   ops:
     description:
       - "Op builder class names per DeepSpeed accelerator name, for example
