@@ -92,7 +92,8 @@ def conda_settings(tmp_path, sha256):
     return dict(python_env_backend='conda', python_env_conda_installer_file=FAKE_INSTALLER,
                 python_env_conda_installer_sha256=sha256, python_env_conda_prefix=str(tmp_path / 'miniforge'),
                 python_env_conda_cache_dir=str(tmp_path / 'cache'), python_env_check_torch_available='false',
-                python_env_verify='false', python_env_find_links=str(tmp_path / 'wheelhouse'), python_env_offline='true')
+                python_env_verify='false', python_env_deepspeed_ops_cache='false',
+                python_env_find_links=str(tmp_path / 'wheelhouse'), python_env_offline='true')
 
 
 def test_a_conda_installer_with_another_checksum_is_refused_before_any_change(tmp_path):

@@ -1,0 +1,175 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""DeepSpeed ops built ahead of the first job: the probe run in the environment, its parser,
+the stamp that records what was built (keyed by the versions) and how long it took."""
+
+from __future__ import annotations
+
+import json
+import os
+
+MARKER = 'GPUCLUSTER_DS_OPS '
+STAMP_NAME = 'gpucluster-deepspeed-ops.json'
+KEY_FIELDS = ('python', 'torch', 'deepspeed', 'accelerator')
+
+# Run by the environment's interpreter as the job's account:
+#   python -c PROBE_SCRIPT MODE OPS_JSON      MODE: probe | build; OPS_JSON: {accelerator: [builder class, ...]}
+# DeepSpeed picks the accelerator as the job does (DS_ACCELERATOR, else detection); the ops of that
+# accelerator are loaded with the builder's own load(), i.e. the job's JIT path, into torch's
+# extension directory of this account (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions/pyXY_ACC).
+PROBE_SCRIPT = r'''
+import json, os, sys, time
+mode, wanted = sys.argv[1], json.loads(sys.argv[2])
+import torch
+from torch.utils import cpp_extension
+import deepspeed
+from deepspeed.accelerator import get_accelerator
+try:
+    from deepspeed.git_version_info import installed_ops
+except ImportError:
+    installed_ops = {}
+acc = get_accelerator()
+acc_name = acc._name
+root = os.environ.get('TORCH_EXTENSIONS_DIR')
+if root is None:
+    if torch.version.hip is not None:
+        tag = 'rocm' + torch.version.hip.replace('.', '')
+    elif torch.version.cuda is not None:
+        tag = 'cu' + torch.version.cuda.replace('.', '')
+    else:
+        tag = 'cpu'
+    root = os.path.join(cpp_extension.get_default_build_root(), 'py%d%d%s_%s' % (
+        sys.version_info[0], sys.version_info[1], getattr(sys, 'abiflags', ''), tag))
+ops = []
+for cls in wanted.get(acc_name, []):
+    entry = {'builder': cls, 'name': None, 'compatible': False, 'installed': False, 'built': False}
+    try:
+        builder = acc.create_op_builder(cls)
+    except Exception as exc:
+        builder, entry['error'] = None, '%s: %s' % (type(exc).__name__, exc)
+    if builder is None or getattr(builder, 'name', None) is None:
+        entry.setdefault('error', 'no such op builder for accelerator %s' % acc_name)
+        ops.append(entry)
+        continue
+    name = builder.name
+    entry['name'] = name
+    entry['compatible'] = bool(builder.is_compatible(False))
+    entry['installed'] = bool(installed_ops.get(name, False))
+    so = os.path.join(root, name, name + '.so')
+    entry['built'] = os.path.isfile(so)
+    if mode == 'build' and entry['compatible'] and not entry['installed']:
+        started = time.time()
+        try:
+            builder.load(verbose=False)
+            entry['seconds'] = round(time.time() - started, 1)
+        except Exception as exc:
+            entry['error'] = '%s: %s' % (type(exc).__name__, str(exc)[-600:])
+        entry['built'] = os.path.isfile(so)
+    ops.append(entry)
+v = sys.version_info
+print('GPUCLUSTER_DS_OPS ' + json.dumps({
+    'python': '%d.%d.%d' % (v[0], v[1], v[2]), 'torch': torch.__version__,
+    'deepspeed': deepspeed.__version__, 'accelerator': acc_name, 'extensions_dir': root, 'ops': ops}), flush=True)
+'''
+
+
+class ProbeError(Exception):
+    """The probe printed no result line."""
+
+
+def parse_probe_output(stdout):
+    """The probe's result: the last line that starts with MARKER, as a dict."""
+    lines = [line for line in (stdout or '').splitlines() if line.startswith(MARKER)]
+    if not lines:
+        raise ProbeError('the probe printed no %r line' % MARKER.strip())
+    try:
+        info = json.loads(lines[-1][len(MARKER):])
+    except ValueError as exc:
+        raise ProbeError('the probe line is not JSON: %s' % exc)
+    for field in KEY_FIELDS + ('extensions_dir', 'ops'):
+        if field not in info:
+            raise ProbeError('the probe line lacks %s' % field)
+    return info
+
+
+def version_key(info):
+    """What a build is valid for: Python, torch, DeepSpeed and the accelerator."""
+    return dict((field, str(info[field])) for field in KEY_FIELDS)
+
+
+def stamp_path(extensions_dir):
+    return os.path.join(extensions_dir, STAMP_NAME)
+
+
+def read_stamp(path):
+    """The stamp as a dict, or {} when missing or unreadable."""
+    try:
+        with open(path) as handle:
+            stamp = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return {}
+    return stamp if isinstance(stamp, dict) else {}
+
+
+def _buildable(info):
+    return [op for op in info['ops'] if op.get('name') and op.get('compatible') and not op.get('installed')]
+
+
+def ops_to_build(info, stamp):
+    """Names of the ops the role builds: compatible, not in the wheel, and not yet recorded in the
+    stamp for these versions (a version change rebuilds) or missing on disk."""
+    recorded = stamp.get('ops', {}) if stamp.get('key') == version_key(info) else {}
+    return [op['name'] for op in _buildable(info) if not op.get('built') or op['name'] not in recorded]
+
+
+def ops_the_job_builds(info, stamp):
+    """Names of the ops a job would build before step 1: missing on disk, or built for other
+    versions according to the stamp."""
+    stale = bool(stamp) and stamp.get('key') != version_key(info)
+    return [op['name'] for op in _buildable(info) if not op.get('built') or stale]
+
+
+def unusable_ops(info):
+    """'builder: reason' for every op asked for that cannot be built here."""
+    bad = []
+    for op in info['ops']:
+        if op.get('error') and not op.get('name'):
+            bad.append('%s: %s' % (op['builder'], op['error']))
+        elif op.get('name') and not op.get('compatible'):
+            bad.append('%s: not compatible with this node (DeepSpeed says so)' % op['builder'])
+    return bad
+
+
+def build_errors(info):
+    """'name: error' for every op whose build failed."""
+    return ['%s: %s' % (op['name'], op['error']) for op in info['ops'] if op.get('name') and op.get('error')]
+
+
+def updated_stamp(stamp, info, built_at):
+    """The stamp after a build: the versions' key, and per op its build seconds and time."""
+    key = version_key(info)
+    ops = dict(stamp.get('ops', {})) if stamp.get('key') == key else {}
+    for op in info['ops']:
+        if op.get('name') and op.get('built') and 'seconds' in op:
+            ops[op['name']] = {'seconds': op['seconds'], 'built_at': built_at}
+    return {'key': key, 'ops': ops}
+
+
+def last_seconds(stamp, names):
+    """Seconds the last recorded build of these ops took in all (any versions), or None."""
+    recorded = stamp.get('ops', {})
+    times = [recorded[name]['seconds'] for name in names if name in recorded and 'seconds' in recorded[name]]
+    return round(sum(times), 1) if times else None
+
+
+def preflight_message(todo, seconds, info):
+    """One line for the training preflight."""
+    names = [op['name'] for op in info['ops'] if op.get('name')]
+    if not names:
+        return 'no DeepSpeed op to build for accelerator %s' % info['accelerator']
+    if not todo:
+        return 'DeepSpeed ops ready in %s (%s): no build before step 1' % (info['extensions_dir'], ', '.join(names))
+    when = ('the last build here took %.0f s' % seconds) if seconds is not None else 'no build recorded here'
+    return 'the job builds DeepSpeed ops %s before step 1 (%s); python_env builds them at install time' % (
+        ', '.join(todo), when)
