@@ -43,6 +43,7 @@ options:
     default: built
   environ:
     description: Extra environment of the interpreter, for example C(DS_ACCELERATOR=cpu) or C(TORCH_CUDA_ARCH_LIST).
+      Never shown in the task result or log (it carries the job's environment, where tokens live).
     type: dict
     default: {}
   env_files:
@@ -176,7 +177,7 @@ def main():
             python=dict(type='path', required=True),
             ops=dict(type='dict', default={}),
             state=dict(type='str', choices=['built', 'checked'], default='built'),
-            environ=dict(type='dict', default={}),
+            environ=dict(type='dict', default={}, no_log=True),
             env_files=dict(type='list', elements='path', default=[]),
             timeout=dict(type='int', default=1800),
         ),
