@@ -117,7 +117,7 @@ options:
         job of the same id. O(state=started) must run as the owner.
     type: str
   ssh_check:
-    description: With C(deepspeed) and C(mpirun), O(state=checked) on the head refuses the nodes it cannot reach over SSH.
+    description: With C(deepspeed) and C(mpirun), O(state=checked) and O(state=started) on the head refuse the nodes it cannot reach over SSH; with V(false) the start goes on and O(state=watched) names such a node.
     type: bool
     default: true
   watch_timeout:
