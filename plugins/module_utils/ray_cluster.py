@@ -175,26 +175,34 @@ def input_errors(hosts, hostvars, head):
             value = hv.get(var, 'auto')
             if value != 'auto' and (_int_or_none(value) is None or _int_or_none(value) < 0):
                 errors.append('host %s: %s must be auto or a whole number >= 0, got %r' % (h, var, value))
-        res = hv.get('ray_resources') or {}
-        if not isinstance(res, dict):
-            errors.append('host %s: ray_resources must be a mapping of name to amount, got %r' % (h, res))
-        else:
-            for name, amount in res.items():
-                if name in ('CPU', 'GPU', 'memory', 'object_store_memory'):
-                    errors.append('host %s: ray_resources may not set %s (use ray_num_cpus, ray_num_gpus, '
-                                  'ray_memory)' % (h, name))
-                elif isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
-                    errors.append('host %s: ray_resources.%s must be a number >= 0, got %r' % (h, name, amount))
-        labels = hv.get('ray_labels') or {}
-        if not isinstance(labels, dict):
-            errors.append('host %s: ray_labels must be a mapping of name to text, got %r' % (h, labels))
-        else:
-            for name, value in labels.items():
-                if str(name).startswith('ray.io/'):
-                    errors.append('host %s: ray_labels.%s: the ray.io/ prefix is Ray\'s own' % (h, name))
-                elif not isinstance(value, str):
-                    errors.append('host %s: ray_labels.%s must be text, got %r' % (h, name, value))
+        errors.extend(_mapping_errors(h, 'ray_resources', hv.get('ray_resources'), 'name to amount', _resource_error))
+        errors.extend(_mapping_errors(h, 'ray_labels', hv.get('ray_labels'), 'name to text', _label_error))
     return errors
+
+
+def _resource_error(var, name, amount):
+    if name in ('CPU', 'GPU', 'memory', 'object_store_memory'):
+        return '%s may not set %s (use ray_num_cpus, ray_num_gpus, ray_memory)' % (var, name)
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
+        return '%s.%s must be a number >= 0, got %r' % (var, name, amount)
+    return None
+
+
+def _label_error(var, name, value):
+    if str(name).startswith('ray.io/'):
+        return "%s.%s: the ray.io/ prefix is Ray's own" % (var, name)
+    if not isinstance(value, str):
+        return '%s.%s must be text, got %r' % (var, name, value)
+    return None
+
+
+def _mapping_errors(host, var, value, shape, item_error):
+    """Lines for a per-host mapping variable: not a mapping, or the entries item_error refuses."""
+    value = value or {}
+    if not isinstance(value, dict):
+        return ['host %s: %s must be a mapping of %s, got %r' % (host, var, shape, value)]
+    problems = (item_error(var, name, item) for name, item in value.items())
+    return ['host %s: %s' % (host, problem) for problem in problems if problem]
 
 
 def gpus_of(hostvars_of_host, detected_gpus=None):

@@ -86,14 +86,12 @@ attributes:
     description: Checks the input only (the environment and the script may come with the same run); runs nothing; RV(stage) is C(skipped).
   diff_mode:
     support: none
-  platform:
-    platforms: posix
 seealso:
   - plugin: gpucluster.multinode.dist_check_report
     plugin_type: filter
 author:
   - gpucluster.multinode contributors
-extends_documentation_fragment: [gpucluster.multinode.launch_env]
+extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix]
 '''
 
 EXAMPLES = r'''

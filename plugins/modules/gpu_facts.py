@@ -40,12 +40,8 @@ options:
     description: Where the PCI devices are listed (for tests against a recorded tree).
     type: path
     default: /sys/bus/pci/devices
+extends_documentation_fragment: [gpucluster.multinode.attributes.read_only]
 attributes:
-  check_mode:
-    support: full
-    details: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
   facts:
     support: full
 notes:

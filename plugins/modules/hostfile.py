@@ -91,6 +91,7 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - gpucluster.multinode.attributes.posix
   - ansible.builtin.files
 attributes:
   check_mode:
@@ -99,8 +100,6 @@ attributes:
   diff_mode:
     support: full
     description: Shows the file content before and after.
-  platform:
-    platforms: posix
 seealso:
   - plugin: gpucluster.multinode.hostfile
     plugin_type: filter

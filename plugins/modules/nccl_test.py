@@ -121,13 +121,11 @@ attributes:
     description: Checks the input (and with nccl-tests the binary); runs no test and returns no rows.
   diff_mode:
     support: none
-  platform:
-    platforms: posix
 seealso:
   - module: gpucluster.multinode.net_bandwidth
 author:
   - gpucluster.multinode contributors
-extends_documentation_fragment: [gpucluster.multinode.launch_env]
+extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix]
 '''
 
 EXAMPLES = r'''

@@ -17,6 +17,7 @@ description:
     not end within O(timeout) seconds.
   - Changes nothing on the node.
 version_added: 0.1.0
+extends_documentation_fragment: [gpucluster.multinode.attributes.read_only]
 author: gpucluster.multinode contributors
 options:
   python:
@@ -33,12 +34,6 @@ options:
     description: Seconds the import may take before the module gives up.
     type: int
     default: 300
-attributes:
-  check_mode:
-    support: full
-    details: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
 notes:
   - Importing DeepSpeed the first time on a node can take several seconds.
 '''

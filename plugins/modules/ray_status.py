@@ -99,29 +99,31 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.multinode.plugins.module_utils import ray_cluster
 
 
+def _ask(module, argv, env, what, parse, result, key):
+    """Run one ray command and parse its output into result[key]; False (with result['error']) when
+    the command fails or its output does not parse."""
+    rc, out, err = module.run_command(argv, environ_update=env)
+    if key == 'status':
+        result['status_text'] = out
+    if rc != 0:
+        result['error'] = '%s exited %d: %s' % (what, rc, ' '.join((err or out).strip().splitlines()[-3:]))
+        return False
+    try:
+        result[key] = parse(out)
+    except ValueError as exc:
+        result['error'] = exc.args[0] if what == 'ray status' else '%s: %s' % (what, exc)
+        return False
+    return True
+
+
 def read(module, p):
     env = {'RAY_USAGE_STATS_ENABLED': '0', 'TERM': 'dumb'}
-    rc, out, err = module.run_command(['timeout', str(p['command_timeout']), p['ray'], 'status', '-v',
-                                       '--address', p['address']], environ_update=env)
-    result = {'status_text': out, 'status': None, 'nodes': [], 'error': ''}
-    if rc != 0:
-        result['error'] = 'ray status exited %d: %s' % (rc, ' '.join((err or out).strip().splitlines()[-3:]))
-        return result
-    try:
-        result['status'] = ray_cluster.parse_ray_status(out)
-    except ValueError as exc:
-        result['error'] = str(exc)
-        return result
-    rc, out, err = module.run_command([p['ray'], 'list', 'nodes', '--format', 'json', '--limit', '10000',
-                                       '--timeout', str(p['command_timeout']), '--address', p['dashboard_url']],
-                                      environ_update=env)
-    if rc != 0:
-        result['error'] = 'ray list nodes exited %d: %s' % (rc, ' '.join((err or out).strip().splitlines()[-3:]))
-        return result
-    try:
-        result['nodes'] = ray_cluster.parse_ray_nodes(out)
-    except ValueError as exc:
-        result['error'] = 'ray list nodes: %s' % exc
+    result = {'status_text': '', 'status': None, 'nodes': [], 'error': ''}
+    status = ['timeout', str(p['command_timeout']), p['ray'], 'status', '-v', '--address', p['address']]
+    nodes = [p['ray'], 'list', 'nodes', '--format', 'json', '--limit', '10000',
+             '--timeout', str(p['command_timeout']), '--address', p['dashboard_url']]
+    if _ask(module, status, env, 'ray status', ray_cluster.parse_ray_status, result, 'status'):
+        _ask(module, nodes, env, 'ray list nodes', ray_cluster.parse_ray_nodes, result, 'nodes')
     return result
 
 
