@@ -50,9 +50,8 @@ def python_env_install_changed(result):
 
 def python_env_mask_credentials(value):
     """A text, or a list of texts, with the credentials of every URL in it masked."""
-    if isinstance(value, (list, tuple)):
-        return [python_env.mask_credentials(v) for v in value]
-    return python_env.mask_credentials(value)
+    mask = python_env.mask_credentials
+    return [mask(v) for v in value] if isinstance(value, (list, tuple)) else mask(value)
 
 
 class FilterModule:

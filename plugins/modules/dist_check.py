@@ -89,8 +89,7 @@ attributes:
 seealso:
   - plugin: gpucluster.multinode.dist_check_report
     plugin_type: filter
-author:
-  - gpucluster.multinode contributors
+author: gpucluster.multinode contributors
 extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix]
 '''
 

@@ -103,8 +103,7 @@ attributes:
 seealso:
   - plugin: gpucluster.multinode.hostfile
     plugin_type: filter
-author:
-  - gpucluster.multinode contributors
+author: gpucluster.multinode contributors
 '''
 
 EXAMPLES = r'''

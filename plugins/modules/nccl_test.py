@@ -123,8 +123,7 @@ attributes:
     support: none
 seealso:
   - module: gpucluster.multinode.net_bandwidth
-author:
-  - gpucluster.multinode contributors
+author: gpucluster.multinode contributors
 extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix]
 '''
 

@@ -118,8 +118,7 @@ attributes:
 seealso:
   - plugin: gpucluster.multinode.bandwidth_report
     plugin_type: filter
-author:
-  - gpucluster.multinode contributors
+author: gpucluster.multinode contributors
 '''
 
 EXAMPLES = r'''
