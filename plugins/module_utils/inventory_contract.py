@@ -219,7 +219,7 @@ def contract_errors(groups, hostvars):
 
 
 def cluster_manifest(groups, hostvars):
-    """What every node is told about the cluster (written to /etc/gpucluster/cluster.json)."""
+    """The cluster as the roles read it from the inventory: head, master address and port, nodes in rank order."""
     nodes = ordered_nodes(groups)
     head = nodes[0] if nodes else None
     first = hostvars[head] if head else {}

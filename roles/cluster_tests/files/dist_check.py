@@ -42,8 +42,8 @@ def emit(obj):
 def cause_of(exc):
     """The likely cause of a failed TCP connect, in words a user acts on.
 
-    The same mapping as socket_cause in the collection's plugins/module_utils/cluster_tests.py,
-    copied because this script runs without the collection; a unit test keeps the two in step.
+    The only copy: this script runs on the nodes without the collection, and the smoke test's
+    report reads the cause it prints (tests/unit/plugins/module_utils/test_dist_check_script.py).
     """
     if isinstance(exc, socket.gaierror):
         return 'name not resolvable'
