@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start to first logged step of the first DeepSpeed job on a lab fresh from site.yml, against the
 # jobs after it, on the same lab in the same run (goal: within 1.5x).
-#   make lab && ansible-playbook playbooks/site.yml -i inventories/lab && benchmarks/first_job.sh
+#   make lab && ansible-playbook playbooks/site.yml -i lab/inventory && benchmarks/first_job.sh
 #   INV=inventories/lab-x ROUNDS=3 benchmarks/first_job.sh
 # The first job is timed only once per lab: run the script right after site.yml. COLD=1 first
 # empties the training account's torch extension cache on every node (as before python_env built
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 # shellcheck source=benchmarks/lib.sh
 source benchmarks/lib.sh
-INV=${INV:-inventories/lab}
+INV=${INV:-lab/inventory}
 ROUNDS=${ROUNDS:-3}
 COLD=${COLD:-0}
 TRAIN_USER=${TRAIN_USER:-train}
