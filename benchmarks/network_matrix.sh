@@ -12,6 +12,8 @@
 #   ansible-playbook lab/lab.yml -e lab_name=lab-net -e lab_subnet=10.213.40.0/24 \
 #       -e lab_inventory_dir=inventories/lab-net -e lab_nodes=8
 #   benchmarks/network_matrix.sh        # INV=inventories/lab-net DURATION=2 ROUNDS=5 THROTTLE=1gbit PARTS="1 2 3 4"
+#   PARTS=2 INV=<a lab of 2 or more> benchmarks/network_matrix.sh      # part 2 needs 2 nodes only
+#   PARTS=1 MATRIX_NODES=8 benchmarks/network_matrix.sh                # part 1 at 8 nodes only
 #
 # THROTTLE must be well under the normal rate of a link (tbf with a 64 kB burst and several
 # streams gets well under its rate: 1gbit gave 0.14-0.44 Gbit/s here).
@@ -28,6 +30,7 @@ DURATION=${DURATION:-2}
 ROUNDS=${ROUNDS:-5}
 THROTTLE=${THROTTLE:-1gbit}
 PARTS=${PARTS:-1 2 3 4}
+MATRIX_NODES=${MATRIX_NODES:-4 8}
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 OUT=$(mktemp -d /tmp/network-matrix.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
@@ -38,7 +41,10 @@ inv = json.load(sys.stdin)
 key = lambda n: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", n)]
 head = inv.get("head", {}).get("hosts", [])
 print("\n".join(head + sorted(inv.get("workers", {}).get("hosts", []), key=key)))')
-[ "${#NODES[@]}" -ge 8 ] || { echo "network_matrix: $INV has ${#NODES[@]} node(s); make a lab of 8 (see the top of this file)" >&2; exit 2; }
+need=2
+{ part 1 || part 4; } && need=8
+part 3 && [ "$need" -lt 4 ] && need=4
+[ "${#NODES[@]}" -ge "$need" ] || { echo "network_matrix: $INV has ${#NODES[@]} node(s), parts $PARTS need $need (see the top of this file)" >&2; exit 2; }
 address() { ansible-inventory -i "$INV" --host "$1" | python3 -c 'import json,sys; h=json.load(sys.stdin); print(h.get("cluster_address") or h["ansible_host"])'; }
 key=$(sed -n 's/^ *ansible_ssh_private_key_file: //p' "$INV/hosts.yml")
 opts=$(sed -n '/ansible_ssh_common_args/,/IdentitiesOnly/p' "$INV/hosts.yml" | grep -o -- '-o [^ ]*' | tr '\n' ' ')
@@ -63,8 +69,8 @@ field() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(eva
 
 if part 1 || part 3; then
 echo "== 1. all pairs: round-robin against one pair at a time (${DURATION} s per direction)"
-for n in 4 8; do
-  if ! part 1 && [ "$n" = 8 ]; then continue; fi
+for n in $MATRIX_NODES; do
+  if ! part 1 && [ "$n" != 4 ]; then continue; fi
   set -- "${NODES[@]:0:$n}"
   rr=$(matrix "rr$n" round_robin "$@")
   if ! part 1; then echo "4 nodes: round-robin $rr s (for part 3)"; continue; fi

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
+
 MARKER = 'GPUCLUSTER_DS_OPS '
 STAMP_NAME = 'gpucluster-deepspeed-ops.json'
 KEY_FIELDS = ('python', 'torch', 'deepspeed', 'accelerator')
@@ -68,17 +70,65 @@ for cls in wanted.get(acc_name, []):
         entry['built'] = os.path.isfile(so)
     ops.append(entry)
 v = sys.version_info
+import platform
+from importlib import metadata
 print('GPUCLUSTER_DS_OPS ' + json.dumps({
     'python': '%d.%d.%d' % (v[0], v[1], v[2]), 'torch': torch.__version__,
-    'deepspeed': deepspeed.__version__, 'accelerator': acc_name, 'extensions_dir': root, 'ops': ops}), flush=True)
+    'deepspeed': deepspeed.__version__, 'accelerator': acc_name, 'extensions_dir': root, 'ops': ops,
+    'dist': {'python': platform.python_version(), 'torch': metadata.version('torch'),
+             'deepspeed': metadata.version('deepspeed')}}), flush=True)
 '''
+
+STAMP_MAIN = r'''
+import json, os, platform, re, sys
+from importlib import metadata
+found = versions_from_distributions(metadata.distributions())
+hip = None
+try:
+    with open(str(metadata.distribution('torch').locate_file('torch/version.py'))) as handle:
+        match = re.search(r"^hip\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", handle.read(), re.M)
+        hip = match.group(1) if match else None
+except (OSError, metadata.PackageNotFoundError):
+    pass
+if hip:
+    tag = 'rocm' + hip.replace('.', '')
+elif found['torch_cuda']:
+    tag = 'cu' + found['torch_cuda'].replace('.', '')
+else:
+    tag = 'cpu'
+root = os.environ.get('TORCH_EXTENSIONS_DIR')
+if root is None:
+    cache = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
+    root = os.path.join(os.path.realpath(os.path.join(cache, 'torch_extensions')), 'py%d%d%s_%s' % (
+        sys.version_info[0], sys.version_info[1], getattr(sys, 'abiflags', ''), tag))
+stamp = None
+try:
+    with open(os.path.join(root, 'gpucluster-deepspeed-ops.json')) as handle:
+        stamp = json.load(handle)
+except (OSError, ValueError):
+    pass
+present = {}
+if isinstance(stamp, dict) and isinstance(stamp.get('ops'), dict):
+    for name in stamp['ops']:
+        present[name] = os.path.isfile(os.path.join(root, name, name + '.so'))
+print('GPUCLUSTER_DS_OPS ' + json.dumps({
+    'dist': {'python': platform.python_version(), 'torch': found['torch'], 'deepspeed': found['deepspeed']},
+    'ds_accelerator': os.environ.get('DS_ACCELERATOR') or None, 'extensions_dir': root,
+    'stamp': stamp, 'present': present}), flush=True)
+'''
+# Run the same way (python -c STAMP_SCRIPT stamp OPS_JSON) when only files are to be read: the
+# installed versions from package metadata (env_versions' reader), torch's CUDA/HIP tag from
+# torch/version.py (read, not imported), the extension directory a job would use, the stamp in it
+# and whether each op's .so is there. Imports neither torch nor DeepSpeed: a fraction of a second
+# instead of seconds per node.
+STAMP_SCRIPT = env_versions.READER_SOURCE + STAMP_MAIN
 
 
 class ProbeError(Exception):
     """The probe printed no result line."""
 
 
-def parse_probe_output(stdout):
+def parse_probe_output(stdout, fields=KEY_FIELDS + ('extensions_dir', 'ops')):
     """The probe's result: the last line that starts with MARKER, as a dict."""
     lines = [line for line in (stdout or '').splitlines() if line.startswith(MARKER)]
     if not lines:
@@ -87,7 +137,7 @@ def parse_probe_output(stdout):
         info = json.loads(lines[-1][len(MARKER):])
     except ValueError as exc:
         raise ProbeError('the probe line is not JSON: %s' % exc)
-    for field in KEY_FIELDS + ('extensions_dir', 'ops'):
+    for field in fields:
         if field not in info:
             raise ProbeError('the probe line lacks %s' % field)
     return info
@@ -147,13 +197,69 @@ def build_errors(info):
 
 
 def updated_stamp(stamp, info, built_at):
-    """The stamp after a build: the versions' key, and per op its build seconds and time."""
+    """The stamp after a probe or a build: the versions' key, the installed packages' versions
+    (what the file-only read compares), and per op its builder, its build seconds and time, or that
+    the wheel holds it."""
     key = version_key(info)
     ops = dict(stamp.get('ops', {})) if stamp.get('key') == key else {}
     for op in info['ops']:
-        if op.get('name') and op.get('built') and 'seconds' in op:
-            ops[op['name']] = {'seconds': op['seconds'], 'built_at': built_at}
-    return {'key': key, 'ops': ops}
+        if not op.get('name'):
+            continue
+        if op.get('installed'):
+            ops[op['name']] = {'builder': op['builder'], 'installed': True}
+        elif op.get('built') and 'seconds' in op:
+            ops[op['name']] = {'builder': op['builder'], 'seconds': op['seconds'], 'built_at': built_at}
+        elif op['name'] in ops and op.get('built'):
+            ops[op['name']] = dict(ops[op['name']], builder=op['builder'])
+    return {'key': key, 'dist': info.get('dist'), 'ops': ops}
+
+
+def read_without_import(quick, wanted):
+    """From the file-only read (STAMP_SCRIPT), whether the ops of `wanted` ({accelerator: [builder,
+    ...]}) are ready for the installed versions, without importing torch or DeepSpeed.
+
+    Returns (verdict, stamp, accelerator): verdict 'ready' (every op asked for the recorded
+    accelerator is built for these versions and on disk, or in the wheel), 'stale' (a stamp for other
+    versions, or an op missing: the probe decides) or 'unknown' (no stamp). The accelerator is the
+    recorded one; DS_ACCELERATOR, when set, must agree with it."""
+    stamp = quick.get('stamp')
+    if not isinstance(stamp, dict) or not isinstance(stamp.get('key'), dict):
+        return 'unknown', {}, None
+    accelerator = stamp['key'].get('accelerator')
+    if not stamp.get('dist') or stamp['dist'] != quick.get('dist'):
+        return 'stale', stamp, accelerator
+    if quick.get('ds_accelerator') and quick['ds_accelerator'] != accelerator:
+        return 'stale', stamp, accelerator
+    by_builder = dict((entry.get('builder'), name) for name, entry in stamp.get('ops', {}).items())
+    for builder in wanted.get(accelerator, []):
+        name = by_builder.get(builder)
+        if name is None:
+            return 'stale', stamp, accelerator
+        if not stamp['ops'][name].get('installed') and not quick.get('present', {}).get(name):
+            return 'stale', stamp, accelerator
+    return 'ready', stamp, accelerator
+
+
+def ready_message(stamp, quick, wanted):
+    """The preflight's line when the file-only read says ready."""
+    accelerator = stamp['key'].get('accelerator')
+    names = [name for name, entry in sorted(stamp.get('ops', {}).items()) if entry.get('builder') in wanted.get(accelerator, [])]
+    if not names:
+        return 'no DeepSpeed op to build for accelerator %s' % accelerator
+    return 'DeepSpeed ops ready in %s (%s): no build before step 1' % (quick['extensions_dir'], ', '.join(names))
+
+
+def unread_message(verdict, stamp, wanted):
+    """The preflight's line when the files cannot say the ops are ready (no probe is run then)."""
+    accelerator = stamp.get('key', {}).get('accelerator') if stamp else None
+    seconds = last_seconds(stamp, [name for name, entry in stamp.get('ops', {}).items()
+                                   if entry.get('builder') in wanted.get(accelerator, [])]) if stamp else None
+    when = ('the last build here took %.0f s' % seconds) if seconds is not None else 'no build recorded here'
+    if verdict == 'unknown':
+        return ('no record of DeepSpeed ops built for this environment: the job may build ops before step 1 (%s); '
+                'python_env builds them at install time' % when)
+    return ('the DeepSpeed ops recorded here were built for other versions or are missing: the job builds them '
+            'before step 1 (%s); python_env builds them at install time' % when)
 
 
 def last_seconds(stamp, names):

@@ -29,7 +29,8 @@ and DeepSpeed with ``imports=True``). Both paths run the same reader, ``READER_S
 
 API (kept stable): ``KEYS``, ``empty()``, ``site_dirs(python)``, ``from_site_dirs(dirs)``,
 ``probe_script(imports=False)``, ``parse_probe_output(stdout)``, ``format_nccl_version(value)``,
-``read(module, python, imports=False, environ=None, timeout=300)``, ``ProbeError``.
+``read(module, python, imports=False, environ=None, timeout=300)``, ``ProbeError``,
+``unsatisfied(module, python, requirements, timeout=300)``.
 """
 
 from __future__ import annotations
@@ -225,3 +226,71 @@ def read(module, python, imports=False, environ=None, timeout=300):
         lines = (err or out or '').strip().splitlines()
         return {}, '%s (%s)' % (exc, lines[-1] if lines else 'exit code %d' % rc)
     return versions, versions.pop('error', None)
+
+
+# Run by the environment's interpreter: which requirement strings its distributions do not satisfy,
+# parsed by pip's own packaging (one level of extras). Prints MARKER + a JSON list, or null when
+# there is no parser.
+REQUIREMENTS_SCRIPT = r'''
+import json, sys
+from importlib import metadata
+try:
+    from pip._vendor.packaging.requirements import Requirement
+except ImportError:
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:
+        print(sys.argv[1] + 'null')
+        sys.exit(0)
+
+
+def satisfied(req, extra=None):
+    if req.url:
+        return False
+    if req.marker is not None and not req.marker.evaluate({'extra': extra or ''}):
+        return True
+    try:
+        dist = metadata.distribution(req.name)
+    except metadata.PackageNotFoundError:
+        return False
+    if not req.specifier.contains(dist.version, prereleases=True):
+        return False
+    for name in req.extras:
+        for text in dist.requires or []:
+            dep = Requirement(text)
+            if dep.marker is not None and dep.marker.evaluate({'extra': name}) and not satisfied(
+                    Requirement(str(dep).split(';')[0]), None):
+                return False
+    return True
+
+
+out = []
+for text in json.loads(sys.argv[2]):
+    try:
+        ok = satisfied(Requirement(text))
+    except Exception:
+        ok = False
+    if not ok:
+        out.append(text)
+print(sys.argv[1] + json.dumps(out))
+'''
+
+
+def unsatisfied(module, python, requirements, timeout=300):
+    """The requirement strings the environment of ``python`` does not satisfy, or None when it
+    cannot tell (no interpreter, no parser, no answer in ``timeout`` seconds)."""
+    if not os.access(python, os.X_OK):
+        return None
+    cmd = [python, '-c', REQUIREMENTS_SCRIPT, MARKER, json.dumps(list(requirements))]
+    timeout_bin = module.get_bin_path('timeout') if timeout else None
+    if timeout_bin:
+        cmd = [timeout_bin, str(int(timeout))] + cmd
+    rc, out, _err = module.run_command(cmd)
+    lines = [line[len(MARKER):] for line in (out or '').splitlines() if line.startswith(MARKER)]
+    if rc != 0 or not lines:
+        return None
+    try:
+        found = json.loads(lines[-1])
+    except ValueError:
+        return None
+    return found if isinstance(found, list) else None

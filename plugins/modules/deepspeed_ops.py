@@ -18,8 +18,12 @@ description:
   - Records in that directory (C(gpucluster-deepspeed-ops.json)) the Python, torch, DeepSpeed
     and accelerator the ops were built for and how many seconds each build took. A later run
     with the same versions builds nothing; a version change rebuilds.
-  - With O(state=checked) it only reports which ops a job would build before its first step,
-    and how long the last recorded build took.
+  - Each run first reads files only (the installed packages' metadata, C(torch/version.py), the
+    stamp and the ops' C(.so) files), without importing torch or DeepSpeed. When they show the
+    ops built for the installed versions, the run ends there, unchanged, in a fraction of a
+    second; otherwise it probes the environment by importing DeepSpeed.
+  - With O(state=checked) it only reads files and reports whether a job would build ops before
+    its first step, and how long the last recorded build took. It never imports DeepSpeed.
 version_added: 0.2.0
 author: gpucluster.multinode contributors
 options:
@@ -37,7 +41,7 @@ options:
   state:
     description:
       - C(built) builds what is missing or was built for other versions.
-      - C(checked) only reports; it never builds.
+      - C(checked) only reports, from files; it never builds and never imports torch or DeepSpeed.
     type: str
     choices: [built, checked]
     default: built
@@ -118,11 +122,17 @@ built:
   elements: str
   sample: [deepspeed_shm_comm]
 job_builds:
-  description: Ops a job would build before its first step as things are now.
+  description: Ops a job would build before its first step as things are now; null when no build was
+    ever recorded for this environment (O(state=checked) cannot tell then).
   returned: success
   type: list
   elements: str
   sample: []
+read:
+  description: C(files) when the answer came from the files alone, C(probe) when DeepSpeed was imported.
+  returned: success
+  type: str
+  sample: files
 build_seconds:
   description: Seconds this run's builds took, or with state=checked the last recorded build of the ops a job would build; null when none.
   returned: success
@@ -144,9 +154,12 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import deepsp
 
 
 def run_probe(module, mode):
+    """Runs the environment's python with the probe (mode probe or build) or the file-only read
+    (mode stamp) and returns its result line as a dict."""
     p = module.params
     names = dict((str(k), [str(x) for x in (v or [])]) for k, v in p['ops'].items())
-    inner = [p['python'], '-c', dso.PROBE_SCRIPT, mode, module.jsonify(names)]
+    script = dso.STAMP_SCRIPT if mode == 'stamp' else dso.PROBE_SCRIPT
+    inner = [p['python'], '-c', script, mode, module.jsonify(names)]
     if p['env_files']:
         prefix = 'set -a; ' + ''.join('[ -r %s ] && . %s; ' % (shlex.quote(f), shlex.quote(f)) for f in p['env_files'])
         inner = ['/bin/sh', '-c', prefix + 'set +a; exec "$@"', 'sh'] + inner
@@ -156,11 +169,13 @@ def run_probe(module, mode):
         module.fail_json(msg='%s did not finish within timeout=%d s (%s of the DeepSpeed ops)'
                          % (p['python'], p['timeout'], mode), rc=rc)
     try:
+        if mode == 'stamp':
+            return dso.parse_probe_output(out, fields=('dist', 'extensions_dir', 'stamp'))
         return dso.parse_probe_output(out)
     except dso.ProbeError as exc:
         tail = ' | '.join((err or out or '').strip().splitlines()[-3:])
-        module.fail_json(msg='%s cannot import torch and deepspeed: %s' % (p['python'], exc), rc=rc,
-                         stderr_tail=tail)
+        what = 'read its package versions' if mode == 'stamp' else 'import torch and deepspeed'
+        module.fail_json(msg='%s cannot %s: %s' % (p['python'], what, exc), rc=rc, stderr_tail=tail)
 
 
 def write_stamp(module, path, stamp):
@@ -169,6 +184,26 @@ def write_stamp(module, path, stamp):
         handle.write(module.jsonify(stamp) + '\n')
     os.chmod(tmp, 0o644)
     module.atomic_move(tmp, path)
+
+
+def from_files(module, wanted):
+    """state=checked, and the first look of state=built: read the stamp and the package versions
+    without importing torch or DeepSpeed."""
+    quick = run_probe(module, 'stamp')
+    verdict, stamp, accelerator = dso.read_without_import(quick, wanted)
+    if not quick['dist'].get('deepspeed') or not quick['dist'].get('torch'):
+        missing = ' and '.join(name for name in ('torch', 'deepspeed') if not quick['dist'].get(name))
+        return 'unknown', dict(accelerator=None, extensions_dir=quick['extensions_dir'], versions=None,
+                               job_builds=None, build_seconds=None,
+                               msg='%s not installed in %s: no DeepSpeed op to check' % (missing, module.params['python']))
+    result = dict(accelerator=accelerator, extensions_dir=quick['extensions_dir'],
+                  versions=stamp.get('key') if verdict == 'ready' else None)
+    if verdict == 'ready':
+        return verdict, dict(result, job_builds=[], build_seconds=None, msg=dso.ready_message(stamp, quick, wanted))
+    names = [name for name, entry in stamp.get('ops', {}).items() if entry.get('builder') in wanted.get(accelerator, [])]
+    return verdict, dict(result, job_builds=names if verdict == 'stale' else None,
+                         build_seconds=dso.last_seconds(stamp, names) if stamp else None,
+                         msg=dso.unread_message(verdict, stamp, wanted))
 
 
 def main():
@@ -186,27 +221,36 @@ def main():
     p = module.params
     if not os.access(p['python'], os.X_OK):
         module.fail_json(msg='python %s does not exist or is not executable; is the environment installed?' % p['python'])
+    wanted = dict((str(k), [str(x) for x in (v or [])]) for k, v in p['ops'].items())
+
+    verdict, quick = from_files(module, wanted)
+    if p['state'] == 'checked' or verdict == 'ready':
+        module.exit_json(changed=False, ops=[], built=[], read='files', **quick)
 
     info = run_probe(module, 'probe')
     path = dso.stamp_path(info['extensions_dir'])
     stamp = dso.read_stamp(path)
     result = dict(accelerator=info['accelerator'], extensions_dir=info['extensions_dir'],
-                  versions=dso.version_key(info))
+                  versions=dso.version_key(info), read='probe')
     bad = dso.unusable_ops(info)
-    if bad and p['state'] == 'built':
+    if bad:
         module.fail_json(msg='DeepSpeed ops that cannot be built here: %s' % '; '.join(bad), ops=info['ops'],
                          **result)
 
-    if p['state'] == 'checked':
-        todo = dso.ops_the_job_builds(info, stamp)
-        seconds = dso.last_seconds(stamp, todo)
-        module.exit_json(changed=False, ops=info['ops'], built=[], job_builds=todo, build_seconds=seconds,
-                         msg=dso.preflight_message(todo, seconds, info), **result)
-
     todo = dso.ops_to_build(info, stamp)
-    if not todo or module.check_mode:
+    if module.check_mode or not todo:
         job_builds = dso.ops_the_job_builds(info, stamp)
-        module.exit_json(changed=bool(todo), ops=info['ops'], built=todo, job_builds=job_builds, build_seconds=None,
+        changed = bool(todo)
+        refreshed = dso.updated_stamp(stamp, info, None)
+        if not todo and refreshed != stamp and not module.check_mode:
+            # Nothing to build, but the stamp lacks what the file-only read needs (written by an
+            # older release, the wheel holds the ops, or no op is asked for): record it once, so
+            # later runs only read files.
+            if not os.path.isdir(info['extensions_dir']):
+                os.makedirs(info['extensions_dir'], 0o755)
+            write_stamp(module, path, refreshed)
+            changed = True
+        module.exit_json(changed=changed, ops=info['ops'], built=todo, job_builds=job_builds, build_seconds=None,
                          msg=dso.preflight_message(job_builds, dso.last_seconds(stamp, job_builds), info), **result)
 
     built = run_probe(module, 'build')

@@ -15,6 +15,12 @@ description:
     reports), and whether torch sees a usable GPU.
   - Fails, with the import error, when either package cannot be imported, and when the import does
     not end within O(timeout) seconds.
+  - With O(record), the answer of an earlier import (written by the caller from RV(record)) is
+    used instead of importing again while the installed distributions, the interpreter and the
+    NVIDIA kernel module are the ones it was recorded with; reading that takes a fraction of a
+    second where the import takes seconds per node.
+  - With O(requirements), it also says which requirement strings the installed distributions do
+    not satisfy (RV(unsatisfied)), so a caller can leave pip alone when nothing is to install.
   - Changes nothing on the node.
 version_added: 0.1.0
 extends_documentation_fragment: [gpucluster.multinode.attributes.read_only]
@@ -34,6 +40,25 @@ options:
     description: Seconds the import may take before the module gives up.
     type: int
     default: 300
+  imports:
+    description:
+      - C(false) reads the versions from the distributions' metadata only (no torch import,
+        RV(cuda_available) and C(torch_nccl) are then null) and never fails on a missing package.
+    type: bool
+    default: true
+  record:
+    description:
+      - Path of the record of an earlier import on this node (RV(record), written by the caller).
+        Used when it matches; a missing or stale record means an import.
+    type: path
+  requirements:
+    description:
+      - Requirement strings (C(torch==2.13.0), C(ray[default]>=2.40)) to check against the installed
+        distributions with pip's own requirement parser (one level of extras). A URL or anything
+        unparsable counts as not satisfied.
+    type: list
+    elements: str
+    default: []
 notes:
   - Importing DeepSpeed the first time on a node can take several seconds.
 '''
@@ -63,16 +88,53 @@ versions:
   sample: {python: 3.11.2, torch: 2.13.0+cpu, torch_cuda: null, torch_nccl: null, nccl_wheel: null,
            deepspeed: 0.19.8, ray: null}
 cuda_available:
-  description: Whether torch sees a usable GPU.
+  description: Whether torch sees a usable GPU; null with O(imports=false).
   returned: success
   type: bool
   sample: false
+read:
+  description: C(imports) when torch and DeepSpeed were imported, C(record) when O(record) answered,
+    C(metadata) with O(imports=false).
+  returned: success
+  type: str
+  sample: record
+record:
+  description: What to write to O(record) after an import (the versions, RV(cuda_available) and what
+    they hold for). Returned after an import only.
+  returned: when imported
+  type: dict
+unsatisfied:
+  description: The O(requirements) the installed distributions do not satisfy; null when the
+    environment could not tell (no interpreter, no requirement parser).
+  returned: when O(requirements) is given
+  type: list
+  elements: str
+  sample: []
 '''
 
+import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
+
+NVIDIA_MODULE_VERSION = '/sys/module/nvidia/version'
+
+
+def read_text(path):
+    try:
+        with open(path) as handle:
+            return handle.read().strip()
+    except (IOError, OSError):
+        return None
+
+
+def record_key(module, python, environ, timeout):
+    """What an import's answer holds for: the interpreter, the distributions' versions, the NVIDIA
+    kernel module's version and the import's environment (its names only: values may be secrets)."""
+    versions, error = env_versions.read(module, python, imports=False, environ=environ, timeout=timeout)
+    return {'python': python, 'versions': versions, 'nvidia_module': read_text(NVIDIA_MODULE_VERSION),
+            'environ': sorted(environ)}, error
 
 
 def main():
@@ -81,21 +143,48 @@ def main():
             python=dict(type='path', required=True),
             environ=dict(type='dict', default={}),
             timeout=dict(type='int', default=300),
+            imports=dict(type='bool', default=True),
+            record=dict(type='path'),
+            requirements=dict(type='list', elements='str', default=[]),
         ),
         supports_check_mode=True,
     )
-    python = module.params['python']
+    p = module.params
+    python = p['python']
     if not os.access(python, os.X_OK):
+        if not p['imports']:
+            module.exit_json(changed=False, versions=env_versions.empty(), cuda_available=None, read='metadata',
+                             unsatisfied=list(p['requirements']) if p['requirements'] else None)
         module.fail_json(msg='python %s does not exist or is not executable; is the environment installed?' % python)
-    if module.params['timeout'] <= 0:
-        module.fail_json(msg='timeout must be a positive number of seconds, got %s' % module.params['timeout'])
-    environ = dict((str(k), str(v)) for k, v in module.params['environ'].items())
-    versions, error = env_versions.read(module, python, imports=True, environ=environ,
-                                        timeout=module.params['timeout'])
+    if p['timeout'] <= 0:
+        module.fail_json(msg='timeout must be a positive number of seconds, got %s' % p['timeout'])
+    environ = dict((str(k), str(v)) for k, v in p['environ'].items())
+    extra = {}
+    if p['requirements']:
+        extra['unsatisfied'] = env_versions.unsatisfied(module, python, p['requirements'], timeout=p['timeout'])
+    if not p['imports']:
+        versions, error = env_versions.read(module, python, imports=False, environ=environ, timeout=p['timeout'])
+        module.exit_json(changed=False, versions=versions or env_versions.empty(), cuda_available=None,
+                         read='metadata', **extra)
+    key = None
+    if p['record']:
+        key, error = record_key(module, python, environ, p['timeout'])
+        try:
+            with open(p['record']) as handle:
+                saved = json.load(handle)
+        except (IOError, OSError, ValueError):
+            saved = {}
+        if not error and isinstance(saved, dict) and saved.get('key') == key and saved.get('versions'):
+            module.exit_json(changed=False, versions=saved['versions'], cuda_available=saved.get('cuda_available'),
+                             read='record', **extra)
+    versions, error = env_versions.read(module, python, imports=True, environ=environ, timeout=p['timeout'])
     if error or not versions:
         module.fail_json(msg='%s cannot import torch and deepspeed: %s' % (python, error or 'no result'))
     cuda_available = bool(versions.pop('cuda_available', False))
-    module.exit_json(changed=False, versions=versions, cuda_available=cuda_available)
+    if key is None:
+        key = record_key(module, python, environ, p['timeout'])[0]
+    module.exit_json(changed=False, versions=versions, cuda_available=cuda_available, read='imports',
+                     record={'key': key, 'versions': versions, 'cuda_available': cuda_available}, **extra)
 
 
 if __name__ == '__main__':

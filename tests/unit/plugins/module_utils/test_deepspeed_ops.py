@@ -61,7 +61,24 @@ def test_a_version_change_rebuilds_and_the_preflight_says_how_long_it_took_last_
     # the new build replaces the old versions' records
     rebuilt = dict(newer, ops=[dict(newer['ops'][0], seconds=7.5)])
     assert dso.updated_stamp(stamp, rebuilt, 'later') == {
-        'key': dso.version_key(newer), 'ops': {'deepspeed_shm_comm': {'seconds': 7.5, 'built_at': 'later'}}}
+        'key': dso.version_key(newer), 'dist': None,
+        'ops': {'deepspeed_shm_comm': {'builder': 'ShareMemCommBuilder', 'seconds': 7.5, 'built_at': 'later'}}}
+
+
+def test_the_file_only_read_says_ready_only_for_the_recorded_versions_and_ops():
+    stamp = dso.updated_stamp({}, dict(probe('cpu-build.txt'), dist={'python': '3.11.7', 'torch': '2.13.0+cpu',
+                                                                     'deepspeed': '0.19.8'}), 'then')
+    quick = {'dist': dict(stamp['dist']), 'ds_accelerator': None, 'extensions_dir': '/x', 'stamp': stamp,
+             'present': {'deepspeed_shm_comm': True}}
+    wanted = {'cpu': ['ShareMemCommBuilder'], 'cuda': ['FusedAdamBuilder']}
+    assert dso.read_without_import(quick, wanted)[0] == 'ready'
+    assert 'no build before step 1' in dso.ready_message(stamp, quick, wanted)
+    assert dso.read_without_import(dict(quick, dist=dict(quick['dist'], deepspeed='0.19.9')), wanted)[0] == 'stale'
+    assert dso.read_without_import(dict(quick, present={'deepspeed_shm_comm': False}), wanted)[0] == 'stale'
+    assert dso.read_without_import(dict(quick, ds_accelerator='cuda'), wanted)[0] == 'stale'
+    assert dso.read_without_import(quick, {'cpu': ['ShareMemCommBuilder', 'CPUAdamBuilder']})[0] == 'stale'
+    assert dso.read_without_import(dict(quick, stamp=None), wanted)[0] == 'unknown'
+    assert 'the last build here took 182 s' in dso.unread_message('stale', stamp, wanted)
 
 
 def test_an_op_built_by_a_job_but_not_recorded_is_built_once_by_the_role_but_does_not_delay_a_job():

@@ -21,6 +21,30 @@ FAKE = textwrap.dedent('''\
     state = json.load(open(%(state)r))
     mode, wanted = sys.argv[3], json.loads(sys.argv[4])
     open(%(log)r, 'a').write(mode + ' ' + os.environ.get('DS_ACCELERATOR', '-') + '\\n')
+    deepspeed = state.get('deepspeed', '0.19.8')
+    if mode == 'stamp':
+        # The real file-only read, over a site directory holding the packages' metadata only.
+        site = os.path.join(os.path.dirname(%(state)r), 'site')
+        os.makedirs(os.path.join(site, 'torch'), exist_ok=True)
+        open(os.path.join(site, 'torch', '__init__.py'), 'w').close()
+        open(os.path.join(site, 'torch', 'version.py'), 'w').write("cuda: Optional[str] = None\\nhip = None\\n")
+        dists = {'torch': '2.13.0+cpu'}
+        if not state.get('broken'):
+            dists['deepspeed'] = deepspeed
+        for name in os.listdir(site):
+            if name.endswith('.dist-info'):
+                for f in os.listdir(os.path.join(site, name)):
+                    os.remove(os.path.join(site, name, f))
+                os.rmdir(os.path.join(site, name))
+        for name, version in dists.items():
+            meta = os.path.join(site, '%%s-%%s.dist-info' %% (name, version))
+            os.makedirs(meta)
+            open(os.path.join(meta, 'METADATA'), 'w').write('Name: %%s\\nVersion: %%s\\n' %% (name, version))
+        sys.path.insert(0, site)
+        os.environ['TORCH_EXTENSIONS_DIR'] = %(ext)r
+        script, sys.argv = sys.argv[2], ['-c'] + sys.argv[3:]
+        exec(compile(script, '<stamp>', 'exec'))
+        sys.exit(0)
     if state.get('broken'):
         print("ModuleNotFoundError: No module named 'deepspeed'")
         sys.exit(1)
@@ -34,7 +58,8 @@ FAKE = textwrap.dedent('''\
     line = [l for l in open(os.path.join(%(fixtures)r, name)) if l.startswith('GPUCLUSTER_DS_OPS ')][-1]
     info = json.loads(line.split(' ', 1)[1])
     info['extensions_dir'] = %(ext)r
-    info['deepspeed'] = state.get('deepspeed', info['deepspeed'])
+    info['deepspeed'] = deepspeed
+    info['dist'] = {'python': '%%d.%%d.%%d' %% sys.version_info[:3], 'torch': info['torch'], 'deepspeed': deepspeed}
     if 'cpu' not in wanted:
         info['ops'] = []
     print('GPUCLUSTER_DS_OPS ' + json.dumps(info))
@@ -78,19 +103,47 @@ def test_builds_once_records_the_versions_and_the_seconds_then_builds_nothing(no
     assert first['changed'] is True and first['built'] == ['deepspeed_shm_comm'], first
     assert first['build_seconds'] > 0 and first['job_builds'] == []
     assert stamp(node)['key'] == {'python': '3.11.7', 'torch': '2.13.0+cpu', 'deepspeed': '0.19.8', 'accelerator': 'cpu'}
-    assert calls(node) == ['probe cpu', 'build cpu']
+    assert calls(node) == ['stamp cpu', 'probe cpu', 'build cpu']
+    # a converged run and the training preflight read files only: torch and DeepSpeed are not imported
     again = run(node, environ={'DS_ACCELERATOR': 'cpu'})
-    assert again['changed'] is False and again['built'] == [], again
-    assert calls(node)[2:] == ['probe cpu']
+    assert again['changed'] is False and again['built'] == [] and again['read'] == 'files', again
+    assert calls(node)[3:] == ['stamp cpu']
     checked = run(node, state='checked')
     assert checked['job_builds'] == [] and 'no build before step 1' in checked['msg']
+    assert checked['read'] == 'files' and calls(node)[4:] == ['stamp -']
+    # DS_ACCELERATOR naming another accelerator than the recorded build sends the run to the probe
+    run(node, environ={'DS_ACCELERATOR': 'cuda'})
+    assert calls(node)[5:7] == ['stamp cuda', 'probe cuda']
+
+
+def test_a_deleted_op_is_seen_from_the_files_and_rebuilt(node):
+    run(node)
+    os.remove(str(node / 'ext' / 'deepspeed_shm_comm' / 'deepspeed_shm_comm.so'))
+    checked = run(node, state='checked')
+    assert checked['job_builds'] == ['deepspeed_shm_comm'] and 'the job builds them before step 1' in checked['msg']
+    again = run(node)
+    assert again['changed'] is True and again['built'] == ['deepspeed_shm_comm']
+
+
+def test_a_stamp_without_what_the_file_read_needs_is_completed_once(node):
+    run(node)
+    old = stamp(node)
+    del old['dist']
+    old['ops']['deepspeed_shm_comm'].pop('builder')
+    (node / 'ext' / 'gpucluster-deepspeed-ops.json').write_text(json.dumps(old))
+    first = run(node)
+    assert first['changed'] is True and first['built'] == [] and first['read'] == 'probe', first
+    assert stamp(node)['ops']['deepspeed_shm_comm']['builder'] == 'ShareMemCommBuilder'
+    second = run(node)
+    assert second['changed'] is False and second['read'] == 'files'
 
 
 def test_check_mode_and_state_checked_build_nothing(node):
     out = run(node, check=True)
     assert out['changed'] is True and out['built'] == ['deepspeed_shm_comm']
     checked = run(node, state='checked')
-    assert checked['changed'] is False and checked['job_builds'] == ['deepspeed_shm_comm']
+    assert checked['changed'] is False and checked['job_builds'] is None
+    assert 'no record of DeepSpeed ops built for this environment' in checked['msg']
     assert 'no build recorded here' in checked['msg']
     assert 'build' not in ' '.join(calls(node)).replace('probe', '')
     assert not (node / 'ext').exists()
@@ -115,5 +168,9 @@ def test_an_environment_without_deepspeed_is_named(node):
 
 def test_no_ops_for_the_accelerator_builds_nothing(node):
     out = run(node, ops={'cuda': ['FusedAdamBuilder']})
-    assert out['changed'] is False and out['built'] == []
-    assert out['msg'] == 'no DeepSpeed op to build for accelerator cpu'
+    assert out['built'] == [] and out['msg'] == 'no DeepSpeed op to build for accelerator cpu'
+    assert 'build cpu' not in calls(node)
+    # recorded once, so that later runs read files only
+    again = run(node, ops={'cuda': ['FusedAdamBuilder']})
+    assert again['changed'] is False and again['read'] == 'files'
+    assert again['msg'] == 'no DeepSpeed op to build for accelerator cpu'

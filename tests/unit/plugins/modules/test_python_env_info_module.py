@@ -77,3 +77,56 @@ def test_a_missing_interpreter_and_a_bad_timeout(tmp_path):
     assert res['failed'] is True and 'does not exist or is not executable' in res['msg']
     res = run(tmp_path, python=replay(tmp_path, 'cpu-deepspeed-0.19.8.txt'), timeout=0)
     assert res['failed'] is True and 'timeout must be a positive number' in res['msg']
+
+
+def venv_on_disk(tmp_path, deepspeed='0.19.8'):
+    """The environment's metadata on disk (pyvenv.cfg, site-packages/*.dist-info), as a venv has it."""
+    env = tmp_path / 'env'
+    site = env / 'lib' / 'python3.11' / 'site-packages'
+    for old in site.glob('deepspeed-*.dist-info') if site.exists() else []:
+        for f in old.iterdir():
+            f.unlink()
+        old.rmdir()
+    for name, version in (('torch', '2.13.0+cpu'), ('deepspeed', deepspeed)):
+        meta = site / ('%s-%s.dist-info' % (name, version))
+        meta.mkdir(parents=True, exist_ok=True)
+        (meta / 'METADATA').write_text('Name: %s\nVersion: %s\n' % (name, version))
+    (env / 'pyvenv.cfg').write_text('home = /usr/bin\ninclude-system-site-packages = false\nversion = 3.11.7\n')
+    return site
+
+
+def test_a_recorded_verification_answers_until_a_package_changes(tmp_path):
+    python = interpreter(tmp_path, 'echo called >> %s\ncat %s\n' % (tmp_path / 'calls', os.path.join(
+        FIX, 'cpu-deepspeed-0.19.8.txt')))
+    venv_on_disk(tmp_path)
+    record = tmp_path / 'verified.json'
+    first = run(tmp_path, python=python, record=str(record))
+    assert first['read'] == 'imports' and first['versions']['deepspeed'] == '0.19.8', first
+    assert first['record']['key']['versions']['deepspeed'] == '0.19.8'
+    record.write_text(json.dumps(first['record']))          # what the role writes
+    calls = (tmp_path / 'calls').read_text().count('called')
+    again = run(tmp_path, python=python, record=str(record))
+    assert again['read'] == 'record' and again['versions'] == first['versions'] and again['cuda_available'] is False
+    assert (tmp_path / 'calls').read_text().count('called') == calls, 'the record answered: nothing was imported'
+    # another DeepSpeed installed: the record no longer holds, torch and DeepSpeed are imported again
+    venv_on_disk(tmp_path, deepspeed='0.19.9')
+    upgraded = run(tmp_path, python=python, record=str(record))
+    assert upgraded['read'] == 'imports' and upgraded['record']['key']['versions']['deepspeed'] == '0.19.9'
+    # a variable added to the import's environment also means an import
+    record.write_text(json.dumps(upgraded['record']))
+    assert run(tmp_path, python=python, record=str(record), environ={'DS_ACCELERATOR': 'cpu'})['read'] == 'imports'
+
+
+def test_requirements_already_satisfied_are_told_without_an_import(tmp_path):
+    site = venv_on_disk(tmp_path)
+    python = interpreter(tmp_path, 'PYTHONPATH=%s exec %s "$@"\n' % (site, sys.executable))
+    res = run(tmp_path, python=python, imports=False,
+              requirements=['torch==2.13.0', 'deepspeed==0.19.8', 'deepspeed==0.19.9', 'no-such-package',
+                            'git+https://example.com/x.git'])
+    assert res.get('failed') is not True, res
+    assert res['read'] == 'metadata' and res['cuda_available'] is None
+    assert res['unsatisfied'] == ['deepspeed==0.19.9', 'no-such-package', 'git+https://example.com/x.git']
+    assert res['versions']['torch'] == '2.13.0+cpu'
+    # no environment yet: everything is to install, nothing fails
+    res = run(tmp_path, python=str(tmp_path / 'none' / 'python'), imports=False, requirements=['torch==2.13.0'])
+    assert res.get('failed') is not True and res['unsatisfied'] == ['torch==2.13.0']
