@@ -12,6 +12,8 @@ short_description: Checks before a Ray cluster starts - ports free on the head, 
 description:
   - On the head, O(ports) names the processes listening on each port, leaving out the node's own
     Ray service (the processes in the cgroup of O(unit)); a port held by anything else is a problem.
+    Where the module cannot tie a socket to its process (root without CAP_SYS_PTRACE, as in a
+    container), a socket of the unit's account while the unit has processes counts as the unit's.
   - On the head, O(hold_port) opens that port (when it is free) in a detached listener for at most
     O(hold_seconds), which exits once O(hold_expect) connections came, so that the workers can
     test that they reach it before Ray runs.
@@ -94,23 +96,38 @@ connect:
 
 import errno
 import os
+import pwd
 import select
 import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpucluster.multinode.plugins.module_utils import ray_cluster
-try:
-    from ansible_collections.gpucluster.multinode.plugins.module_utils.processes import port_listeners, describe_listeners
-except ImportError:
-    from ansible_collections.gpucluster.multinode.plugins.module_utils.jobs import port_listeners, describe_listeners
+from ansible_collections.gpucluster.multinode.plugins.module_utils.processes import port_listeners, describe_listeners
 
 
-def unit_pids(module, unit):
-    rc, out, _err = module.run_command(['systemctl', 'show', '-p', 'ControlGroup', unit])
+def unit_processes(module, unit):
+    """(pids in the unit's cgroup, uid of the unit's User= or None). Without CAP_SYS_PTRACE (root in
+    a container) the sockets of another account's processes cannot be tied to a pid; a socket
+    owned by the unit's account while the unit has processes is then taken for the unit's."""
+    rc, out, _err = module.run_command(['systemctl', 'show', '-p', 'ControlGroup', '-p', 'User', unit])
     if rc != 0:
-        return set()
-    return set(ray_cluster.cgroup_pids(ray_cluster.parse_systemctl_show(out).get('ControlGroup', '')))
+        return set(), None
+    shown = ray_cluster.parse_systemctl_show(out)
+    pids = set(ray_cluster.cgroup_pids(shown.get('ControlGroup', '')))
+    uid = None
+    if pids and shown.get('User'):
+        try:
+            uid = pwd.getpwnam(shown['User']).pw_uid
+        except KeyError:
+            uid = None
+    return pids, uid
+
+
+def is_ours(holder, pids, uid):
+    if holder['pid'] is not None:
+        return holder['pid'] in pids
+    return uid is not None and holder.get('uid') == uid
 
 
 def stable_listeners(port, tries=3, pause=1.0):
@@ -196,10 +213,10 @@ def main():
     p = module.params
     result = {'ports': [], 'held': False}
     if p['ports']:
-        ours = unit_pids(module, p['unit'])
+        pids, uid = unit_processes(module, p['unit'])
         for port in p['ports']:
             listeners = stable_listeners(port)
-            holders = [h for h in listeners if h['pid'] is None or h['pid'] not in ours]
+            holders = [h for h in listeners if not is_ours(h, pids, uid)]
             result['ports'].append({'port': port, 'free': not holders, 'holders': holders,
                                     'ours': len(listeners) > len(holders),
                                     'text': describe_listeners(port, holders) if holders else ''})

@@ -37,6 +37,15 @@ def test_a_port_in_use_is_not_held():
         busy.close()
 
 
+def test_a_socket_without_a_visible_owner_is_ray_s_only_when_the_unit_s_account_holds_it_while_it_runs():
+    ray_socket = {'pid': None, 'uid': 2001, 'cmdline': '', 'job_id': None, 'address': '10.0.0.1'}
+    assert ray_preflight.is_ours(ray_socket, {77, 78}, 2001) is True
+    assert ray_preflight.is_ours(dict(ray_socket, uid=0), {77, 78}, 2001) is False
+    assert ray_preflight.is_ours(ray_socket, set(), None) is False        # the unit has no process
+    assert ray_preflight.is_ours(dict(ray_socket, pid=77, uid=0), {77}, None) is True
+    assert ray_preflight.is_ours(dict(ray_socket, pid=812), {77}, 2001) is False
+
+
 def test_ray_version_from_metadata(tmp_path):
     meta = tmp_path / 'lib' / 'python3.11' / 'site-packages' / 'ray-2.60.0.dist-info'
     meta.mkdir(parents=True)
