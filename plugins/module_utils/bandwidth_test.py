@@ -39,11 +39,12 @@ def job_id(params):
     return 'net_bandwidth-%s-%d' % (params['tool'], params['port'])
 
 
-def _port_in_use(params):
-    users = processes.port_listeners(params['port'], params['bind'] or None)
+def _port_in_use(params, port=None):
+    port = params['port'] if port is None else port
+    users = processes.port_listeners(port, params['bind'] or None)
     if not users:
         return None
-    return 'host %s: %s (the bandwidth test port)' % (params['node'], processes.describe_listeners(params['port'], users))
+    return 'host %s: %s (the bandwidth test port)' % (params['node'], processes.describe_listeners(port, users))
 
 
 def rdma_devices(root=IB_SYSFS):
@@ -70,9 +71,10 @@ def check(module, params):
                             % (node, ', '.join(out['rdma_devices'])))
         if params['rdma'] == 'required' and not out['rdma_devices']:
             problems.append('host %s: no RDMA device in %s (rdma: required)' % (node, IB_SYSFS))
-    busy = _port_in_use(params)
-    if busy:
-        problems.append(busy)
+    for port in range(params['port'], params['port'] + (params.get('port_count') or 1)):
+        busy = _port_in_use(params, port)
+        if busy:
+            problems.append(busy)
     out['problems'] = problems
     return out
 
@@ -235,3 +237,85 @@ def client(module, params):
     else:
         results = [ib_run(module, binary, params)]
     return {'results': results}
+
+
+def parts_of(node, rounds):
+    """This node's parts of a schedule, in round order: [{round, role, peer, address}] where
+    address is the server's (its own when role is server). A node in no pair of a round has no
+    part there."""
+    parts = []
+    for index, pairs in enumerate(rounds):
+        for pair in pairs:
+            if pair.get('client') == node:
+                parts.append({'round': index, 'role': 'client', 'peer': pair['server'], 'address': pair['server_address']})
+            elif pair.get('server') == node:
+                parts.append({'round': index, 'role': 'server', 'peer': pair['client'], 'address': pair['server_address']})
+    return parts
+
+
+def pair_seconds(params):
+    """How long one pair takes at most once both ends are there: each direction's test, its
+    warm-up, and a margin for the start and the exchange of results."""
+    tests = 2 if params['both_directions'] else 1
+    return tests * (params['duration'] + (params.get('omit') or 0) + params['connect_timeout']) + 5
+
+
+def schedule_wait(params, rounds):
+    """Seconds a part waits for its partner: long enough for the partner's earlier pairs."""
+    return params.get('server_wait') or pair_seconds(params) * max(1, len(rounds)) + 30
+
+
+def serve(module, binary, params, part, wait, clock=time.time):
+    """Serve this part's tests with one-off iperf3 servers (one per direction) on the round's port;
+    each waits (bounded) for its client. Returns an error line or None."""
+    tests = 2 if params['both_directions'] else 1
+    port = params['port'] + part['round']
+    timeout_bin = module.get_bin_path('timeout')
+    for number in range(tests):
+        limit = int(wait if number == 0 else params['connect_timeout'] + 15) + params['duration'] + (params.get('omit') or 0)
+        command = [binary, '-s', '-1', '-p', str(port), '-B', part['address']]
+        if timeout_bin:
+            command = [timeout_bin, str(limit)] + command
+        started = clock()
+        rc, out, err = module.run_command(command)
+        if rc == 124:
+            return 'host %s: no test from %s came to port %d within %d s (round %d)' % (
+                params['node'], part['peer'], port, limit, part['round'] + 1)
+        if rc != 0:
+            said = ' '.join((err or out or '').strip().splitlines()[-2:])[-300:]
+            return 'host %s: the iperf3 server on port %d ended with exit %d after %.0f s (round %d): %s' % (
+                params['node'], port, rc, clock() - started, part['round'] + 1, said)
+    return None
+
+
+def run_schedule(module, params, sleep=time.sleep, clock=time.time):
+    """This node's part of every round, in one run: as a client it measures against the round's
+    server (retrying while that server is not up yet, for up to the part's wait); as a server it
+    serves that one client. A pair starts as soon as both its nodes are free, never waiting for
+    the other pairs of its round. Round i uses port + i, so a client early for its next pair is
+    refused, not served by the wrong server. Returns {'results', 'parts'}."""
+    if params['tool'] != 'iperf3':
+        raise BandwidthTestError('host %s: state=schedule runs iperf3 only' % params['node'])
+    binary = _binary(module, params)
+    rounds = params['rounds'] or []
+    parts = parts_of(params['node'], rounds)
+    if module.check_mode:
+        return {'results': [], 'parts': parts}
+    wait = schedule_wait(params, rounds)
+    results = []
+    for part in parts:
+        started = clock()
+        if part['role'] == 'server':
+            part['error'] = serve(module, binary, params, part, wait, clock=clock)
+        else:
+            run = dict(params, server=part['address'], peer=part['peer'], port=params['port'] + part['round'],
+                       server_wait=wait)
+            got = [iperf3_run(module, binary, run, reverse=False, sleep=sleep, clock=clock)]
+            if params['both_directions']:
+                got.append(iperf3_run(module, binary, run, reverse=True, sleep=sleep, clock=clock))
+            for item in got:
+                item['round'] = part['round'] + 1
+            results.extend(got)
+            part['error'] = '; '.join(r['error'] for r in got if r.get('error')) or None
+        part['seconds'] = round(clock() - started, 1)
+    return {'results': results, 'parts': parts}

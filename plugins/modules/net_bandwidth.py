@@ -26,6 +26,13 @@ description:
     O(both_directions)) from the server to this node (C(-R)); with ib_write_bw, one run on
     O(device). A test that fails (refused, timed out) is a result with RV(results[].error),
     not a module failure.
+  - O(state=schedule) runs this node's part of every round of O(rounds) in one run: the node
+    measures as the client of its pair in each round, or serves its pair's client with one-off
+    iperf3 servers (one per direction), in round order. A pair starts as soon as both its nodes
+    are free: a round never waits for its slowest pair, and Ansible starts one task for the
+    whole matrix instead of one per round. Round i uses port O(port) + i. Each part waits for
+    its partner at most O(server_wait) seconds (0 means long enough for every round before
+    it), then records an error and the node goes on.
   - O(state=stopped) stops the server this module started on O(port) and removes its pid
     file; it is safe to run when none runs. The pid file records the server's identity (pid,
     start time, owner, job id); a pid file that no longer names that very process (the server
@@ -35,7 +42,7 @@ options:
   state:
     description: This node's part.
     type: str
-    choices: [check, server, client, stopped]
+    choices: [check, server, client, schedule, stopped]
     required: true
   node:
     description: Name of this node (the inventory name), used in messages and results.
@@ -101,6 +108,18 @@ options:
     description: Seconds of warm-up iperf3 leaves out of the result (C(-O)), on top of O(duration).
     type: int
     default: 0
+  rounds:
+    description:
+      - With O(state=schedule), the rounds of the matrix, each a list of disjoint pairs
+        C({client, server, server_address}) (the P(gpucluster.multinode.bandwidth_plan#filter)
+        filter's C(rounds)). Every node of the schedule gets the same list.
+    type: list
+    elements: list
+    default: []
+  port_count:
+    description: With O(state=check), how many ports from O(port) on must be free (a schedule of N rounds uses N).
+    type: int
+    default: 1
   run_dir:
     description: Directory under which each started server gets a private state directory (pid file, exit code, log).
     type: path
@@ -186,12 +205,18 @@ results:
     - With O(state=client), one result per direction measured. C(client) is the sender and
       C(server) the receiver (so the C(-R) run has them swapped), C(gbps) the rate that arrived,
       in Gbit/s.
-  returned: state is client
+  returned: state is client or schedule
   type: list
   elements: dict
   sample:
     - {client: gpu-master, server: gpu-worker-1, gbps: 9.41, tool: iperf3, streams: 4, retransmits: 0, error: null}
     - {client: gpu-worker-1, server: gpu-master, gbps: 9.38, tool: iperf3, streams: 4, retransmits: 12, error: null}
+parts:
+  description: With O(state=schedule), this node's parts in round order (round from 0, role, peer, seconds, error).
+  returned: state is schedule
+  type: list
+  elements: dict
+  sample: [{round: 0, role: client, peer: gpu-worker-1, address: 10.0.0.11, seconds: 12.4, error: null}]
 stopped:
   description: With O(state=stopped), the pids stopped (empty when no server ran).
   returned: state is stopped
@@ -207,7 +232,7 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import bandwi
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type='str', required=True, choices=['check', 'server', 'client', 'stopped']),
+            state=dict(type='str', required=True, choices=['check', 'server', 'client', 'schedule', 'stopped']),
             node=dict(type='str', required=True),
             tool=dict(type='str', default='iperf3', choices=['iperf3', 'ib_write_bw']),
             port=dict(type='int', default=5201),
@@ -224,6 +249,8 @@ def main():
             server_wait=dict(type='int', default=0),
             omit=dict(type='int', default=0),
             run_dir=dict(type='path', default='/run/gpucluster'),
+            rounds=dict(type='list', elements='list', default=[]),
+            port_count=dict(type='int', default=1),
         ),
         supports_check_mode=True,
     )
@@ -231,9 +258,13 @@ def main():
     node = params['node']
     for key, low, high in (('port', 1, 65535), ('streams', 1, 128), ('duration', 1, 3600),
                            ('server_lifetime', 10, 86400), ('connect_timeout', 1, 600), ('server_wait', 0, 600),
-                           ('omit', 0, 60)):
+                           ('omit', 0, 60), ('port_count', 1, 1024)):
         if not low <= params[key] <= high:
             module.fail_json(msg='host %s: %s must be from %d to %d, got %d' % (node, key, low, high, params[key]))
+    last = params['port'] + max(params['port_count'], len(params['rounds'])) - 1
+    if last > 65535:
+        module.fail_json(msg='host %s: the ports from %d on for %d round(s) go past 65535' % (
+            node, params['port'], max(params['port_count'], len(params['rounds']))))
     state = params['state']
     try:
         if state == 'check':
@@ -242,6 +273,8 @@ def main():
             out = bandwidth_test.server(module, params)
         elif state == 'client':
             out = bandwidth_test.client(module, params)
+        elif state == 'schedule':
+            out = bandwidth_test.run_schedule(module, params)
         else:
             out = {'stopped': [] if module.check_mode else bandwidth_test.stop(params)}
     except bandwidth_test.BandwidthTestError as exc:

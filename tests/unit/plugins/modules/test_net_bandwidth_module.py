@@ -188,3 +188,68 @@ def test_a_client_started_before_its_server_waits_for_it(tmp_path):
             client.kill()
     assert measured['results'][0]['error'] is None, measured
     assert measured['results'][0]['gbps'] > 0
+
+
+def start(tmp_path, name, **args):
+    """The module in the background (as Ansible runs one task on several hosts at once)."""
+    where = tmp_path / name
+    where.mkdir()
+    (where / 'args.json').write_text(json.dumps({'ANSIBLE_MODULE_ARGS': dict(args, _ansible_tmpdir=str(where))}))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([COLLECTIONS, os.environ.get('PYTHONPATH', '')]))
+    return subprocess.Popen([sys.executable, MODULE, str(where / 'args.json')], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def finish(proc):
+    out, err = proc.communicate(timeout=180)
+    try:
+        return json.loads(out)
+    except ValueError:
+        pytest.fail('module printed no JSON (rc %d): %s %s' % (proc.returncode, out, err))
+
+
+def round_robin(nodes):
+    """The rounds of the bandwidth_plan filter for these {name: address} nodes (circle method)."""
+    names = list(nodes)
+    rounds = []
+    for r in range(len(names) - 1):
+        order = [names[0]] + names[1:][r:] + names[1:][:r]
+        rounds.append([{'client': order[i], 'server': order[-1 - i], 'server_address': nodes[order[-1 - i]]}
+                       for i in range(len(names) // 2)])
+    return rounds
+
+
+def test_a_schedule_of_every_round_in_one_run_per_node(tmp_path):
+    nodes = {'n1': '127.0.0.31', 'n2': '127.0.0.32', 'n3': '127.0.0.33', 'n4': '127.0.0.34'}
+    rounds = round_robin(nodes)
+    port = free_port()
+    procs = dict((n, start(tmp_path, n, state='schedule', node=n, port=port, rounds=rounds, streams=1, duration=1))
+                 for n in nodes)
+    out = dict((n, finish(p)) for n, p in procs.items())
+    assert all(not o.get('failed') for o in out.values()), out
+    results = [r for o in out.values() for r in o['results']]
+    # every pair of 4 nodes, both ways, each a real measurement
+    assert sorted((r['client'], r['server']) for r in results) == sorted(
+        (a, b) for a in nodes for b in nodes if a != b)
+    assert all(r['error'] is None and r['gbps'] > 0 for r in results), results
+    assert sorted(set(r['round'] for r in results)) == [1, 2, 3]
+    # each node had one part per round, in round order, none failed
+    for name, o in out.items():
+        assert [p['round'] for p in o['parts']] == [0, 1, 2], (name, o['parts'])
+        assert all(p['error'] is None for p in o['parts'])
+    assert not any(listening(a, port + i) for a in nodes.values() for i in range(3))
+
+
+def test_a_partner_that_never_comes_is_an_error_naming_it_and_the_node_goes_on(tmp_path):
+    nodes = {'n1': '127.0.0.41', 'n2': '127.0.0.42'}
+    rounds = [[{'client': 'n1', 'server': 'n2', 'server_address': nodes['n2']}],
+              [{'client': 'n2', 'server': 'n1', 'server_address': nodes['n1']}]]
+    port = free_port()
+    # only n2 runs: its server part waits server_wait for n1, then its client part for n1's server
+    out = finish(start(tmp_path, 'n2', state='schedule', node='n2', port=port, rounds=rounds, duration=1,
+                       server_wait=2, connect_timeout=1))
+    assert not out.get('failed'), out
+    served, measured = out['parts']
+    assert served['role'] == 'server' and 'no test from n1 came to port %d' % port in served['error']
+    assert measured['role'] == 'client' and measured['error'] and measured['seconds'] < 30
+    assert all(r['gbps'] is None for r in out['results'])
