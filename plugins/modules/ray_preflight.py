@@ -15,8 +15,12 @@ description:
     Where the module cannot tie a socket to its process (root without CAP_SYS_PTRACE, as in a
     container), a socket of the unit's account while the unit has processes counts as the unit's.
   - On the head, O(hold_port) opens that port (when it is free) in a detached listener for at most
-    O(hold_seconds), which exits once O(hold_expect) connections came, so that the workers can
-    test that they reach it before Ray runs.
+    O(hold_seconds), so that the workers can test that they reach it before Ray runs. Any number
+    of connections may come (a worker's Ray that still tries to reach an earlier head counts for
+    nothing); the listener leaves when O(release_port) is given in a later call on the head, or
+    at the end of O(hold_seconds).
+  - O(release_port) ends the listener this module holds on that port (it sends it a token over
+    the port itself; nothing is signalled); a port nobody holds is no error.
   - On a worker, O(connect_host) and O(connect_port) make one TCP connection, bounded by
     O(connect_timeout), and say why it failed.
   - Changes nothing that stays; runs the same in check mode.
@@ -44,8 +48,8 @@ options:
     description: At most this long.
     type: int
     default: 30
-  hold_expect:
-    description: The listener exits after this many connections.
+  release_port:
+    description: End the listener held on this port at O(hold_address) (0 ends none).
     type: int
     default: 0
   connect_host:
@@ -74,7 +78,12 @@ EXAMPLES = r'''
     ports: [6379, 8265, 10001]
     hold_port: 6379
     hold_address: 10.0.0.1
-    hold_expect: 2
+    hold_seconds: 190
+
+- name: After the workers' test, let the port go
+  gpucluster.multinode.ray_preflight:
+    release_port: 6379
+    hold_address: 10.0.0.1
 '''
 
 RETURN = r'''
@@ -87,6 +96,10 @@ ports:
 held:
   description: Whether O(hold_port) is now held by the detached listener (false when Ray or another process holds it).
   returned: always
+  type: bool
+released:
+  description: Whether a listener on O(release_port) took the release token (false when none listened).
+  returned: when release_port is set
   type: bool
 connect:
   description: The result of the connection, C(connected) or the reason it failed.
@@ -143,18 +156,41 @@ def stable_listeners(port, tries=3, pause=1.0):
     return seen
 
 
-def _accept_until(sock, deadline, expect):
-    """Accept (and close) connections until the deadline or the expected count."""
-    count = 0
-    while time.time() < deadline and (expect <= 0 or count < expect):
+RELEASE_TOKEN = b'gpucluster-ray-preflight-release\n'
+
+
+def _accept_until(sock, deadline):
+    """Accept (and close) connections until the deadline, or until one sends the release token."""
+    while time.time() < deadline:
         ready, _w, _x = select.select([sock], [], [], max(0.1, deadline - time.time()))
-        if ready:
-            conn, _addr = sock.accept()
+        if not ready:
+            continue
+        conn, _addr = sock.accept()
+        try:
+            conn.settimeout(0.5)
+            said = conn.recv(len(RELEASE_TOKEN))
+        except (OSError, socket.error):
+            said = b''
+        finally:
             conn.close()
-            count += 1
+        if said == RELEASE_TOKEN:
+            return
 
 
-def hold(address, port, seconds, expect):
+def release(address, port, timeout=5.0):
+    """Send the release token to the listener on the port; True when one took it."""
+    try:
+        conn = socket.create_connection((address, port), timeout=timeout)
+    except (OSError, socket.error):
+        return False
+    try:
+        conn.sendall(RELEASE_TOKEN)
+    finally:
+        conn.close()
+    return True
+
+
+def hold(address, port, seconds):
     """Bind the port; when that works, a child in its own session keeps it open for the workers'
     test and the module returns at once."""
     family = socket.AF_INET6 if ':' in address else socket.AF_INET
@@ -175,7 +211,7 @@ def hold(address, port, seconds, expect):
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):   # nothing of the child keeps the module's output open
             os.dup2(devnull, fd)
-        _accept_until(sock, time.time() + seconds, expect)
+        _accept_until(sock, time.time() + seconds)
     finally:
         os._exit(0)
 
@@ -203,7 +239,7 @@ def main():
             hold_port=dict(type='int', default=0),
             hold_address=dict(type='str', default=''),
             hold_seconds=dict(type='int', default=30),
-            hold_expect=dict(type='int', default=0),
+            release_port=dict(type='int', default=0),
             connect_host=dict(type='str', default=''),
             connect_port=dict(type='int', default=0),
             connect_timeout=dict(type='float', default=5),
@@ -222,7 +258,9 @@ def main():
                                     'text': describe_listeners(port, holders) if holders else ''})
     if p['hold_port'] and all(x['free'] for x in result['ports'] if x['port'] == p['hold_port']):
         if not port_listeners(p['hold_port']):
-            result['held'] = hold(p['hold_address'], p['hold_port'], p['hold_seconds'], p['hold_expect'])
+            result['held'] = hold(p['hold_address'], p['hold_port'], p['hold_seconds'])
+    if p['release_port']:
+        result['released'] = release(p['hold_address'], p['release_port'])
     if p['connect_port']:
         result['connect'] = connect(p['connect_host'], p['connect_port'], p['connect_timeout'])
     module.exit_json(changed=False, **result)
