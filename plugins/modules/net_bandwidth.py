@@ -26,10 +26,10 @@ description:
     O(both_directions)) from the server to this node (C(-R)); with ib_write_bw, one run on
     O(device). A test that fails (refused, timed out) is a result with RV(results[].error),
     not a module failure.
-  - O(state=schedule) runs this node's part of every round of O(rounds) in one run: the node
+  - O(state=schedule) runs this node's part of every round of O(rounds) in one run. The node
     measures as the client of its pair in each round, or serves its pair's client with one-off
     iperf3 servers (one per direction), in round order. A pair starts as soon as both its nodes
-    are free: a round never waits for its slowest pair, and Ansible starts one task for the
+    are free. A round never waits for its slowest pair, and Ansible starts one task for the
     whole matrix instead of one per round. Round i uses port O(port) + i. Each part waits for
     its partner at most O(server_wait) seconds (0 means long enough for every round before
     it), then records an error and the node goes on.
@@ -172,6 +172,19 @@ EXAMPLES = r'''
         state: stopped
         node: "{{ inventory_hostname }}"
       when: inventory_hostname == 'gpu-worker-1'
+
+- name: Every pair of three nodes, one task on all of them (round i on port 5201 + i)
+  gpucluster.multinode.net_bandwidth:
+    state: schedule
+    node: "{{ inventory_hostname }}"
+    port: 5201
+    duration: 5
+    omit: 1
+    rounds:
+      - [{client: gpu-master, server: gpu-worker-1, server_address: 10.0.0.11}]
+      - [{client: gpu-worker-2, server: gpu-master, server_address: 10.0.0.10}]
+      - [{client: gpu-worker-1, server: gpu-worker-2, server_address: 10.0.0.12}]
+  register: bw_all
 '''
 
 RETURN = r'''

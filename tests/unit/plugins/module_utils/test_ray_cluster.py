@@ -57,6 +57,36 @@ def test_list_nodes_of_a_single_head():
     assert n['labels']['zone'] == 'a'
 
 
+def test_status_and_nodes_of_the_three_node_scenario():
+    st = rc.parse_ray_status(read('status-v-three-nodes.txt'))
+    assert len(st['active']) == 3 and st['pending'] == [] and st['failures'] == []
+    assert st['usage']['CPU'] == {'used': 0.0, 'total': 5.0}
+    assert st['usage']['trainer'] == {'used': 0.0, 'total': 2.0}
+    assert 'GPU' not in st['usage']
+    nodes = rc.parse_ray_nodes(read('list-nodes-three-nodes.json'))
+    by_ip = dict((n['node_ip'], n) for n in nodes)
+    assert sorted(by_ip) == ['10.236.0.10', '10.236.0.11', '10.236.0.12']
+    assert all(n['state'] == 'ALIVE' for n in nodes)
+    assert by_ip['10.236.0.10']['is_head'] and not by_ip['10.236.0.11']['is_head']
+    assert by_ip['10.236.0.10']['resources']['trainer'] == 2.0 and by_ip['10.236.0.10']['labels']['rack'] == 'lab-a'
+    assert by_ip['10.236.0.12']['resources']['CPU'] == 1.0
+    specs = [rc.node_spec('mol-ray-head', '10.236.0.10', True, 2, 0, resources={'trainer': 2}),
+             rc.node_spec('mol-ray-worker-1', '10.236.0.11', False, 2, 0),
+             rc.node_spec('mol-ray-worker-2', '10.236.0.12', False, 1, 0)]
+    assert [problems for _s, _n, problems in rc.membership(specs, nodes)] == [[], [], []]
+
+
+def test_a_stopped_worker_is_dead_in_the_nodes_and_gone_from_the_status():
+    st = rc.parse_ray_status(read('status-v-worker-stopped.txt'))
+    assert len(st['active']) == 2 and st['usage']['CPU']['total'] == 4.0
+    nodes = rc.parse_ray_nodes(read('list-nodes-worker-stopped.json'))
+    specs = [rc.node_spec('mol-ray-worker-1', '10.236.0.11', False, 2, 0),
+             rc.node_spec('mol-ray-worker-2', '10.236.0.12', False, 1, 0)]
+    assert [(s['name'], problems) for s, _n, problems in rc.membership(specs, nodes)] == [
+        ('mol-ray-worker-1', []),
+        ('mol-ray-worker-2', ['in the Ray cluster but DEAD: Expected termination: received SIGTERM'])]
+
+
 # ------------------------------------------------------------------ input checks
 
 def settings(**over):
