@@ -229,7 +229,7 @@ def read(module, python, imports=False, environ=None, timeout=300):
 
 
 # Run by the environment's interpreter: which requirement strings its distributions do not satisfy,
-# parsed by pip's own packaging (one level of extras). Prints MARKER + a JSON list, or null when
+# parsed by pip's own packaging, with their dependencies (and those of the extras asked for). Prints MARKER + a JSON list, or null when
 # there is no parser.
 REQUIREMENTS_SCRIPT = r'''
 import json, sys
@@ -244,7 +244,10 @@ except ImportError:
         sys.exit(0)
 
 
-def satisfied(req, extra=None):
+def satisfied(req, extra=None, seen=None):
+    """The requirement holds, and so does every requirement of what it names, all the way down
+    (what pip check reads): a dependency removed by hand means pip has work to do."""
+    seen = set() if seen is None else seen
     if req.url:
         return False
     if req.marker is not None and not req.marker.evaluate({'extra': extra or ''}):
@@ -255,12 +258,18 @@ def satisfied(req, extra=None):
         return False
     if not req.specifier.contains(dist.version, prereleases=True):
         return False
-    for name in req.extras:
-        for text in dist.requires or []:
-            dep = Requirement(text)
-            if dep.marker is not None and dep.marker.evaluate({'extra': name}) and not satisfied(
-                    Requirement(str(dep).split(';')[0]), None):
-                return False
+    extras = tuple(sorted(req.extras))
+    if (req.name.lower(), extras) in seen:
+        return True
+    seen.add((req.name.lower(), extras))
+    for text in dist.requires or []:
+        dep = Requirement(text)
+        wanted = [e for e in extras if dep.marker is not None and dep.marker.evaluate({'extra': e})]
+        if dep.marker is not None and not wanted and not dep.marker.evaluate({'extra': ''}):
+            continue
+        dep.marker = None
+        if not satisfied(dep, None, seen):
+            return False
     return True
 
 

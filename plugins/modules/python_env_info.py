@@ -54,8 +54,8 @@ options:
   requirements:
     description:
       - Requirement strings (C(torch==2.13.0), C(ray[default]>=2.40)) to check against the installed
-        distributions with pip's own requirement parser (one level of extras). A URL or anything
-        unparsable counts as not satisfied.
+        distributions with pip's own requirement parser, with their dependencies all the way down
+        (and those of the extras asked for). A URL or anything unparsable counts as not satisfied.
     type: list
     elements: str
     default: []
@@ -112,6 +112,7 @@ unsatisfied:
   sample: []
 '''
 
+import hashlib
 import json
 import os
 
@@ -129,12 +130,25 @@ def read_text(path):
         return None
 
 
+def distributions_digest(python):
+    """sha256 of every distribution installed in the environment (name==version), read on disk;
+    None when only the interpreter knows its site-packages."""
+    dirs = env_versions.site_dirs(python)
+    if not dirs:
+        return None
+    from importlib import metadata
+    names = sorted('%s==%s' % ((d.metadata.get('Name') or '?').lower(), d.version)
+                   for d in metadata.distributions(path=list(dirs)))
+    return hashlib.sha256('\n'.join(names).encode('utf-8')).hexdigest()
+
+
 def record_key(module, python, environ, timeout):
-    """What an import's answer holds for: the interpreter, the distributions' versions, the NVIDIA
-    kernel module's version and the import's environment (its names only: values may be secrets)."""
+    """What an import's answer holds for: the interpreter, the versions, every installed
+    distribution, the NVIDIA kernel module's version and the import's environment (its names
+    only: values may be secrets)."""
     versions, error = env_versions.read(module, python, imports=False, environ=environ, timeout=timeout)
-    return {'python': python, 'versions': versions, 'nvidia_module': read_text(NVIDIA_MODULE_VERSION),
-            'environ': sorted(environ)}, error
+    return {'python': python, 'versions': versions, 'distributions': distributions_digest(python),
+            'nvidia_module': read_text(NVIDIA_MODULE_VERSION), 'environ': sorted(environ)}, error
 
 
 def main():

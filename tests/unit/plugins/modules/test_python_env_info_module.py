@@ -112,8 +112,15 @@ def test_a_recorded_verification_answers_until_a_package_changes(tmp_path):
     venv_on_disk(tmp_path, deepspeed='0.19.9')
     upgraded = run(tmp_path, python=python, record=str(record))
     assert upgraded['read'] == 'imports' and upgraded['record']['key']['versions']['deepspeed'] == '0.19.9'
-    # a variable added to the import's environment also means an import
+    # a package added by hand (any distribution, not only torch and DeepSpeed) means an import
     record.write_text(json.dumps(upgraded['record']))
+    extra = tmp_path / 'env' / 'lib' / 'python3.11' / 'site-packages' / 'einops-0.8.1.dist-info'
+    extra.mkdir()
+    (extra / 'METADATA').write_text('Name: einops\nVersion: 0.8.1\n')
+    added = run(tmp_path, python=python, record=str(record))
+    assert added['read'] == 'imports' and added['record']['key']['distributions'] != upgraded['record']['key']['distributions']
+    # a variable added to the import's environment also means an import
+    record.write_text(json.dumps(added['record']))
     assert run(tmp_path, python=python, record=str(record), environ={'DS_ACCELERATOR': 'cpu'})['read'] == 'imports'
 
 
@@ -130,3 +137,17 @@ def test_requirements_already_satisfied_are_told_without_an_import(tmp_path):
     # no environment yet: everything is to install, nothing fails
     res = run(tmp_path, python=str(tmp_path / 'none' / 'python'), imports=False, requirements=['torch==2.13.0'])
     assert res.get('failed') is not True and res['unsatisfied'] == ['torch==2.13.0']
+
+
+def test_a_dependency_removed_by_hand_leaves_its_requirement_unsatisfied(tmp_path):
+    site = venv_on_disk(tmp_path)
+    meta = site / 'deepspeed-0.19.8.dist-info' / 'METADATA'
+    meta.write_text(meta.read_text() + 'Requires-Dist: hjson\nRequires-Dist: pywin32; sys_platform == "win32"\n')
+    python = interpreter(tmp_path, 'PYTHONPATH=%s exec %s "$@"\n' % (site, sys.executable))
+    res = run(tmp_path, python=python, imports=False, requirements=['torch==2.13.0', 'deepspeed==0.19.8'])
+    assert res['unsatisfied'] == ['deepspeed==0.19.8'], res
+    hjson = site / 'hjson-3.1.0.dist-info'
+    hjson.mkdir()
+    (hjson / 'METADATA').write_text('Name: hjson\nVersion: 3.1.0\n')
+    res = run(tmp_path, python=python, imports=False, requirements=['torch==2.13.0', 'deepspeed==0.19.8'])
+    assert res['unsatisfied'] == []
