@@ -50,6 +50,14 @@ options:
       Never shown in the task result or log (it carries the job's environment, where tokens live).
     type: dict
     default: {}
+  plain_environ:
+    description:
+      - Environment of the interpreter that is no secret (C(DS_ACCELERATOR), C(TORCH_EXTENSIONS_DIR),
+        C(PATH), C(TORCH_CUDA_ARCH_LIST)), shown as it is. O(environ) wins where both name a variable.
+      - Values given in O(environ) are masked wherever they appear in the output (C(cpu) too), so
+        give the settings here and keep O(environ) for tokens.
+    type: dict
+    default: {}
   env_files:
     description: Shell files sourced (exported) before the interpreter starts, as the training job does.
     type: list
@@ -163,7 +171,8 @@ def run_probe(module, mode):
     if p['env_files']:
         prefix = 'set -a; ' + ''.join('[ -r %s ] && . %s; ' % (shlex.quote(f), shlex.quote(f)) for f in p['env_files'])
         inner = ['/bin/sh', '-c', prefix + 'set +a; exec "$@"', 'sh'] + inner
-    environ = dict((str(k), str(v)) for k, v in p['environ'].items())
+    environ = dict((str(k), str(v)) for k, v in p['plain_environ'].items())
+    environ.update((str(k), str(v)) for k, v in p['environ'].items())
     rc, out, err = module.run_command(['timeout', str(p['timeout'])] + inner, environ_update=environ)
     if rc == 124:
         module.fail_json(msg='%s did not finish within timeout=%d s (%s of the DeepSpeed ops)'
@@ -213,6 +222,7 @@ def main():
             ops=dict(type='dict', default={}),
             state=dict(type='str', choices=['built', 'checked'], default='built'),
             environ=dict(type='dict', default={}, no_log=True),
+            plain_environ=dict(type='dict', default={}),
             env_files=dict(type='list', elements='path', default=[]),
             timeout=dict(type='int', default=1800),
         ),

@@ -174,3 +174,11 @@ def test_no_ops_for_the_accelerator_builds_nothing(node):
     again = run(node, ops={'cuda': ['FusedAdamBuilder']})
     assert again['changed'] is False and again['read'] == 'files'
     assert again['msg'] == 'no DeepSpeed op to build for accelerator cpu'
+
+
+def test_settings_given_as_plain_environ_reach_the_interpreter_and_are_not_masked(node):
+    first = run(node, plain_environ={'DS_ACCELERATOR': 'cpu'})
+    assert first['accelerator'] == 'cpu' and calls(node)[0] == 'stamp cpu'
+    # the same value given as environ (where tokens go) is masked wherever it appears
+    masked = run(node, environ={'DS_ACCELERATOR': 'cpu'})
+    assert masked['accelerator'] != 'cpu'
