@@ -14,6 +14,7 @@
 #
 #   benchmarks/speed.sh                  # ROUNDS=5 JOBS=3 PARTS="1 2 3 4" KEEP=0
 #   PARTS=4 benchmarks/speed.sh          # the matrix only
+#   LOGS=/tmp/speed-logs benchmarks/speed.sh   # keep every playbook's log
 # Needs the node image (ansible-playbook lab/lab.yml -e lab_state=image). KEEP=1 leaves the labs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,7 @@ ROUNDS=${ROUNDS:-5}
 JOBS=${JOBS:-3}
 PARTS=${PARTS:-1 2 3 4}
 KEEP=${KEEP:-0}
+LOGS=${LOGS:-}      # a directory to keep the playbook logs in (for example the converged run's profile)
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 OUT=$(mktemp -d /tmp/speed.XXXXXX)
 load() { printf 'load %s (%s cores)' "$(cut -d' ' -f1-3 /proc/loadavg)" "$(nproc)"; }
@@ -33,7 +35,7 @@ summary=()
 # lab NAME NODES SUBNET STATE: make or remove a lab; its inventory is .lab/NAME-inventory
 lab() {
   ansible-playbook lab/lab.yml -e "lab_name=$1" -e "lab_nodes=$2" -e "lab_subnet=$3" \
-    -e "lab_inventory_dir=$PWD/.lab/$1-inventory" -e "lab_state=$4" >"$OUT/lab-$1-$4.log" \
+    -e "lab_inventory_dir=$PWD/.lab/$1-inventory" -e "lab_state=$4" >"$OUT/lab-$1-$4.log" 2>&1 \
     || { tail -20 "$OUT/lab-$1-$4.log" >&2; return 1; }
 }
 cleanup() {
@@ -41,6 +43,7 @@ cleanup() {
     lab speed4 4 10.213.60.0/24 absent || true
     lab speed8 8 10.213.61.0/24 absent || true
   fi
+  if [ -n "$LOGS" ]; then mkdir -p "$LOGS" && cp -r "$OUT"/. "$LOGS"/; fi
   rm -rf "$OUT"
 }
 trap cleanup EXIT
@@ -51,18 +54,18 @@ if part 1 || part 2 || part 3; then
   lab speed4 4 10.213.60.0/24 absent
   lab speed4 4 10.213.60.0/24 present
   t0=$(now)
-  ansible-playbook playbooks/site.yml -i "$INV4" >"$OUT/site-first.log" || { tail -30 "$OUT/site-first.log" >&2; exit 1; }
+  ansible-playbook playbooks/site.yml -i "$INV4" >"$OUT/site-first.log" 2>&1 || { tail -30 "$OUT/site-first.log" >&2; exit 1; }
   first=$(echo "$(now) - $t0" | bc)
   echo "site.yml, first run on the fresh lab: $(printf '%.0f' "$first") s ($(load))"
   if part 2; then
     t0=$(now)
     ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=12 \
-      ansible-playbook playbooks/site.yml -i "$INV4" >"$OUT/site-again.log" || { tail -30 "$OUT/site-again.log" >&2; exit 1; }
+      ansible-playbook playbooks/site.yml -i "$INV4" >"$OUT/site-again.log" 2>&1 || { tail -30 "$OUT/site-again.log" >&2; exit 1; }
     again=$(echo "$(now) - $t0" | bc)
     echo "site.yml, converged: $(printf '%.0f' "$again") s ($(load)); $(grep -o 'changed=[0-9]*' "$OUT/site-again.log" | sort | uniq -c | tr -s ' ' | tr '\n' ' ')"
     echo "   its slowest tasks:"
     sed -n '/^=====/,$p' "$OUT/site-again.log" | grep -E ' -+ [0-9.]+s$' | head -12 | sed 's/^/   /'
-    row=$(print_median_ratio '' "$again" "$first")
+    row=$(echo "scale=3; $again / $first" | bc | sed 's/^\./0./')
     summary+=("2. site.yml converged / first run (4 nodes)       $row   goal <= 0.25   ($(printf '%.0f' "$again") s / $(printf '%.0f' "$first") s)")
   fi
   if part 1; then
@@ -87,7 +90,7 @@ if part 4; then
   lab speed8 8 10.213.61.0/24 absent
   lab speed8 8 10.213.61.0/24 present
   ansible-playbook playbooks/site.yml -i "$INV8" --tags network,node_tools \
-    -e node_tools_build=false -e node_tools_pdsh=false >"$OUT/site8.log" || { tail -30 "$OUT/site8.log" >&2; exit 1; }
+    -e node_tools_build=false -e node_tools_pdsh=false >"$OUT/site8.log" 2>&1 || { tail -30 "$OUT/site8.log" >&2; exit 1; }
   INV=$INV8 PARTS=1 MATRIX_NODES=8 benchmarks/network_matrix.sh | tee "$OUT/matrix.txt"
   echo "   ($(load))"
   row=$(sed -n 's/.*ratio sequential \/ round-robin \([0-9.]*\).*/\1/p' "$OUT/matrix.txt")
@@ -95,4 +98,4 @@ if part 4; then
 fi
 
 echo "== speed figures ($(date -u +%Y-%m-%dT%H:%MZ), $(load))"
-printf '%s\n' "${summary[@]}"
+printf '%s\n' "${summary[@]}" | sort

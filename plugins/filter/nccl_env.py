@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import shlex
-from collections import OrderedDict
 
 from ansible.errors import AnsibleFilterError
 
@@ -29,7 +28,7 @@ def nccl_environment(mode, ifname, debug='WARN', ib_hca='', ib_gid_index=3, net_
         raise AnsibleFilterError('nccl_environment: mode must be tcp or rdma, not %r' % (mode,))
     if not ifname:
         raise AnsibleFilterError('nccl_environment: no socket interface name given')
-    env = OrderedDict()
+    env = {}  # insertion-ordered: the profile lists the variables in this order
     env['NCCL_DEBUG'] = str(debug)
     env['NCCL_SOCKET_IFNAME'] = str(ifname)
     env['GLOO_SOCKET_IFNAME'] = str(ifname)
