@@ -219,6 +219,14 @@ def ib_run(module, binary, params):
     return result
 
 
+def iperf3_pair(module, binary, params, sleep=time.sleep, clock=time.time):
+    """This node to the server, then (with both_directions) the server to this node (-R)."""
+    results = [iperf3_run(module, binary, params, reverse=False, sleep=sleep, clock=clock)]
+    if params['both_directions']:
+        results.append(iperf3_run(module, binary, params, reverse=True, sleep=sleep, clock=clock))
+    return results
+
+
 def client(module, params):
     """Measure against the server: {'results': [one dict per direction]}."""
     node, tool = params['node'], params['tool']
@@ -231,9 +239,7 @@ def client(module, params):
     if module.check_mode:
         return {'results': []}
     if tool == 'iperf3':
-        results = [iperf3_run(module, binary, params, reverse=False)]
-        if params['both_directions']:
-            results.append(iperf3_run(module, binary, params, reverse=True))
+        results = iperf3_pair(module, binary, params)
     else:
         results = [ib_run(module, binary, params)]
     return {'results': results}
@@ -310,9 +316,7 @@ def run_schedule(module, params, sleep=time.sleep, clock=time.time):
         else:
             run = dict(params, server=part['address'], peer=part['peer'], port=params['port'] + part['round'],
                        server_wait=wait)
-            got = [iperf3_run(module, binary, run, reverse=False, sleep=sleep, clock=clock)]
-            if params['both_directions']:
-                got.append(iperf3_run(module, binary, run, reverse=True, sleep=sleep, clock=clock))
+            got = iperf3_pair(module, binary, run, sleep=sleep, clock=clock)
             for item in got:
                 item['round'] = part['round'] + 1
             results.extend(got)

@@ -20,7 +20,26 @@ KEY_FIELDS = ('python', 'torch', 'deepspeed', 'accelerator')
 # DeepSpeed picks the accelerator as the job does (DS_ACCELERATOR, else detection); the ops of that
 # accelerator are loaded with the builder's own load(), i.e. the job's JIT path, into torch's
 # extension directory of this account (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions/pyXY_ACC).
-PROBE_SCRIPT = r'''
+# Torch's extension directory of this account, as torch's JIT build names it: TORCH_EXTENSIONS_DIR,
+# else <build root>/pyXY<abiflags>_<cpu|cuNNN|rocmNNN>. Shared by the probe (torch imported) and
+# the file-only read (versions read from files).
+EXTENSIONS_DIR_SOURCE = r'''
+def extensions_dir(build_root, cuda, hip):
+    import os, sys
+    root = os.environ.get('TORCH_EXTENSIONS_DIR')
+    if root is not None:
+        return root
+    if hip:
+        tag = 'rocm' + hip.replace('.', '')
+    elif cuda:
+        tag = 'cu' + cuda.replace('.', '')
+    else:
+        tag = 'cpu'
+    return os.path.join(build_root, 'py%d%d%s_%s' % (
+        sys.version_info[0], sys.version_info[1], getattr(sys, 'abiflags', ''), tag))
+'''
+
+PROBE_SCRIPT = EXTENSIONS_DIR_SOURCE + r'''
 import json, os, sys, time
 mode, wanted = sys.argv[1], json.loads(sys.argv[2])
 import torch
@@ -33,16 +52,7 @@ except ImportError:
     installed_ops = {}
 acc = get_accelerator()
 acc_name = acc._name
-root = os.environ.get('TORCH_EXTENSIONS_DIR')
-if root is None:
-    if torch.version.hip is not None:
-        tag = 'rocm' + torch.version.hip.replace('.', '')
-    elif torch.version.cuda is not None:
-        tag = 'cu' + torch.version.cuda.replace('.', '')
-    else:
-        tag = 'cpu'
-    root = os.path.join(cpp_extension.get_default_build_root(), 'py%d%d%s_%s' % (
-        sys.version_info[0], sys.version_info[1], getattr(sys, 'abiflags', ''), tag))
+root = extensions_dir(cpp_extension.get_default_build_root(), torch.version.cuda, torch.version.hip)
 ops = []
 for cls in wanted.get(acc_name, []):
     entry = {'builder': cls, 'name': None, 'compatible': False, 'installed': False, 'built': False}
@@ -80,27 +90,15 @@ print('GPUCLUSTER_DS_OPS ' + json.dumps({
 '''
 
 STAMP_MAIN = r'''
-import json, os, platform, re, sys
+import json, os, platform
 from importlib import metadata
 found = versions_from_distributions(metadata.distributions())
-hip = None
 try:
-    with open(str(metadata.distribution('torch').locate_file('torch/version.py'))) as handle:
-        match = re.search(r"^hip\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", handle.read(), re.M)
-        hip = match.group(1) if match else None
-except (OSError, metadata.PackageNotFoundError):
-    pass
-if hip:
-    tag = 'rocm' + hip.replace('.', '')
-elif found['torch_cuda']:
-    tag = 'cu' + found['torch_cuda'].replace('.', '')
-else:
-    tag = 'cpu'
-root = os.environ.get('TORCH_EXTENSIONS_DIR')
-if root is None:
-    cache = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
-    root = os.path.join(os.path.realpath(os.path.join(cache, 'torch_extensions')), 'py%d%d%s_%s' % (
-        sys.version_info[0], sys.version_info[1], getattr(sys, 'abiflags', ''), tag))
+    built_with = torch_build_versions(metadata.distribution('torch'))
+except metadata.PackageNotFoundError:
+    built_with = {'cuda': None, 'hip': None}
+cache = os.environ.get('XDG_CACHE_HOME') or os.path.expanduser('~/.cache')
+root = extensions_dir(os.path.realpath(os.path.join(cache, 'torch_extensions')), built_with['cuda'], built_with['hip'])
 stamp = None
 try:
     with open(os.path.join(root, 'gpucluster-deepspeed-ops.json')) as handle:
@@ -121,7 +119,7 @@ print('GPUCLUSTER_DS_OPS ' + json.dumps({
 # torch/version.py (read, not imported), the extension directory a job would use, the stamp in it
 # and whether each op's .so is there. Imports neither torch nor DeepSpeed: a fraction of a second
 # instead of seconds per node.
-STAMP_SCRIPT = env_versions.READER_SOURCE + STAMP_MAIN
+STAMP_SCRIPT = env_versions.READER_SOURCE + EXTENSIONS_DIR_SOURCE + STAMP_MAIN
 
 
 class ProbeError(Exception):

@@ -77,12 +77,22 @@ def versions_from_distributions(dists):
         elif name.startswith('nvidia-nccl-cu') and out['nccl_wheel'] is None:
             out['nccl_wheel'] = d.version
     if torch is not None:
-        try:
-            with open(str(torch.locate_file('torch/version.py'))) as f:
-                found = _re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]", f.read(), _re.M)
-            out['torch_cuda'] = found.group(1) if found else None
-        except (IOError, OSError):
-            pass
+        out['torch_cuda'] = torch_build_versions(torch)['cuda']
+    return out
+
+
+def torch_build_versions(torch):
+    """{'cuda', 'hip'}: the CUDA and ROCm versions a torch distribution was built with, read from
+    its torch/version.py (not imported); None where it has none."""
+    out = {'cuda': None, 'hip': None}
+    try:
+        with open(str(torch.locate_file('torch/version.py'))) as f:
+            text = f.read()
+    except (IOError, OSError):
+        return out
+    for name in out:
+        found = _re.search(r"^%s\s*(?::[^=]*)?=\s*['\"]([^'\"]+)['\"]" % name, text, _re.M)
+        out[name] = found.group(1) if found else None
     return out
 '''
 
@@ -129,13 +139,28 @@ def probe_script(imports=False):
     return '%s\nMARKER = %r\nIMPORTS = %r\n%s' % (READER_SOURCE, MARKER, bool(imports), _MAIN)
 
 
-def parse_probe_output(stdout):
-    """The versions (every key) from the probe's stdout; the last marked line wins. Keys the
-    probe adds (``cuda_available``, ``error``) are kept. Raises ProbeError without a marked JSON line."""
+def _last_marked(stdout):
+    """What follows MARKER on the last line that starts with it, or None."""
     found = None
     for line in (stdout or '').splitlines():
         if line.startswith(MARKER):
             found = line[len(MARKER):]
+    return found
+
+
+def _run_bounded(module, cmd, timeout, environ=None):
+    """(rc, stdout, stderr, timed_out) of cmd under `timeout` seconds where the timeout tool exists."""
+    timeout_bin = module.get_bin_path('timeout') if timeout else None
+    if timeout_bin:
+        cmd = [timeout_bin, str(int(timeout))] + list(cmd)
+    rc, out, err = module.run_command(cmd, environ_update=dict(environ or {}))
+    return rc, out, err, bool(timeout_bin) and rc == 124
+
+
+def parse_probe_output(stdout):
+    """The versions (every key) from the probe's stdout; the last marked line wins. Keys the
+    probe adds (``cuda_available``, ``error``) are kept. Raises ProbeError without a marked JSON line."""
+    found = _last_marked(stdout)
     if found is None:
         raise ProbeError('the probe printed no result line')
     try:
@@ -213,15 +238,11 @@ def read(module, python, imports=False, environ=None, timeout=300):
                 return from_site_dirs(dirs), None
             except Exception:  # an unreadable record: ask the interpreter below  # pylint: disable=broad-except
                 pass
-    cmd = [python, '-c', probe_script(imports)]
-    timeout_bin = module.get_bin_path('timeout') if timeout else None
-    if timeout_bin:
-        cmd = [timeout_bin, str(int(timeout))] + cmd
-    rc, out, err = module.run_command(cmd, environ_update=dict(environ or {}))
+    rc, out, err, timed_out = _run_bounded(module, [python, '-c', probe_script(imports)], timeout, environ)
     try:
         versions = parse_probe_output(out)
     except ProbeError as exc:
-        if rc == 124 and timeout_bin:
+        if timed_out:
             return {}, '%s did not answer within %s s' % (python, timeout)
         lines = (err or out or '').strip().splitlines()
         return {}, '%s (%s)' % (exc, lines[-1] if lines else 'exit code %d' % rc)
@@ -229,8 +250,8 @@ def read(module, python, imports=False, environ=None, timeout=300):
 
 
 # Run by the environment's interpreter: which requirement strings its distributions do not satisfy,
-# parsed by pip's own packaging, with their dependencies (and those of the extras asked for). Prints MARKER + a JSON list, or null when
-# there is no parser.
+# parsed by pip's own packaging, with their dependencies (and those of the extras asked for).
+# Prints MARKER + a JSON list, or null when there is no parser.
 REQUIREMENTS_SCRIPT = r'''
 import json, sys
 from importlib import metadata
@@ -290,16 +311,13 @@ def unsatisfied(module, python, requirements, timeout=300):
     cannot tell (no interpreter, no parser, no answer in ``timeout`` seconds)."""
     if not os.access(python, os.X_OK):
         return None
-    cmd = [python, '-c', REQUIREMENTS_SCRIPT, MARKER, json.dumps(list(requirements))]
-    timeout_bin = module.get_bin_path('timeout') if timeout else None
-    if timeout_bin:
-        cmd = [timeout_bin, str(int(timeout))] + cmd
-    rc, out, _err = module.run_command(cmd)
-    lines = [line[len(MARKER):] for line in (out or '').splitlines() if line.startswith(MARKER)]
-    if rc != 0 or not lines:
+    rc, out, _err, _timed_out = _run_bounded(
+        module, [python, '-c', REQUIREMENTS_SCRIPT, MARKER, json.dumps(list(requirements))], timeout)
+    marked = _last_marked(out)
+    if rc != 0 or marked is None:
         return None
     try:
-        found = json.loads(lines[-1])
+        found = json.loads(marked)
     except ValueError:
         return None
     return found if isinstance(found, list) else None

@@ -100,8 +100,8 @@ read:
   sample: record
 record:
   description: What to write to O(record) after an import (the versions, RV(cuda_available) and what
-    they hold for). Returned after an import only.
-  returned: when imported
+    they hold for).
+  returned: after an import, when O(record) is given
   type: dict
 unsatisfied:
   description: The O(requirements) the installed distributions do not satisfy; null when the
@@ -195,10 +195,9 @@ def main():
     if error or not versions:
         module.fail_json(msg='%s cannot import torch and deepspeed: %s' % (python, error or 'no result'))
     cuda_available = bool(versions.pop('cuda_available', False))
-    if key is None:
-        key = record_key(module, python, environ, p['timeout'])[0]
-    module.exit_json(changed=False, versions=versions, cuda_available=cuda_available, read='imports',
-                     record={'key': key, 'versions': versions, 'cuda_available': cuda_available}, **extra)
+    if key is not None:
+        extra['record'] = {'key': key, 'versions': versions, 'cuda_available': cuda_available}
+    module.exit_json(changed=False, versions=versions, cuda_available=cuda_available, read='imports', **extra)
 
 
 if __name__ == '__main__':
