@@ -1,0 +1,71 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Action of gpucluster.multinode.k8s_manifests: runs on the controller (the cluster file, the schemas
+and the manifest directory are the controller's), see plugins/modules/k8s_manifests.py."""
+
+from __future__ import annotations
+
+import os
+
+from ansible.errors import AnsibleError
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpucluster.multinode.plugins.filter.nccl_env import nccl_environment
+from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_manifests as km
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import k8s_render as kr
+
+ARGS = {
+    'cluster_file': {'type': 'path', 'required': True},
+    'dest': {'type': 'path'},
+    'state': {'type': 'str', 'choices': ['checked', 'rendered'], 'default': 'rendered'},
+    'kubernetes_versions': {'type': 'list', 'elements': 'str', 'default': list(kr.DEFAULT_VERSIONS)},
+    'entrypoint': {'type': 'path'},
+    'schema_dir': {'type': 'path'},
+}
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _VALID_ARGS = frozenset(ARGS)
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        _, args = self.validate_argument_spec(argument_spec=ARGS)
+        if args['state'] == 'rendered' and not args['dest']:
+            raise AnsibleError('k8s_manifests: dest (the manifest directory) is required with state=rendered')
+        files_root = kr.role_files()
+        try:
+            cluster = kr.load_cluster_file(args['cluster_file'])
+            env = nccl_environment(
+                cluster['network']['mode'], cluster['network']['socket_ifname'], debug=cluster['nccl']['debug'],
+                ib_hca=cluster['network'].get('ib_hca', ''), ib_gid_index=cluster['network']['ib_gid_index'],
+                master_addr=kc.pod_dns(cluster, 0), master_port=cluster['train']['master_port'],
+                ds_accelerator='' if cluster['gpus_per_pod'] else 'cpu', extra=cluster['nccl']['extra'])
+            entrypoint = kr.read_text(args['entrypoint'] or os.path.join(files_root, kc.ENTRYPOINT), 'entrypoint')
+            extra = kr.config_files(cluster, args['cluster_file'])
+            objects = km.render(cluster, env, entrypoint, extra)
+            report = kr.check_objects(objects, cluster, args['kubernetes_versions'],
+                                      args['schema_dir'] or os.path.join(files_root, 'schemas'),
+                                      where=args['cluster_file'])
+        except (kc.ClusterFileError, kr.RenderError) as exc:
+            result.update(failed=True, msg=str(exc))
+            return result
+        except Exception as exc:  # the filter's own refusal (AnsibleFilterError) included
+            result.update(failed=True, msg='%s: %s' % (args['cluster_file'], exc))
+            return result
+        pods = kc.pods(cluster)
+        result.update(
+            cluster=cluster, pods=pods, world_size=sum(p['slots'] for p in pods),
+            objects=[{'kind': o['kind'], 'name': o['metadata']['name'],
+                      'namespace': o['metadata'].get('namespace')} for o in objects],
+            manifests=objects, validated=report, per_pod_claims=km.per_pod_claims(cluster),
+            hostfile=km.hostfile_text(cluster), changed=False,
+        )
+        if args['state'] == 'rendered':
+            written, removed, diffs = kr.write_manifests(objects, args['dest'], check=self._task.check_mode)
+            result.update(files=written, removed=removed, changed=bool(diffs or removed), dest=args['dest'])
+            if self._task.diff and diffs:
+                result['diff'] = diffs
+        return result

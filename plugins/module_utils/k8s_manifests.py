@@ -1,0 +1,432 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""The Kubernetes objects of a training cluster, rendered from a checked cluster file, and the
+semantic checks every rendered (or hand-edited) set of objects must pass.
+
+render() returns the objects in apply order: ServiceAccount, (OpenShift) SecurityContextConstraints,
+Role and RoleBinding, (RDMA) NetworkAttachmentDefinition, NetworkPolicy, ConfigMap, PersistentVolumeClaim
+(rwx), headless Service, StatefulSet. problems() reads a list of objects the way the cluster will and
+returns one line per inconsistency (selector and template labels, serviceName, hostfile against
+replicas and slots, /dev/shm, RDMA and TCP settings, OpenShift's restricted-v2 rules).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
+from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
+
+RDMA_SCC_REASON = ('IPC_LOCK (RDMA memory registration pins pages) is dropped by restricted-v2; '
+                   'this SCC is restricted-v2 plus IPC_LOCK, still non-root and without privilege escalation')
+SHM_VOLUME = 'dshm'
+CONFIG_VOLUME = 'gpucluster-config'
+DATA_VOLUME = 'data'
+AGENT_PORT_NAME = 'agent'
+MASTER_PORT_NAME = 'master'
+MANAGED_BY = 'gpucluster.multinode'
+
+
+def labels(cluster):
+    """The labels that select the pods (and mark every object the collection made)."""
+    return {'app.kubernetes.io/name': 'gpucluster-training', 'app.kubernetes.io/instance': cluster['name']}
+
+
+def _meta(cluster, name, namespaced=True):
+    meta = {'name': name, 'labels': dict(cluster['labels'], **labels(cluster),
+                                         **{'app.kubernetes.io/managed-by': MANAGED_BY})}
+    if namespaced:
+        meta['namespace'] = cluster['namespace']
+    return meta
+
+
+def hostfile_text(cluster):
+    """The DeepSpeed hostfile of the pods' DNS names and slots (through the collection's renderer)."""
+    hosts = hf.normalize([{'name': p['address'], 'slots': p['slots']} for p in kc.pods(cluster)])
+    return hf.render(hosts, 'deepspeed')
+
+
+def job_settings(cluster):
+    """job.json in the ConfigMap: what the pod entrypoint needs besides the environment."""
+    train = cluster['train']
+    return {
+        'name': cluster['name'], 'service': kc.service_name(cluster), 'namespace': cluster['namespace'],
+        'cluster_domain': cluster['cluster_domain'], 'replicas': cluster['replicas'],
+        'pods': [{'name': p['name'], 'address': p['address'], 'slots': p['slots']} for p in kc.pods(cluster)],
+        'command': train['command'], 'python': train['python'], 'deepspeed': train['deepspeed'],
+        'master_port': train['master_port'], 'agent_port': train['agent_port'], 'peer_wait': train['peer_wait'],
+        'workdir': train['workdir'], 'config_dir': kc.CONFIG_DIR,
+        'deepspeed_config': 'ds_config.json' if train['deepspeed_config'] else None,
+    }
+
+
+def scc_name(cluster):
+    return '%s-rdma' % cluster['name'] if cluster['network']['mode'] == 'rdma' else 'restricted-v2'
+
+
+def _container_security(cluster):
+    caps = {'drop': ['ALL']}
+    if cluster['network']['mode'] == 'rdma':
+        caps['add'] = ['IPC_LOCK']
+    return {'allowPrivilegeEscalation': False, 'capabilities': caps, 'runAsNonRoot': True,
+            'seccompProfile': {'type': 'RuntimeDefault'}}
+
+
+def _env_list(env):
+    return [{'name': k, 'value': str(v)} for k, v in env.items()]
+
+
+def _resources(cluster):
+    limits, requests = {}, {}
+    if cluster['gpus_per_pod']:
+        limits[cluster['gpu_resource']] = str(cluster['gpus_per_pod'])
+        requests[cluster['gpu_resource']] = str(cluster['gpus_per_pod'])
+    if cluster['network']['mode'] == 'rdma':
+        count = str(cluster['network']['rdma_resource_count'])
+        limits[cluster['network']['rdma_resource']] = count
+        requests[cluster['network']['rdma_resource']] = count
+    for key, value in cluster['resources'].items():
+        limits[key] = value
+        requests[key] = value
+    out = {}
+    if limits:
+        out['limits'] = limits
+    if requests:
+        out['requests'] = requests
+    return out
+
+
+def pod_environment(cluster, nccl_env):
+    """The container's variables: the NCCL/gloo environment, the pod identity, the job's own."""
+    env = dict(nccl_env)
+    env['HOME'] = '/tmp'  # an OpenShift uid has no home directory; torch and DeepSpeed write caches there
+    env['GPUCLUSTER_CONFIG_DIR'] = kc.CONFIG_DIR
+    env.update(cluster['train']['env'])
+    return env
+
+
+def statefulset(cluster, nccl_env):
+    name = cluster['name']
+    train = cluster['train']
+    env = _env_list(pod_environment(cluster, nccl_env))
+    env.insert(0, {'name': 'GPUCLUSTER_POD_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}})
+    mounts = [{'name': CONFIG_VOLUME, 'mountPath': kc.CONFIG_DIR, 'readOnly': True},
+              {'name': SHM_VOLUME, 'mountPath': '/dev/shm'},
+              {'name': DATA_VOLUME, 'mountPath': cluster['storage']['mount_path']}]
+    container = {
+        'name': 'trainer', 'image': cluster['image'], 'imagePullPolicy': cluster['image_pull_policy'],
+        'command': [train['python'], '%s/%s' % (kc.CONFIG_DIR, kc.ENTRYPOINT), 'agent'],
+        'workingDir': train['workdir'],
+        'env': env,
+        'ports': [{'name': AGENT_PORT_NAME, 'containerPort': train['agent_port'], 'protocol': 'TCP'},
+                  {'name': MASTER_PORT_NAME, 'containerPort': train['master_port'], 'protocol': 'TCP'}],
+        'readinessProbe': {'tcpSocket': {'port': AGENT_PORT_NAME}, 'periodSeconds': 5, 'failureThreshold': 3},
+        'securityContext': _container_security(cluster),
+        'volumeMounts': mounts,
+    }
+    resources = _resources(cluster)
+    if resources:
+        container['resources'] = resources
+    volumes = [
+        {'name': CONFIG_VOLUME, 'configMap': {'name': '%s-config' % name, 'defaultMode': 0o555}},
+        {'name': SHM_VOLUME, 'emptyDir': {'medium': 'Memory', 'sizeLimit': cluster['shm_size']}},
+    ]
+    spec = {
+        'serviceAccountName': name,
+        'automountServiceAccountToken': False,
+        'securityContext': {'runAsNonRoot': True, 'seccompProfile': {'type': 'RuntimeDefault'}},
+        'terminationGracePeriodSeconds': 30,
+        'containers': [container],
+        'volumes': volumes,
+    }
+    if cluster['node_selector']:
+        spec['nodeSelector'] = dict(cluster['node_selector'])
+    if cluster['tolerations']:
+        spec['tolerations'] = [dict(t) for t in cluster['tolerations']]
+    if cluster['image_pull_secrets']:
+        spec['imagePullSecrets'] = [{'name': s} for s in cluster['image_pull_secrets']]
+    template_meta = {'labels': dict(cluster['labels'], **labels(cluster))}
+    if cluster['network']['mode'] == 'rdma':
+        template_meta['annotations'] = {'k8s.v1.cni.cncf.io/networks': cluster['network']['attachment']}
+    sts_spec = {
+        'serviceName': kc.service_name(cluster),
+        'replicas': cluster['replicas'],
+        'podManagementPolicy': 'Parallel',
+        'selector': {'matchLabels': labels(cluster)},
+        'template': {'metadata': template_meta, 'spec': spec},
+    }
+    storage = cluster['storage']
+    if storage['mode'] == 'rwx':
+        volumes.append({'name': DATA_VOLUME, 'persistentVolumeClaim': {'claimName': claim_name(cluster)}})
+    else:
+        pvc = {'metadata': {'name': DATA_VOLUME, 'labels': labels(cluster)},
+               'spec': {'accessModes': ['ReadWriteOnce'], 'resources': {'requests': {'storage': storage['size']}}}}
+        if storage['storage_class']:
+            pvc['spec']['storageClassName'] = storage['storage_class']
+        sts_spec['volumeClaimTemplates'] = [pvc]
+    return {'apiVersion': 'apps/v1', 'kind': 'StatefulSet', 'metadata': _meta(cluster, name), 'spec': sts_spec}
+
+
+def claim_name(cluster):
+    return cluster['storage']['claim_name'] or '%s-data' % cluster['name']
+
+
+def per_pod_claims(cluster):
+    """The PVC names a StatefulSet makes from its volumeClaimTemplates (kept by absent unless asked)."""
+    if cluster['storage']['mode'] != 'per-pod':
+        return []
+    return ['%s-%s' % (DATA_VOLUME, p['name']) for p in kc.pods(cluster)]
+
+
+def render(cluster, nccl_env, entrypoint, files=None):
+    """The objects of the cluster in apply order. nccl_env: the ordered variables made by the nccl_env
+    rules; entrypoint: the pod entrypoint script; files: extra ConfigMap entries {key: text}."""
+    name = cluster['name']
+    objs = [{'apiVersion': 'v1', 'kind': 'ServiceAccount', 'metadata': _meta(cluster, name),
+             'automountServiceAccountToken': False}]
+    if cluster['openshift']:
+        if cluster['network']['mode'] == 'rdma':
+            objs.append(rdma_scc(cluster))
+        objs.append({'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'Role',
+                     'metadata': _meta(cluster, '%s-scc' % name),
+                     'rules': [{'apiGroups': ['security.openshift.io'], 'resources': ['securitycontextconstraints'],
+                                'resourceNames': [scc_name(cluster)], 'verbs': ['use']}]})
+        objs.append({'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'RoleBinding',
+                     'metadata': _meta(cluster, '%s-scc' % name),
+                     'roleRef': {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'Role', 'name': '%s-scc' % name},
+                     'subjects': [{'kind': 'ServiceAccount', 'name': name, 'namespace': cluster['namespace']}]})
+    if cluster['network']['mode'] == 'rdma' and cluster['network']['attachment_config'] is not None:
+        objs.append({'apiVersion': 'k8s.cni.cncf.io/v1', 'kind': 'NetworkAttachmentDefinition',
+                     'metadata': _meta(cluster, cluster['network']['attachment']),
+                     'spec': {'config': json.dumps(cluster['network']['attachment_config'], sort_keys=True)}})
+    if cluster['network_policy']:
+        objs.append({'apiVersion': 'networking.k8s.io/v1', 'kind': 'NetworkPolicy',
+                     'metadata': _meta(cluster, '%s-peers' % name),
+                     'spec': {'podSelector': {'matchLabels': labels(cluster)}, 'policyTypes': ['Ingress'],
+                              'ingress': [{'from': [{'podSelector': {'matchLabels': labels(cluster)}}]}]}})
+    data = {'hostfile': hostfile_text(cluster), kc.ENTRYPOINT: entrypoint,
+            'job.json': json.dumps(job_settings(cluster), indent=2, sort_keys=True) + '\n'}
+    if cluster['train']['deepspeed_config']:
+        data['ds_config.json'] = json.dumps(cluster['train']['deepspeed_config'], indent=2, sort_keys=True) + '\n'
+    data.update(files or {})
+    objs.append({'apiVersion': 'v1', 'kind': 'ConfigMap', 'metadata': _meta(cluster, '%s-config' % name),
+                 'data': data})
+    if cluster['storage']['mode'] == 'rwx' and not cluster['storage']['claim_name']:
+        pvc = {'apiVersion': 'v1', 'kind': 'PersistentVolumeClaim', 'metadata': _meta(cluster, claim_name(cluster)),
+               'spec': {'accessModes': ['ReadWriteMany'],
+                        'resources': {'requests': {'storage': cluster['storage']['size']}}}}
+        if cluster['storage']['storage_class']:
+            pvc['spec']['storageClassName'] = cluster['storage']['storage_class']
+        objs.append(pvc)
+    train = cluster['train']
+    objs.append({'apiVersion': 'v1', 'kind': 'Service', 'metadata': _meta(cluster, kc.service_name(cluster)),
+                 'spec': {'clusterIP': 'None', 'publishNotReadyAddresses': True, 'selector': labels(cluster),
+                          'ports': [{'name': AGENT_PORT_NAME, 'port': train['agent_port'],
+                                     'targetPort': train['agent_port'], 'protocol': 'TCP'},
+                                    {'name': MASTER_PORT_NAME, 'port': train['master_port'],
+                                     'targetPort': train['master_port'], 'protocol': 'TCP'}]}})
+    objs.append(statefulset(cluster, nccl_env))
+    return objs
+
+
+def rdma_scc(cluster):
+    """restricted-v2 plus IPC_LOCK, for the RDMA pods' ServiceAccount only."""
+    return {
+        'apiVersion': 'security.openshift.io/v1', 'kind': 'SecurityContextConstraints',
+        'metadata': dict(_meta(cluster, scc_name(cluster), namespaced=False),
+                         annotations={'kubernetes.io/description': RDMA_SCC_REASON}),
+        'allowHostDirVolumePlugin': False, 'allowHostIPC': False, 'allowHostNetwork': False,
+        'allowHostPID': False, 'allowHostPorts': False, 'allowPrivilegeEscalation': False,
+        'allowPrivilegedContainer': False, 'allowedCapabilities': ['IPC_LOCK'],
+        'defaultAddCapabilities': None, 'requiredDropCapabilities': ['KILL', 'MKNOD', 'SETUID', 'SETGID'],
+        'fsGroup': {'type': 'MustRunAs'}, 'runAsUser': {'type': 'MustRunAsRange'},
+        'seLinuxContext': {'type': 'MustRunAs'}, 'supplementalGroups': {'type': 'RunAsAny'},
+        'seccompProfiles': ['runtime/default'], 'readOnlyRootFilesystem': False, 'priority': None,
+        'users': [], 'groups': [],
+        'volumes': ['configMap', 'downwardAPI', 'emptyDir', 'ephemeral', 'persistentVolumeClaim', 'projected',
+                    'secret'],
+    }
+
+
+# ----- semantic checks ------------------------------------------------------------------------------
+def _by_kind(objs, kind):
+    return [o for o in objs if isinstance(o, dict) and o.get('kind') == kind]
+
+
+def _one(objs, kind, problems):
+    found = _by_kind(objs, kind)
+    if len(found) != 1:
+        problems.append('%d %s object(s), expected exactly one' % (len(found), kind))
+        return None
+    return found[0]
+
+
+def _get(obj, *path, default=None):
+    for key in path:
+        if isinstance(obj, dict):
+            obj = obj.get(key)
+        elif isinstance(obj, list) and isinstance(key, int) and key < len(obj):
+            obj = obj[key]
+        else:
+            return default
+        if obj is None:
+            return default
+    return obj
+
+
+def _env_of(container):
+    return {e.get('name'): e.get('value') for e in container.get('env') or [] if isinstance(e, dict)}
+
+
+def _parse_hostfile(text):
+    rows = []
+    for line in (text or '').splitlines():
+        line = line.split('#', 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        slots = None
+        for part in parts[1:]:
+            if part.startswith('slots='):
+                try:
+                    slots = int(part[len('slots='):])
+                except ValueError:
+                    slots = None
+        rows.append((parts[0], slots))
+    return rows
+
+
+def problems(objs, cluster):
+    """One line per inconsistency between the objects and the cluster (empty list: consistent)."""
+    out = []
+    sts = _one(objs, 'StatefulSet', out)
+    svc = _one(objs, 'Service', out)
+    cm = _one(objs, 'ConfigMap', out)
+    if sts is None:
+        return out
+    name = _get(sts, 'metadata', 'name')
+    spec = sts.get('spec') or {}
+    tmpl_labels = _get(spec, 'template', 'metadata', 'labels', default={})
+    selector = _get(spec, 'selector', 'matchLabels', default={})
+    if not selector or any(tmpl_labels.get(k) != v for k, v in selector.items()):
+        out.append('StatefulSet %s: spec.selector.matchLabels %s does not match the pod template labels %s'
+                   % (name, selector, tmpl_labels))
+    if spec.get('podManagementPolicy') != 'Parallel':
+        out.append('StatefulSet %s: podManagementPolicy must be Parallel (pods start together; OrderedReady '
+                   'waits for pod 0 to be Ready, which waits for its peers)' % name)
+    if spec.get('replicas') != cluster['replicas']:
+        out.append('StatefulSet %s: replicas %r, the cluster file says %d' % (name, spec.get('replicas'),
+                                                                             cluster['replicas']))
+    if svc is not None:
+        svc_name = _get(svc, 'metadata', 'name')
+        if spec.get('serviceName') != svc_name:
+            out.append('StatefulSet %s: serviceName %r is not the headless Service %r'
+                       % (name, spec.get('serviceName'), svc_name))
+        sspec = svc.get('spec') or {}
+        if sspec.get('clusterIP') != 'None':
+            out.append('Service %s: clusterIP must be None (headless: one DNS name per pod)' % svc_name)
+        if sspec.get('publishNotReadyAddresses') is not True:
+            out.append('Service %s: publishNotReadyAddresses must be true (pod 0 resolves its peers before '
+                       'they are Ready)' % svc_name)
+        ssel = sspec.get('selector') or {}
+        if not ssel or any(tmpl_labels.get(k) != v for k, v in ssel.items()):
+            out.append('Service %s: selector %s does not select the pod template labels %s'
+                       % (svc_name, ssel, tmpl_labels))
+    pod = _get(spec, 'template', 'spec', default={})
+    containers = pod.get('containers') or []
+    if not containers:
+        out.append('StatefulSet %s: the pod template has no container' % name)
+        return out
+    container = containers[0]
+    env = _env_of(container)
+    mounts = {m.get('mountPath'): m.get('name') for m in container.get('volumeMounts') or []}
+    volumes = {v.get('name'): v for v in pod.get('volumes') or []}
+    shm = volumes.get(mounts.get('/dev/shm'))
+    if not shm or _get(shm, 'emptyDir', 'medium') != 'Memory':
+        out.append('StatefulSet %s: /dev/shm must be a memory emptyDir (the runtime default of 64 MiB '
+                   'kills NCCL)' % name)
+    elif _get(shm, 'emptyDir', 'sizeLimit') != cluster['shm_size']:
+        out.append('StatefulSet %s: /dev/shm sizeLimit %r, the cluster file says %r'
+                   % (name, _get(shm, 'emptyDir', 'sizeLimit'), cluster['shm_size']))
+    if kc.CONFIG_DIR not in mounts:
+        out.append('StatefulSet %s: the ConfigMap is not mounted at %s' % (name, kc.CONFIG_DIR))
+    if cm is not None:
+        rows = _parse_hostfile(_get(cm, 'data', 'hostfile', default=''))
+        want = [(p['address'], p['slots']) for p in kc.pods(cluster)]
+        if len(rows) != cluster['replicas']:
+            out.append('ConfigMap %s: the hostfile has %d line(s) for %d replicas'
+                       % (_get(cm, 'metadata', 'name'), len(rows), cluster['replicas']))
+        else:
+            for (host, slots), (w_host, w_slots) in zip(rows, want):
+                if host != w_host or slots != w_slots:
+                    out.append('ConfigMap %s: hostfile line %r slots=%r, expected %s slots=%d (the pods of '
+                               'StatefulSet %s)' % (_get(cm, 'metadata', 'name'), host, slots, w_host, w_slots,
+                                                     name))
+                    break
+        if kc.ENTRYPOINT not in (cm.get('data') or {}):
+            out.append('ConfigMap %s: the pod entrypoint %s is missing' % (_get(cm, 'metadata', 'name'),
+                                                                          kc.ENTRYPOINT))
+    limits = _get(container, 'resources', 'limits', default={})
+    if cluster['gpus_per_pod'] and str(limits.get(cluster['gpu_resource'])) != str(cluster['gpus_per_pod']):
+        out.append('StatefulSet %s: limits %s=%r, the cluster file says gpus_per_pod %d'
+                   % (name, cluster['gpu_resource'], limits.get(cluster['gpu_resource']), cluster['gpus_per_pod']))
+    caps = _get(container, 'securityContext', 'capabilities', default={})
+    added = caps.get('add') or []
+    net = cluster['network']
+    if env.get('NCCL_SOCKET_IFNAME') != net['socket_ifname']:
+        out.append('StatefulSet %s: NCCL_SOCKET_IFNAME %r, the cluster file says %r'
+                   % (name, env.get('NCCL_SOCKET_IFNAME'), net['socket_ifname']))
+    if net['mode'] == 'rdma':
+        if net['rdma_resource'] not in limits:
+            out.append('StatefulSet %s: rdma mode without the RDMA device resource %s in limits'
+                       % (name, net['rdma_resource']))
+        if 'IPC_LOCK' not in added:
+            out.append('StatefulSet %s: rdma mode without the IPC_LOCK capability (memory registration fails)'
+                       % name)
+        if env.get('NCCL_IB_DISABLE') != '0' or not env.get('NCCL_IB_HCA'):
+            out.append('StatefulSet %s: rdma mode needs NCCL_IB_DISABLE=0 and NCCL_IB_HCA' % name)
+        if _get(spec, 'template', 'metadata', 'annotations', 'k8s.v1.cni.cncf.io/networks') != net['attachment']:
+            out.append('StatefulSet %s: the pod template does not request the network attachment %s'
+                       % (name, net['attachment']))
+    else:
+        if env.get('NCCL_IB_DISABLE') != '1':
+            out.append('StatefulSet %s: tcp mode needs NCCL_IB_DISABLE=1' % name)
+        if added:
+            out.append('StatefulSet %s: tcp mode adds capabilities %s (restricted-v2 allows none)' % (name, added))
+    if cluster['openshift'] or net['mode'] == 'tcp':
+        sc = container.get('securityContext') or {}
+        psc = pod.get('securityContext') or {}
+        if sc.get('allowPrivilegeEscalation') is not False:
+            out.append('StatefulSet %s: allowPrivilegeEscalation must be false' % name)
+        if 'ALL' not in (caps.get('drop') or []):
+            out.append('StatefulSet %s: capabilities must drop ALL' % name)
+        if not (sc.get('runAsNonRoot') or psc.get('runAsNonRoot')):
+            out.append('StatefulSet %s: runAsNonRoot must be true' % name)
+        if _get(sc, 'seccompProfile', 'type', default=_get(psc, 'seccompProfile', 'type')) != 'RuntimeDefault':
+            out.append('StatefulSet %s: seccompProfile must be RuntimeDefault' % name)
+        if cluster['openshift'] and ('runAsUser' in sc or 'runAsUser' in psc):
+            out.append('StatefulSet %s: runAsUser is set; OpenShift assigns the uid from the namespace range'
+                       % name)
+    if cluster['openshift']:
+        wanted = scc_name(cluster)
+        roles = [r for r in _by_kind(objs, 'Role')
+                 if any(wanted in (rule.get('resourceNames') or []) and 'use' in (rule.get('verbs') or [])
+                        for rule in r.get('rules') or [])]
+        if not roles:
+            out.append('OpenShift: no Role grants use of the SCC %s to the pods' % wanted)
+        if net['mode'] == 'rdma':
+            scc = _by_kind(objs, 'SecurityContextConstraints')
+            if not scc or 'IPC_LOCK' not in (scc[0].get('allowedCapabilities') or []):
+                out.append('OpenShift: rdma mode needs the SCC %s allowing IPC_LOCK' % wanted)
+    if cluster['storage']['mode'] == 'rwx':
+        claim = _get(volumes.get(mounts.get(cluster['storage']['mount_path'])), 'persistentVolumeClaim', 'claimName')
+        pvcs = {_get(p, 'metadata', 'name'): p for p in _by_kind(objs, 'PersistentVolumeClaim')}
+        if claim != claim_name(cluster):
+            out.append('StatefulSet %s: %s is not the shared claim %s' % (name, cluster['storage']['mount_path'],
+                                                                           claim_name(cluster)))
+        elif claim in pvcs and 'ReadWriteMany' not in (_get(pvcs[claim], 'spec', 'accessModes') or []):
+            out.append('PersistentVolumeClaim %s: rwx storage needs accessModes ReadWriteMany' % claim)
+    elif not spec.get('volumeClaimTemplates'):
+        out.append('StatefulSet %s: per-pod storage needs volumeClaimTemplates' % name)
+    return out

@@ -1,0 +1,195 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Controller-side helpers of the k8s_manifests action: reading the cluster file, the schema checks of
+the rendered objects (kubernetes-validate for the Kubernetes kinds, JSON schemas shipped in the
+collection for NetworkAttachmentDefinition and OpenShift's SecurityContextConstraints) and writing
+the manifest directory (one file per object, in apply order, idempotent)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+
+import yaml
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_manifests as km
+
+# The two Kubernetes versions every rendered object is validated against (strict schemas): the
+# oldest still common (OpenShift 4.17 runs 1.30) and a current one.
+DEFAULT_VERSIONS = ('1.30.0', '1.34.0')
+CRD_SCHEMAS = {
+    ('k8s.cni.cncf.io/v1', 'NetworkAttachmentDefinition'): 'networkattachmentdefinition-k8s.cni.cncf.io-v1.json',
+    ('security.openshift.io/v1', 'SecurityContextConstraints'): 'securitycontextconstraints-security.openshift.io-v1.json',
+}
+FILE_RE = re.compile(r'^[0-9]{2}-[a-z]+-[a-z0-9.-]+\.yaml$')
+
+
+class RenderError(ValueError):
+    """A refusal that names the file (cluster file or manifest) and the field."""
+
+
+def role_files():
+    """roles/k8s/files of this collection."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, '..', '..', 'roles', 'k8s', 'files'))
+
+
+def read_text(path, label):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except (IOError, OSError) as exc:
+        raise RenderError('%s: cannot read %s: %s' % (label, path, exc.strerror or exc)) from None
+
+
+def load_cluster_file(path):
+    text = read_text(path, 'cluster file')
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, 'problem_mark', None)
+        where = ' line %d' % (mark.line + 1) if mark is not None else ''
+        raise RenderError('%s:%s is not valid YAML: %s' % (path, where, getattr(exc, 'problem', exc))) from None
+    return kc.check(data, where=path)
+
+
+def config_files(cluster, cluster_file):
+    """The extra ConfigMap entries {key: text}; relative paths are read next to the cluster file."""
+    base = os.path.dirname(os.path.abspath(cluster_file))
+    out = {}
+    for key, path in cluster['files'].items():
+        full = path if os.path.isabs(path) else os.path.join(base, path)
+        try:
+            with open(full) as handle:
+                out[key] = handle.read()
+        except (IOError, OSError) as exc:
+            raise RenderError('%s: files.%s: cannot read %s: %s' % (cluster_file, key, full, exc.strerror or exc)) from None
+    size = sum(len(v.encode()) for v in out.values())
+    if size > 900 * 1024:
+        raise RenderError('%s: files: %d KiB in all; a ConfigMap holds at most 1 MiB (put large files on the '
+                          'shared volume and use k8s_state=synced)' % (cluster_file, size // 1024))
+    return out
+
+
+def _describe(obj):
+    meta = obj.get('metadata') if isinstance(obj, dict) else None
+    return '%s %s' % (obj.get('kind', '?') if isinstance(obj, dict) else '?',
+                      meta.get('name', '?') if isinstance(meta, dict) else '?')
+
+
+def _path_of(error):
+    return '.'.join(str(p) for p in error.absolute_path) or '(top)'
+
+
+def schema_check(obj, versions, schema_dir):
+    """'' when the object passes its schema for every version, else the first error in one line."""
+    import jsonschema
+    key = (obj.get('apiVersion'), obj.get('kind'))
+    if key in CRD_SCHEMAS:
+        with open(os.path.join(schema_dir, CRD_SCHEMAS[key])) as handle:
+            schema = json.load(handle)
+        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(obj), key=lambda e: list(e.absolute_path))
+        if errors:
+            return '%s: %s: %s (schema %s)' % (_describe(obj), _path_of(errors[0]), errors[0].message,
+                                               CRD_SCHEMAS[key])
+        return ''
+    try:
+        import kubernetes_validate
+    except ImportError:
+        raise RenderError('kubernetes-validate is not installed on the controller (pip install -r '
+                          'requirements/controller.txt)') from None
+    for version in versions:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            return '%s: Kubernetes %s: %s: %s' % (_describe(obj), version, _path_of(exc), exc.message)
+        except (kubernetes_validate.SchemaNotFoundError, kubernetes_validate.VersionNotSupportedError) as exc:
+            return '%s: Kubernetes %s: %s' % (_describe(obj), version, exc)
+    return ''
+
+
+def check_objects(objects, cluster, versions, schema_dir, where='manifests'):
+    """Schema checks (every object, every version) then the semantic checks; raises RenderError
+    with every problem found, one per line, the first on the first line."""
+    problems = []
+    for obj in objects:
+        if not isinstance(obj, dict) or 'kind' not in obj or 'apiVersion' not in obj:
+            problems.append('%r is not a Kubernetes object (kind and apiVersion)' % (obj,))
+            continue
+        problem = schema_check(obj, versions, schema_dir)
+        if problem:
+            problems.append(problem)
+    problems += km.problems(objects, cluster)
+    if problems:
+        raise RenderError('%s: %d problem(s) in the rendered objects: %s' % (where, len(problems), '; '.join(problems)))
+    return {'kubernetes_versions': list(versions), 'objects': len(objects),
+            'crd_schemas': sorted({CRD_SCHEMAS[(o['apiVersion'], o['kind'])] for o in objects
+                                   if (o['apiVersion'], o['kind']) in CRD_SCHEMAS})}
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper, value):
+    style = '|' if '\n' in value else None
+    return dumper.represent_scalar('tag:yaml.org,2002:str', value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml(obj):
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=1000)
+
+
+def file_name(index, obj):
+    return '%02d-%s-%s.yaml' % (index, obj['kind'].lower(), obj['metadata']['name'])
+
+
+def read_manifests(directory):
+    """The objects of a manifest directory in file order (what k8s.yml applies)."""
+    objects = []
+    for path in sorted(glob.glob(os.path.join(directory, '*.yaml'))):
+        if not FILE_RE.match(os.path.basename(path)):
+            continue
+        with open(path) as handle:
+            objects.extend(o for o in yaml.safe_load_all(handle) if o)
+    return objects
+
+
+def write_manifests(objects, dest, check=False):
+    """Write one file per object; remove our own files of objects no longer rendered.
+    Returns (paths, removed, diffs); nothing is written in check mode."""
+    wanted = {}
+    for index, obj in enumerate(objects, start=1):
+        wanted[file_name(index, obj)] = to_yaml(obj)
+    diffs, written = [], []
+    existing = sorted(os.listdir(dest)) if os.path.isdir(dest) else []
+    removed = [os.path.join(dest, n) for n in existing if FILE_RE.match(n) and n not in wanted]
+    for name, text in wanted.items():
+        path = os.path.join(dest, name)
+        written.append(path)
+        try:
+            with open(path) as handle:
+                before = handle.read()
+        except (IOError, OSError):
+            before = None
+        if before == text:
+            continue
+        diffs.append({'before_header': path, 'after_header': path, 'before': before or '', 'after': text})
+        if not check:
+            os.makedirs(dest, mode=0o750, exist_ok=True)
+            tmp = '%s.tmp%d' % (path, os.getpid())
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+            with os.fdopen(fd, 'w') as handle:
+                handle.write(text)
+            os.rename(tmp, path)
+    if not check:
+        for path in removed:
+            os.unlink(path)
+    return written, removed, diffs
