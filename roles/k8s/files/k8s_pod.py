@@ -97,6 +97,9 @@ class Agent:
 
     def start(self, job_id, node_rank):
         with self.lock:
+            # the ConfigMap as it is now: a changed command or hostfile reaches running pods (kubelet
+            # refreshes mounted ConfigMaps) without a restart
+            self.job = load_job(self.job['config_dir'])
             current = self.jobs.get(job_id)
             if current and current['proc'].poll() is None:
                 return {'ok': True, 'state': 'running', 'pid': current['proc'].pid, 'already': True}
@@ -205,6 +208,7 @@ class Agent:
                 self.stop(job_id, grace=5.0)
             sys.exit(0)
         signal.signal(signal.SIGTERM, shutdown)
+        signal.signal(signal.SIGINT, shutdown)
         while True:
             conn, peer = sock.accept()
             peer = (peer[0].replace('::ffff:', ''),) + tuple(peer[1:])
@@ -266,19 +270,24 @@ def all_status(job, job_id, lines=20):
 
 
 def summary(job, job_id, states):
-    failed = [s for s in states if s.get('state') in ('failed', 'unreachable')]
+    unreachable = [s['pod'] for s in states if s.get('state') == 'unreachable']
+    reached = [s for s in states if s.get('state') != 'unreachable']
+    active = any(s.get('state') in ('running', 'finished', 'failed') for s in reached)
+    # a pod that cannot be reached fails a job that runs; with no job anywhere it is only reported
+    failed = [s for s in states if s.get('state') == 'failed' or (active and s.get('state') == 'unreachable')]
+    states_seen = reached or states
     if failed:
         state = 'failed'
     elif all(s.get('state') == 'finished' for s in states):
         state = 'finished'
     elif any(s.get('state') == 'running' for s in states):
         state = 'running'
-    elif all(s.get('state') in ('absent', 'stopped') for s in states):
-        state = 'absent' if all(s.get('state') == 'absent' for s in states) else 'stopped'
+    elif all(s.get('state') in ('absent', 'stopped') for s in states_seen):
+        state = 'absent' if all(s.get('state') == 'absent' for s in states_seen) else 'stopped'
     else:
         state = 'partial'
     return {'job_id': job_id, 'state': state, 'failed_pod': failed[0]['pod'] if failed else None,
-            'world_size': sum(p['slots'] for p in job['pods']), 'pods': states}
+            'unreachable': unreachable, 'world_size': sum(p['slots'] for p in job['pods']), 'pods': states}
 
 
 def stop_all(job, job_id):
