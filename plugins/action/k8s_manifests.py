@@ -19,7 +19,7 @@ from ansible_collections.gpucluster.multinode.plugins.plugin_utils import k8s_re
 ARGS = {
     'cluster_file': {'type': 'path', 'required': True},
     'dest': {'type': 'path'},
-    'state': {'type': 'str', 'choices': ['checked', 'rendered'], 'default': 'rendered'},
+    'state': {'type': 'str', 'choices': ['checked', 'rendered', 'validated'], 'default': 'rendered'},
     'kubernetes_versions': {'type': 'list', 'elements': 'str', 'default': list(kr.DEFAULT_VERSIONS)},
     'entrypoint': {'type': 'path'},
     'schema_dir': {'type': 'path'},
@@ -33,8 +33,9 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         _, args = self.validate_argument_spec(argument_spec=ARGS)
-        if args['state'] == 'rendered' and not args['dest']:
-            raise AnsibleError('k8s_manifests: dest (the manifest directory) is required with state=rendered')
+        if args['state'] in ('rendered', 'validated') and not args['dest']:
+            raise AnsibleError('k8s_manifests: dest (the manifest directory) is required with state=%s'
+                               % args['state'])
         files_root = kr.role_files()
         try:
             cluster = kr.load_cluster_file(args['cluster_file'])
@@ -45,10 +46,16 @@ class ActionModule(ActionBase):
                 ds_accelerator='' if cluster['gpus_per_pod'] else 'cpu', extra=cluster['nccl']['extra'])
             entrypoint = kr.read_text(args['entrypoint'] or os.path.join(files_root, kc.ENTRYPOINT), 'entrypoint')
             extra = kr.config_files(cluster, args['cluster_file'])
+            schema_dir = args['schema_dir'] or os.path.join(files_root, 'schemas')
             objects = km.render(cluster, env, entrypoint, extra)
-            report = kr.check_objects(objects, cluster, args['kubernetes_versions'],
-                                      args['schema_dir'] or os.path.join(files_root, 'schemas'),
-                                      where=args['cluster_file'])
+            if args['state'] == 'validated':
+                # the directory as it is (edited by hand, or by another tool) against the cluster file
+                objects, sources = kr.read_manifests(args['dest'])
+                report = kr.check_objects(objects, cluster, args['kubernetes_versions'], schema_dir,
+                                          where=args['dest'], sources=sources)
+            else:
+                report = kr.check_objects(objects, cluster, args['kubernetes_versions'], schema_dir,
+                                          where=args['cluster_file'])
         except (kc.ClusterFileError, kr.RenderError) as exc:
             result.update(failed=True, msg=str(exc))
             return result

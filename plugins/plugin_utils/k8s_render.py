@@ -112,17 +112,19 @@ def schema_check(obj, versions, schema_dir):
     return ''
 
 
-def check_objects(objects, cluster, versions, schema_dir, where='manifests'):
+def check_objects(objects, cluster, versions, schema_dir, where='manifests', sources=None):
     """Schema checks (every object, every version) then the semantic checks; raises RenderError
-    with every problem found, one per line, the first on the first line."""
+    with every problem found, '; ' between them, the first one first. sources: the file of each
+    object (named in its problem)."""
     problems = []
-    for obj in objects:
+    for index, obj in enumerate(objects):
+        prefix = '%s: ' % sources[index] if sources else ''
         if not isinstance(obj, dict) or 'kind' not in obj or 'apiVersion' not in obj:
-            problems.append('%r is not a Kubernetes object (kind and apiVersion)' % (obj,))
+            problems.append('%s%r is not a Kubernetes object (kind and apiVersion)' % (prefix, obj))
             continue
         problem = schema_check(obj, versions, schema_dir)
         if problem:
-            problems.append(problem)
+            problems.append(prefix + problem)
     problems += km.problems(objects, cluster)
     if problems:
         raise RenderError('%s: %d problem(s) in the rendered objects: %s' % (where, len(problems), '; '.join(problems)))
@@ -152,14 +154,20 @@ def file_name(index, obj):
 
 
 def read_manifests(directory):
-    """The objects of a manifest directory in file order (what k8s.yml applies)."""
-    objects = []
-    for path in sorted(glob.glob(os.path.join(directory, '*.yaml'))):
-        if not FILE_RE.match(os.path.basename(path)):
-            continue
-        with open(path) as handle:
-            objects.extend(o for o in yaml.safe_load_all(handle) if o)
-    return objects
+    """(objects, their file names) of a manifest directory in file order."""
+    objects, sources = [], []
+    paths = sorted(p for p in glob.glob(os.path.join(directory, '*.yaml')) if FILE_RE.match(os.path.basename(p)))
+    if not paths:
+        raise RenderError('%s: no manifests (NN-kind-name.yaml) in this directory' % directory)
+    for path in paths:
+        try:
+            with open(path) as handle:
+                docs = [o for o in yaml.safe_load_all(handle) if o is not None]
+        except yaml.YAMLError as exc:
+            raise RenderError('%s: not valid YAML: %s' % (path, exc)) from None
+        objects.extend(docs)
+        sources.extend([path] * len(docs))
+    return objects, sources
 
 
 def write_manifests(objects, dest, check=False):
