@@ -83,7 +83,7 @@ def allreduce_rows(raw_rows, world_size):
 
 
 def dist_check_report(results, nodes):
-    """One verdict from the per-node dist_check results.
+    """One verdict from the per-node smoke module results.
 
     results: {node: module result or None (Ansible could not run it there)}; nodes: the node
     names, head first. The head's result says who reached the rendezvous (joined); every node
@@ -145,9 +145,9 @@ def size_label(size):
 
 
 def collective_summary(results, nodes):
-    """One report from the nccl_test results of the nodes: {ok, rows, ..., problems, lines}.
+    """One report from the collective results of the nodes: {ok, rows, ..., problems, lines}.
 
-    results: {node: nccl_test result or None}. The reporter's result (the head's) holds the
+    results: {node: collective result or None}. The reporter's result (the head's) holds the
     rows; every node that failed adds a problem naming it.
     """
     reporter = None

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""The collective test of the ``nccl_test`` module: nccl-tests (one node, or several through
+"""The collective test of the ``collective`` module: nccl-tests (one node, or several through
 mpirun with the collection's one hostfile renderer) or the torch.distributed all-reduce
 benchmark started by torchrun on every node with that node's own ``--nproc-per-node``.
 
@@ -23,11 +23,11 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils.cluster_test_
 )
 from ansible_collections.gpucluster.multinode.plugins.module_utils.node_commands import json_lines, tail
 
-PREFIX = 'GPUCLUSTER_ALLREDUCE '
+MARKER = 'GPUCLUSTER_ALLREDUCE '
 TIMED_OUT = (124, 137)
 
 
-class CollectiveTestError(ValueError):
+class CollectiveError(ValueError):
     """A test that cannot start; the message names the host and what to do."""
 
 
@@ -159,7 +159,7 @@ def run_nccl_tests(module, p, sizes, thresholds, env):
     binary = _binary(module, p)
     name = '%s_perf' % nt.collective_name(p['collective'])
     if not binary:
-        raise CollectiveTestError('host %s: %s not found (%s); build nccl-tests or use method torch'
+        raise CollectiveError('host %s: %s not found (%s); build nccl-tests or use method torch'
                                   % (node, name, p['nccl_tests_dir'] or 'on PATH'))
     args = nccl_tests_args(sizes, p['iterations'], p['warmup'])
     world = world_size(nodes) if len(nodes) > 1 else nodes[0]['slots']
@@ -168,7 +168,7 @@ def run_nccl_tests(module, p, sizes, thresholds, env):
     else:
         mpirun = _mpirun(module, p)
         if not mpirun:
-            raise CollectiveTestError('host %s: mpirun not found; multi-node nccl-tests runs through Open MPI '
+            raise CollectiveError('host %s: mpirun not found; multi-node nccl-tests runs through Open MPI '
                                       '(install openmpi-bin, or use method torch)' % node)
         forward = [k for k in env if k.startswith('NCCL_') or k in p['env']]
         path = write_hostfile(nodes, module.tmpdir) if not module.check_mode else '<hostfile>'
@@ -209,7 +209,7 @@ def run_torch(module, p, sizes, thresholds, env):
     """Run this node's part of the torch all-reduce benchmark; the head's result holds the rows."""
     node, nodes = p['node'], p['nodes']
     if nt.collective_name(p['collective']) != 'all_reduce':
-        raise CollectiveTestError('host %s: collective %s: the torch benchmark does all_reduce only '
+        raise CollectiveError('host %s: collective %s: the torch benchmark does all_reduce only '
                                   '(nccl-tests does the others)' % (node, p['collective']))
     rank = [n['name'] for n in nodes].index(node)
     base = dict(changed=False, method='torch', reporter=rank == 0, world_size=world_size(nodes),
@@ -219,20 +219,20 @@ def run_torch(module, p, sizes, thresholds, env):
         return dict(base, ok=True, rows=[])
     torchrun = _torchrun(p)
     if not torchrun:
-        raise CollectiveTestError('host %s: %s/bin/torchrun not found; install torch (the python_env role) or set '
+        raise CollectiveError('host %s: %s/bin/torchrun not found; install torch (the python_env role) or set '
                                   'env_path' % (node, p['env_path']))
     if not p['script'] or not os.path.isfile(p['script']):
-        raise CollectiveTestError('host %s: script %s does not exist (copied by roles/cluster_tests/tasks/'
+        raise CollectiveError('host %s: script %s does not exist (copied by roles/cluster_tests/tasks/'
                                   'collective.yml)' % (node, p['script']))
     if rank == 0:
         users = processes.port_listeners(p['master_port'])
         if users:
-            raise CollectiveTestError('host %s: %s (the rendezvous port, master_port)'
+            raise CollectiveError('host %s: %s (the rendezvous port, master_port)'
                                       % (node, processes.describe_listeners(p['master_port'], users)))
     command = torchrun_command(torchrun, nodes, node, p['master_port'], p['script'], sizes, p['iterations'],
                                p['warmup'], p['backend'], p['timeout'])
     rc, out, err = module.run_command(_bounded(module, command, p['timeout']), environ_update=env)
-    found = json_lines(out, PREFIX)
+    found = json_lines(out, MARKER)
     error = exit_error('torchrun on %s' % node, rc, p['timeout'])
     if rank != 0:
         return dict(base, ok=error is None, rows=[], command=command, error=error,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
-module: nccl_test
+module: collective
 short_description: Collective bandwidth test with nccl-tests, or a torch.distributed all-reduce benchmark
 version_added: "0.1.0"
 description:
@@ -99,7 +99,7 @@ options:
     type: path
     default: /opt/gpucluster/env
   script:
-    description: Path of C(allreduce_bench.py) on the node (method torch).
+    description: Path of C(collective.py) on the node (method torch).
     type: path
   nccl_tests_dir:
     description: Directory of the nccl-tests binaries; empty for the one found on C(PATH).
@@ -122,14 +122,14 @@ attributes:
   diff_mode:
     support: none
 seealso:
-  - module: gpucluster.multinode.net_bandwidth
+  - module: gpucluster.multinode.bandwidth
 author: gpucluster.multinode contributors
 extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix]
 '''
 
 EXAMPLES = r'''
 - name: nccl-tests all_reduce_perf on the 8 GPUs of one node
-  gpucluster.multinode.nccl_test:
+  gpucluster.multinode.collective:
     method: nccl_tests
     node: gpu-node01
     nodes: [{name: gpu-node01, address: 10.0.0.1, slots: 8}]
@@ -138,11 +138,11 @@ EXAMPLES = r'''
   register: nccl
 
 - name: The torch all-reduce benchmark on every node (see roles/cluster_tests/tasks/collective.yml)
-  gpucluster.multinode.nccl_test:
+  gpucluster.multinode.collective:
     method: torch
     node: "{{ inventory_hostname }}"
     nodes: "{{ groups | gpucluster.multinode.cluster_job_nodes(hostvars) }}"
-    script: /var/tmp/gpucluster/cluster_tests/allreduce_bench.py
+    script: /var/tmp/gpucluster/cluster_tests/collective.py
     sizes: [64K, 1M, 16M]
   async: 900
   poll: 0
@@ -235,7 +235,7 @@ found:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import collective_test
+from ansible_collections.gpucluster.multinode.plugins.module_utils import collective
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nccl_tests_output as nt
 from ansible_collections.gpucluster.multinode.plugins.module_utils.cluster_test_inputs import (
     ClusterTestError,
@@ -295,12 +295,12 @@ def main():
 
     if p['probe']:
         module.exit_json(changed=False, method=p['method'], reporter=False, ok=True,
-                         found=collective_test.probe(module, p))
+                         found=collective.probe(module, p))
     env = node_environment(module, p['env_files'], p['env'])
-    run = collective_test.run_nccl_tests if p['method'] == 'nccl_tests' else collective_test.run_torch
+    run = collective.run_nccl_tests if p['method'] == 'nccl_tests' else collective.run_torch
     try:
         module.exit_json(**run(module, p, sizes, thresholds, env))
-    except collective_test.CollectiveTestError as exc:
+    except collective.CollectiveError as exc:
         module.fail_json(msg=str(exc))
 
 
