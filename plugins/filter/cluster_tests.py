@@ -21,7 +21,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_test_inputs as inputs
-from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_test_reports as reports
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import cluster_test_reports as reports
 from ansible_collections.gpucluster.multinode.plugins.module_utils.inventory_contract import cluster_address
 
 

@@ -17,10 +17,6 @@ import os
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nccl_tests_output as nt
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes
-from ansible_collections.gpucluster.multinode.plugins.module_utils.cluster_test_reports import (
-    allreduce_rows,
-    size_label,
-)
 from ansible_collections.gpucluster.multinode.plugins.module_utils.node_commands import json_lines, tail
 
 MARKER = 'GPUCLUSTER_ALLREDUCE '
@@ -107,7 +103,7 @@ def verdict(rows, sizes, thresholds=None, error=None, correct=True):
     correct = bool(correct) and all(not r.get('wrong') for r in rows)
     problems = [error] if error else []
     if missing:
-        problems.append('size(s) %s missing from the output' % ', '.join(size_label(s) for s in missing))
+        problems.append('size(s) %s missing from the output' % ', '.join(nt.size_label(s) for s in missing))
     return {'ok': not problems and correct and not below, 'missing_sizes': missing, 'below_threshold': below,
             'correct': correct, 'error': '; '.join(problems) or None}
 
@@ -243,7 +239,7 @@ def run_torch(module, p, sizes, thresholds, env):
                     error=error or 'torchrun on %s printed no result' % node)
     if error is None and not any(f.get('kind') == 'end' for f in found):
         error = 'torchrun on %s ended before the benchmark did' % node
-    rows = allreduce_rows([f for f in found if f.get('kind') == 'row'], start['world_size'])
+    rows = nt.allreduce_rows([f for f in found if f.get('kind') == 'row'], start['world_size'])
     return result('torch', rows, sizes, thresholds, start['world_size'], nodes,
                   'torch.distributed all_reduce (%s)' % start['backend'], start['backend'], error=error,
                   torch=start.get('torch'), device=start.get('device'), command=command,

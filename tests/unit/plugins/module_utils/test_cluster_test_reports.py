@@ -4,7 +4,7 @@ from itertools import combinations
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_test_reports as ct
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import cluster_test_reports as ct
 from ansible_collections.gpucluster.multinode.plugins.module_utils.cluster_test_inputs import ClusterTestError
 
 

@@ -30,7 +30,7 @@ def test_torchrun_starts_each_nodes_own_count(node, nproc, node_rank):
 
 
 def test_busbw_of_the_rows_uses_the_real_world_size():
-    rows = ct.allreduce_rows([{'size': 1 << 20, 'count': 1 << 18, 'time_us': 1000.0, 'wrong': 0}], ct.world_size(NODES))
+    rows = nt.allreduce_rows([{'size': 1 << 20, 'count': 1 << 18, 'time_us': 1000.0, 'wrong': 0}], ct.world_size(NODES))
     assert rows[0]['busbw_gbs'] == pytest.approx(rows[0]['algbw_gbs'] * 2 * 4 / 5)
     assert nt.busbw('all_reduce', 1.0, 5) == pytest.approx(1.6)
 

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import health_checks
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import health_checks
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_parsers
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi
 

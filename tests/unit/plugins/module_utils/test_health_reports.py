@@ -6,7 +6,7 @@ import copy
 import os
 import xml.etree.ElementTree as ET
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import health_checks
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import health_checks
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_records
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_reports
 from test_health_checks import lab_args, lab_nodes
@@ -73,7 +73,7 @@ def test_label_values_are_escaped():
 
 def _collective(below=()):
     """A collective_summary as the cluster_tests role hands it to the deep tier."""
-    from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_test_reports as ct
+    from ansible_collections.gpucluster.multinode.plugins.plugin_utils import cluster_test_reports as ct
     rows = ct.allreduce_rows([{'size': 65536, 'count': 16384, 'time_us': 800.0, 'wrong': 0},
                               {'size': 1 << 20, 'count': 1 << 18, 'time_us': 5000.0, 'wrong': 0}], 3)
     head = {'reporter': True, 'method': 'torch', 'algorithm': 'torch.distributed all_reduce (gloo)', 'backend': 'gloo',
