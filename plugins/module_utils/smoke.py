@@ -13,6 +13,7 @@ import json
 import os
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import interfaces
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes
 from ansible_collections.gpucluster.multinode.plugins.module_utils.node_commands import (
     json_lines,
@@ -21,7 +22,7 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils.node_commands
 )
 
 MARKER = 'GPUCLUSTER_DIST_CHECK '
-MAX_SLOTS = 1024
+MAX_SLOTS = cluster_defaults.MAX_SLOTS
 
 
 class SmokeError(ValueError):

@@ -235,6 +235,7 @@ found:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils import collective
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nccl_tests_output as nt
 from ansible_collections.gpucluster.multinode.plugins.module_utils.cluster_test_inputs import (
@@ -261,14 +262,14 @@ def main():
                 address=dict(type='str', required=True),
                 slots=dict(type='int', default=1),
             )),
-            master_port=dict(type='int', default=29500),
+            master_port=dict(type='int', default=cluster_defaults.MASTER_PORT),
             backend=dict(type='str', default='auto', choices=['auto', 'nccl', 'gloo']),
-            env_path=dict(type='path', default='/opt/gpucluster/env'),
+            env_path=dict(type='path', default=cluster_defaults.ENV_PATH),
             script=dict(type='path'),
             nccl_tests_dir=dict(type='path'),
             mpirun=dict(type='path'),
             timeout=dict(type='int', default=600),
-            env_files=dict(type='list', elements='path', default=['/etc/profile.d/gpucluster-nccl.sh']),
+            env_files=dict(type='list', elements='path', default=[cluster_defaults.NCCL_PROFILE]),
             env=dict(type='dict', default={}),
         ),
         supports_check_mode=True,
@@ -281,8 +282,9 @@ def main():
     if nt.collective_name(p['collective']) not in nt.COLLECTIVES:
         module.fail_json(msg='host %s: collective %s is not one of %s' % (node, p['collective'], ', '.join(nt.COLLECTIVES)))
     for n in p['nodes']:
-        if not 1 <= n['slots'] <= 1024:
-            module.fail_json(msg='host %s: slots of node %s must be from 1 to 1024, got %d' % (node, n['name'], n['slots']))
+        if not 1 <= n['slots'] <= cluster_defaults.MAX_SLOTS:
+            module.fail_json(msg='host %s: slots of node %s must be from 1 to %d, got %d'
+                                 % (node, n['name'], cluster_defaults.MAX_SLOTS, n['slots']))
     for key, low, high in (('iterations', 1, 100000), ('warmup', 0, 100000), ('master_port', 1, 65535),
                            ('timeout', 10, 86400)):
         if not low <= p[key] <= high:

@@ -223,16 +223,17 @@ gpu:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_probes as probes
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            nccl_env_file=dict(type='path', default='/etc/profile.d/gpucluster-nccl.sh'),
+            nccl_env_file=dict(type='path', default=cluster_defaults.NCCL_PROFILE),
             resolve=dict(type='list', elements='dict', default=[]),
             connect_host=dict(type='str', default=''),
-            connect_port=dict(type='int', default=29500),
+            connect_port=dict(type='int', default=cluster_defaults.MASTER_PORT),
             connect_timeout=dict(type='float', default=3.0),
             listen_port=dict(type='int', default=0),
             listen_seconds=dict(type='int', default=60),

@@ -180,6 +180,7 @@ output:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils import smoke
 
 
@@ -191,13 +192,13 @@ def main():
             slots=dict(type='list', elements='int'),
             address=dict(type='str'),
             master_addr=dict(type='str', required=True),
-            master_port=dict(type='int', default=29500),
+            master_port=dict(type='int', default=cluster_defaults.MASTER_PORT),
             backend=dict(type='str', default='gloo', choices=['gloo', 'nccl']),
-            python=dict(type='path', default='/opt/gpucluster/env/bin/python'),
+            python=dict(type='path', default=cluster_defaults.ENV_PATH + '/bin/python'),
             script=dict(type='path', required=True),
             timeout=dict(type='int', default=120),
             socket_ifname=dict(type='str', default=''),
-            env_files=dict(type='list', elements='path', default=['/etc/profile.d/gpucluster-nccl.sh']),
+            env_files=dict(type='list', elements='path', default=[cluster_defaults.NCCL_PROFILE]),
             env=dict(type='dict', default={}),
         ),
         supports_check_mode=True,

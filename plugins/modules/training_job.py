@@ -296,6 +296,7 @@ versions:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers
 
 
@@ -313,9 +314,9 @@ def main():
             script_args=dict(type='list', elements='str', default=[]),
             env_path=dict(type='path', required=True),
             env=dict(type='dict', default={}, no_log=True),
-            env_files=dict(type='list', elements='path', default=['/etc/profile.d/gpucluster-nccl.sh']),
+            env_files=dict(type='list', elements='path', default=[cluster_defaults.NCCL_PROFILE]),
             master_addr=dict(type='str', required=True),
-            master_port=dict(type='int', default=29500),
+            master_port=dict(type='int', default=cluster_defaults.MASTER_PORT),
             nproc_per_node=dict(type='int'),
             job_dir=dict(type='path', required=True),
             state_dir=dict(type='path'),
