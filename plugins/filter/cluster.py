@@ -124,6 +124,7 @@ def preflight_step_lines(lines, host, step, role):
         out.append(line + (' (step %s)' % step if line.startswith('host ') else ''))
     return out
 
+
 # The forms of a role's when: in site.yml that site_steps reads (on/off switches of a step):
 #   <var> | default(<true|false>) | bool       and       <var> | default('<text>') == '<text>'
 _WHEN_BOOL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\((true|false|True|False)\)\s*\|\s*bool\s*$")

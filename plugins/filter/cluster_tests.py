@@ -59,7 +59,7 @@ def bandwidth_report(results, nodes, threshold_gbps=None, relative_threshold=Non
     """The report of bandwidth module results (see module_utils cluster_tests.bandwidth_report)."""
     try:
         return reports.bandwidth_report(results, nodes, threshold_gbps=threshold_gbps or None,
-                                   relative=relative_threshold or None, rounds=rounds)
+                                        relative=relative_threshold or None, rounds=rounds)
     except ValueError as exc:
         raise AnsibleFilterError('bandwidth_report: %s' % exc) from exc
 

@@ -83,7 +83,7 @@ def _binary(module, params):
     binary = module.get_bin_path(params['tool'])
     if not binary:
         raise BandwidthError('host %s: %s is not installed (install the package %s)'
-                                 % (params['node'], params['tool'], PACKAGES[params['tool']]))
+                             % (params['node'], params['tool'], PACKAGES[params['tool']]))
     return binary
 
 
@@ -104,7 +104,7 @@ def server(module, params, sleep=time.sleep, clock=time.time):
     binary = _binary(module, params)
     if tool == 'iperf3' and not params['bind']:
         raise BandwidthError('host %s: bind (the address the iperf3 server listens on) is required with '
-                                 'state=server' % node)
+                             'state=server' % node)
     if tool == 'ib_write_bw' and not params['device']:
         raise BandwidthError('host %s: device (the RDMA device, e.g. mlx5_0) is required for ib_write_bw' % node)
     busy = _port_in_use(params)
@@ -131,7 +131,7 @@ def server(module, params, sleep=time.sleep, clock=time.time):
             said = '\n'.join(processes.tail(log_path, 5))
             stop(params)
             raise BandwidthError('host %s: the %s server on port %d ended at once (exit %s): %s'
-                                     % (node, tool, port, code, said[-500:]))
+                                 % (node, tool, port, code, said[-500:]))
         if tool != 'iperf3' or processes.port_listeners(port, params['bind']):
             if tool != 'iperf3':
                 sleep(1)  # perftest has no listening probe before its exchange; give it a moment
@@ -139,7 +139,7 @@ def server(module, params, sleep=time.sleep, clock=time.time):
         sleep(0.1)
     stop(params)
     raise BandwidthError('host %s: the %s server did not listen on %s:%d within %d s'
-                             % (node, tool, params['bind'], port, LISTEN_WAIT))
+                         % (node, tool, params['bind'], port, LISTEN_WAIT))
 
 
 def stop(params, grace=3.0, sleep=time.sleep, clock=time.time):

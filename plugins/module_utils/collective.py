@@ -156,7 +156,7 @@ def run_nccl_tests(module, p, sizes, thresholds, env):
     name = '%s_perf' % nt.collective_name(p['collective'])
     if not binary:
         raise CollectiveError('host %s: %s not found (%s); build nccl-tests or use method torch'
-                                  % (node, name, p['nccl_tests_dir'] or 'on PATH'))
+                              % (node, name, p['nccl_tests_dir'] or 'on PATH'))
     args = nccl_tests_args(sizes, p['iterations'], p['warmup'])
     world = world_size(nodes) if len(nodes) > 1 else nodes[0]['slots']
     if len(nodes) == 1:
@@ -165,7 +165,7 @@ def run_nccl_tests(module, p, sizes, thresholds, env):
         mpirun = _mpirun(module, p)
         if not mpirun:
             raise CollectiveError('host %s: mpirun not found; multi-node nccl-tests runs through Open MPI '
-                                      '(install openmpi-bin, or use method torch)' % node)
+                                  '(install openmpi-bin, or use method torch)' % node)
         forward = [k for k in env if k.startswith('NCCL_') or k in p['env']]
         path = write_hostfile(nodes, module.tmpdir) if not module.check_mode else '<hostfile>'
         command = nccl_tests_command(binary, args, nodes, mpirun, path, forward)
@@ -206,7 +206,7 @@ def run_torch(module, p, sizes, thresholds, env):
     node, nodes = p['node'], p['nodes']
     if nt.collective_name(p['collective']) != 'all_reduce':
         raise CollectiveError('host %s: collective %s: the torch benchmark does all_reduce only '
-                                  '(nccl-tests does the others)' % (node, p['collective']))
+                              '(nccl-tests does the others)' % (node, p['collective']))
     rank = [n['name'] for n in nodes].index(node)
     base = dict(changed=False, method='torch', reporter=rank == 0, world_size=world_size(nodes),
                 nnodes=len(nodes), ranks=ranks_by_node(nodes))
@@ -216,15 +216,15 @@ def run_torch(module, p, sizes, thresholds, env):
     torchrun = _torchrun(p)
     if not torchrun:
         raise CollectiveError('host %s: %s/bin/torchrun not found; install torch (the python_env role) or set '
-                                  'env_path' % (node, p['env_path']))
+                              'env_path' % (node, p['env_path']))
     if not p['script'] or not os.path.isfile(p['script']):
         raise CollectiveError('host %s: script %s does not exist (copied by roles/cluster_tests/tasks/'
-                                  'collective.yml)' % (node, p['script']))
+                              'collective.yml)' % (node, p['script']))
     if rank == 0:
         users = processes.port_listeners(p['master_port'])
         if users:
             raise CollectiveError('host %s: %s (the rendezvous port, master_port)'
-                                      % (node, processes.describe_listeners(p['master_port'], users)))
+                                  % (node, processes.describe_listeners(p['master_port'], users)))
     command = torchrun_command(torchrun, nodes, node, p['master_port'], p['script'], sizes, p['iterations'],
                                p['warmup'], p['backend'], p['timeout'])
     rc, out, err = module.run_command(_bounded(module, command, p['timeout']), environ_update=env)

@@ -39,7 +39,7 @@ def check_input(p):
     slots = p.get('slots') or [1] * len(nodes)
     if len(slots) != len(nodes):
         raise SmokeError('host %s: slots gives %d count(s) for %d node(s); give one per node, in the order of nodes'
-                             % (node, len(slots), len(nodes)))
+                         % (node, len(slots), len(nodes)))
     for name, count in zip(nodes, slots):
         if not 1 <= count <= MAX_SLOTS:
             raise SmokeError('host %s: slots of node %s must be from 1 to %d, got %d' % (node, name, MAX_SLOTS, count))
@@ -89,15 +89,15 @@ def run(module, p):
         return dict(base, ok=True, stage='skipped', cause=None, error=None, socket_ifname=None)
     if not os.access(p['python'], os.X_OK):
         raise SmokeError('host %s: python %s does not exist; install torch first (the python_env role)'
-                             % (node, p['python']))
+                         % (node, p['python']))
     if not os.path.isfile(p['script']):
         raise SmokeError('host %s: script %s does not exist (copied by roles/cluster_tests/tasks/smoke.yml)'
-                             % (node, p['script']))
+                         % (node, p['script']))
     if place['index'] == 0:
         users = processes.port_listeners(p['master_port'])
         if users:
             raise SmokeError('host %s: %s (the rendezvous port, master_port)'
-                                 % (node, processes.describe_listeners(p['master_port'], users)))
+                             % (node, processes.describe_listeners(p['master_port'], users)))
     env = node_environment(module, p['env_files'], p['env'])
     if p['socket_ifname']:
         env['GLOO_SOCKET_IFNAME'] = p['socket_ifname']

@@ -24,7 +24,7 @@ description:
   - O(state=client) measures against the server at O(server). With iperf3, O(streams)
     parallel streams for O(duration) seconds from this node to the server, then (with
     O(both_directions)) from the server to this node (C(-R)); with ib_write_bw, one run on
-    O(device). A test that fails (refused, timed out) is a result with RV(results[].error),
+    O(device). A test that fails (refused, timed out) is a result with an C(error) in RV(results),
     not a module failure.
   - O(state=schedule) runs this node's part of every round of O(rounds) in one run. The node
     measures as the client of its pair in each round, or serves its pair's client with one-off
@@ -134,10 +134,11 @@ attributes:
     description: C(check) runs as usual; C(server) and C(client) start nothing and return no result; C(stopped) stops nothing.
   diff_mode:
     support: none
+    description: Returns no diff (nothing it changes is a file to compare).
 seealso:
   - plugin: gpucluster.multinode.bandwidth_report
     plugin_type: filter
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
 '''
 
 EXAMPLES = r'''

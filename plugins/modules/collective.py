@@ -121,9 +121,10 @@ attributes:
     description: Checks the input (and with nccl-tests the binary); runs no test and returns no rows.
   diff_mode:
     support: none
+    description: Returns no diff (nothing it changes is a file to compare).
 seealso:
   - module: gpucluster.multinode.bandwidth
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
 extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix]
 '''
 

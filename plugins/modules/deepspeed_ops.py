@@ -25,7 +25,7 @@ description:
   - With O(state=checked) it only reads files and reports whether a job would build ops before
     its first step, and how long the last recorded build took. It never imports DeepSpeed.
 version_added: 0.2.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
 options:
   python:
     required: true
@@ -71,8 +71,10 @@ attributes:
   check_mode:
     support: full
     details: Probes only; reports as changed what it would build.
+    description: Can run in check mode and return changed status prediction without modifying the node.
   diff_mode:
     support: none
+    description: Returns no diff (nothing it changes is a file to compare).
 notes:
   - The build needs what a JIT build needs on the node (a C++ compiler, the Python headers,
     ninja on PATH); the module fails naming the op and the compiler's last words otherwise.

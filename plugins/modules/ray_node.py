@@ -17,7 +17,7 @@ description:
     C(systemctl kill --signal=SIGKILL) and waited for, at most O(stop_timeout) seconds. It fails
     naming what is left. Processes are found by the unit's cgroup, never by their names.
 version_added: 0.2.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
 options:
   unit:
     description: The systemd unit of the Ray node, e.g. C(gpucluster-ray.service).
@@ -46,8 +46,10 @@ attributes:
   check_mode:
     support: full
     details: O(action=stop) says whether it would stop anything and changes nothing.
+    description: Can run in check mode and return changed status prediction without modifying the node.
   diff_mode:
     support: none
+    description: Returns no diff (nothing it changes is a file to compare).
 '''
 
 EXAMPLES = r'''

@@ -25,7 +25,7 @@ description:
     O(connect_timeout), and say why it failed.
   - Changes nothing that stays; runs the same in check mode.
 version_added: 0.2.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
 options:
   unit:
     description: The node's Ray unit; its processes may hold the ports.
@@ -68,8 +68,10 @@ attributes:
   check_mode:
     support: full
     details: Runs the same in check mode (a held port is released by itself).
+    description: Can run in check mode and return changed status prediction without modifying the node.
   diff_mode:
     support: none
+    description: Returns no diff (nothing it changes is a file to compare).
 '''
 
 EXAMPLES = r'''

@@ -16,7 +16,7 @@ description:
     alive in the cluster.
   - Changes nothing; runs the same in check mode.
 version_added: 0.2.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
 options:
   ray:
     description: The C(ray) command of the cluster's environment, e.g. C(/opt/gpucluster/env/bin/ray).
@@ -47,8 +47,10 @@ attributes:
   check_mode:
     support: full
     details: Only reads.
+    description: Can run in check mode and return changed status prediction without modifying the node.
   diff_mode:
     support: none
+    description: Returns no diff (nothing it changes is a file to compare).
 '''
 
 EXAMPLES = r'''

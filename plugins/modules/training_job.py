@@ -21,7 +21,7 @@ description:
     command names, and stop them by process group.
   - O(state=checked) is the launch preflight of one node; it changes nothing.
 author:
-  - gpucluster.multinode maintainers
+  - gpucluster.multinode contributors (!UNKNOWN)
 options:
   state:
     description:
@@ -117,7 +117,9 @@ options:
         job of the same id. O(state=started) must run as the owner.
     type: str
   ssh_check:
-    description: With C(deepspeed) and C(mpirun), O(state=checked) and O(state=started) on the head refuse the nodes it cannot reach over SSH; with V(false) the start goes on and O(state=watched) names such a node.
+    description: >-
+      With C(deepspeed) and C(mpirun), O(state=checked) and O(state=started) on the head refuse the nodes
+      it cannot reach over SSH; with V(false) the start goes on and O(state=watched) names such a node.
     type: bool
     default: true
   watch_timeout:
@@ -140,8 +142,10 @@ attributes:
   check_mode:
     support: full
     details: C(checked) and C(status) only read; C(started) and C(stopped) report what they would do.
+    description: Can run in check mode and return changed status prediction without modifying the node.
   diff_mode:
     support: none
+    description: Returns no diff (nothing it changes is a file to compare).
 notes:
   - The job runs as the user the module runs as (use C(become_user) for the cluster user).
   - Ranks started by pdsh or mpirun on other nodes are found there by their environment, so

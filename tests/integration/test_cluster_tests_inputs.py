@@ -154,7 +154,7 @@ def test_bad_message_sizes_fail_before_anything_starts(tmp_path, sizes, message)
 
 def test_a_threshold_for_a_size_not_tested_is_refused(tmp_path):
     rc, out = play(tmp_path, 'collective.yml', {'cluster_tests_collective_sizes': ['1M'],
-                                               'cluster_tests_collective_thresholds': {'64M': 'x'}})
+                                                'cluster_tests_collective_thresholds': {'64M': 'x'}})
     assert rc != 0
     assert ("cluster_tests_collective_thresholds: size '64M' (67108864 bytes) is not one of the sizes tested (1048576)"
             in out)

@@ -103,7 +103,7 @@ def test_changes_since_the_last_run():
     nodes[2]['versions']['torch'] = '2.12.0+cpu'
     nodes[0]['versions']['kernel'] = '6.1.0-99-amd64'
     after = health_reports.make_report(health_checks.evaluate_quick(nodes, nodes[0]['name'], meta['port'], meta['token']),
-                               'quick', 't2', 't3')
+                                       'quick', 't2', 't3')
     changes = health_reports.changes_since(before, after)
     assert any(c.startswith('lab-worker-2 version.torch: ok -> fail') for c in changes)
     assert health_reports.changes_since(None, after) == []
@@ -111,8 +111,8 @@ def test_changes_since_the_last_run():
 
 
 def test_a_slower_node_is_a_change():
-    rep = lambda v: {'records': [health_records.record('b', 'bandwidth', 'ok', v, 'x')]}  # noqa: E731
+    def rep(v):
+        return {'records': [health_records.record('b', 'bandwidth', 'ok', v, 'x')]}
+
     assert health_reports.changes_since(rep(20.0), rep(19.0)) == []
     assert health_reports.changes_since(rep(20.0), rep(9.0)) == ['b bandwidth: 20 -> 9 (-55%, became slow)']
-
-
