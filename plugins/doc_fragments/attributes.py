@@ -34,3 +34,12 @@ attributes:
     description: The nodes it runs on.
     support: full
 '''
+
+    # A module whose changes are no file to compare: no diff.
+    NO_DIFF = r'''
+options: {}
+attributes:
+  diff_mode:
+    support: none
+    description: Returns no diff (nothing it changes is a file to compare).
+'''

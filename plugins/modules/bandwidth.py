@@ -127,14 +127,11 @@ options:
 notes:
   - Servers and clients of one round run at the same time because Ansible runs a task on all
     hosts of a play at once (up to C(forks)); keep C(forks) at least the number of nodes.
-extends_documentation_fragment: [gpucluster.multinode.attributes.posix]
+extends_documentation_fragment: [gpucluster.multinode.attributes.posix, gpucluster.multinode.attributes.no_diff]
 attributes:
   check_mode:
     support: full
     description: C(check) runs as usual; C(server) and C(client) start nothing and return no result; C(stopped) stops nothing.
-  diff_mode:
-    support: none
-    description: Returns no diff (nothing it changes is a file to compare).
 seealso:
   - plugin: gpucluster.multinode.bandwidth_report
     plugin_type: filter

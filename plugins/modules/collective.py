@@ -119,13 +119,10 @@ attributes:
   check_mode:
     support: full
     description: Checks the input (and with nccl-tests the binary); runs no test and returns no rows.
-  diff_mode:
-    support: none
-    description: Returns no diff (nothing it changes is a file to compare).
 seealso:
   - module: gpucluster.multinode.bandwidth
 author: gpucluster.multinode contributors (!UNKNOWN)
-extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix]
+extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix, gpucluster.multinode.attributes.no_diff]
 '''
 
 EXAMPLES = r'''

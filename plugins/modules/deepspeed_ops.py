@@ -26,6 +26,7 @@ description:
     its first step, and how long the last recorded build took. It never imports DeepSpeed.
 version_added: 0.2.0
 author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   python:
     required: true
@@ -72,9 +73,6 @@ attributes:
     support: full
     details: Probes only; reports as changed what it would build.
     description: Can run in check mode and return changed status prediction without modifying the node.
-  diff_mode:
-    support: none
-    description: Returns no diff (nothing it changes is a file to compare).
 notes:
   - The build needs what a JIT build needs on the node (a C++ compiler, the Python headers,
     ninja on PATH); the module fails naming the op and the compiler's last words otherwise.

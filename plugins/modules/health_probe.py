@@ -25,6 +25,7 @@ description:
     judged by the health playbook; the module fails only on invalid arguments.
 version_added: 0.1.0
 author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   nccl_env_file:
     description: Profile script with C(NCCL_SOCKET_IFNAME)/C(GLOO_SOCKET_IFNAME) (written by the nccl_env role).
@@ -119,9 +120,6 @@ attributes:
       Runs in check mode too: it only reads, apart from the small marker and clock files under
       O(shared_path)/.gpucluster-health and the short-lived listener, which are part of the measurement.
     description: Can run in check mode and return changed status prediction without modifying the node.
-  diff_mode:
-    support: none
-    description: Returns no diff (nothing it changes is a file to compare).
 notes:
   - The clock offset is the node's time minus the modification time the storage server gave the
     node's fresh file; with NFS that is the server's (the head's) clock, the way C(make) detects skew.

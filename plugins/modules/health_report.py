@@ -19,6 +19,7 @@ description:
   - Every file is written to a temporary file in its directory and moved into place.
 version_added: 0.1.0
 author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   state:
     description: C(validated) checks the directory only; C(present) writes the report.
@@ -68,9 +69,6 @@ attributes:
     support: full
     details: In check mode nothing is written; the summary and the changes are still returned.
     description: Can run in check mode and return changed status prediction without modifying the node.
-  diff_mode:
-    support: none
-    description: Returns no diff (nothing it changes is a file to compare).
 '''
 
 EXAMPLES = r'''

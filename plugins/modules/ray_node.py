@@ -18,6 +18,7 @@ description:
     naming what is left. Processes are found by the unit's cgroup, never by their names.
 version_added: 0.2.0
 author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   unit:
     description: The systemd unit of the Ray node, e.g. C(gpucluster-ray.service).
@@ -47,9 +48,6 @@ attributes:
     support: full
     details: O(action=stop) says whether it would stop anything and changes nothing.
     description: Can run in check mode and return changed status prediction without modifying the node.
-  diff_mode:
-    support: none
-    description: Returns no diff (nothing it changes is a file to compare).
 '''
 
 EXAMPLES = r'''

@@ -26,6 +26,7 @@ description:
   - Changes nothing that stays; runs the same in check mode.
 version_added: 0.2.0
 author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   unit:
     description: The node's Ray unit; its processes may hold the ports.
@@ -69,9 +70,6 @@ attributes:
     support: full
     details: Runs the same in check mode (a held port is released by itself).
     description: Can run in check mode and return changed status prediction without modifying the node.
-  diff_mode:
-    support: none
-    description: Returns no diff (nothing it changes is a file to compare).
 '''
 
 EXAMPLES = r'''

@@ -17,6 +17,7 @@ description:
   - Changes nothing; runs the same in check mode.
 version_added: 0.2.0
 author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   ray:
     description: The C(ray) command of the cluster's environment, e.g. C(/opt/gpucluster/env/bin/ray).
@@ -48,9 +49,6 @@ attributes:
     support: full
     details: Only reads.
     description: Can run in check mode and return changed status prediction without modifying the node.
-  diff_mode:
-    support: none
-    description: Returns no diff (nothing it changes is a file to compare).
 '''
 
 EXAMPLES = r'''

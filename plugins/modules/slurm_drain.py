@@ -22,6 +22,7 @@ description:
     answers (C(scontrol ping)), and fails with the reason otherwise.
 version_added: 0.1.0
 author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   failing:
     description: Nodes with a failed check, and the reason to record (a short list of checks).
@@ -53,9 +54,6 @@ attributes:
     support: full
     details: Reads the node states and reports what it would drain and resume, changing nothing.
     description: Can run in check mode and return changed status prediction without modifying the node.
-  diff_mode:
-    support: none
-    description: Returns no diff (nothing it changes is a file to compare).
 notes:
   - Needs the rights to change node states (root or SlurmUser on the controller's host).
 '''

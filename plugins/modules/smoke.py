@@ -84,14 +84,11 @@ attributes:
   check_mode:
     support: full
     description: Checks the input only (the environment and the script may come with the same run); runs nothing; RV(stage) is C(skipped).
-  diff_mode:
-    support: none
-    description: Returns no diff (nothing it changes is a file to compare).
 seealso:
   - plugin: gpucluster.multinode.dist_check_report
     plugin_type: filter
 author: gpucluster.multinode contributors (!UNKNOWN)
-extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix]
+extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix, gpucluster.multinode.attributes.no_diff]
 '''
 
 EXAMPLES = r'''

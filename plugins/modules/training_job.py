@@ -143,9 +143,6 @@ attributes:
     support: full
     details: C(checked) and C(status) only read; C(started) and C(stopped) report what they would do.
     description: Can run in check mode and return changed status prediction without modifying the node.
-  diff_mode:
-    support: none
-    description: Returns no diff (nothing it changes is a file to compare).
 notes:
   - The job runs as the user the module runs as (use C(become_user) for the cluster user).
   - Ranks started by pdsh or mpirun on other nodes are found there by their environment, so
@@ -153,7 +150,7 @@ notes:
   - A job's processes are those of the account the module runs as that carry the job's id; the pid
     file of the local part is trusted only while the process it names has the same start time,
     owner and job id, and never once the exit status was written.
-extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.launch_env.nodes]
+extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.launch_env.nodes, gpucluster.multinode.attributes.no_diff]
 '''
 
 EXAMPLES = r'''
