@@ -3,7 +3,7 @@ SHELL := /bin/bash
 ENV := source scripts/env.sh &&
 LAB_ARGS ?=
 
-.PHONY: setup lab lab-up lab-down test lint unit
+.PHONY: setup lab lab-up lab-down test lint unit sanity
 setup:            ## controller set-up: system packages, .venv, collection link
 	bash scripts/setup.sh
 
@@ -18,7 +18,7 @@ lab-up: setup     ## only create the lab
 lab-down: setup   ## remove the lab (containers, network, keys, inventory)
 	$(ENV) ansible-playbook lab/lab.yml -e lab_state=absent $(LAB_ARGS)
 
-test:             ## lint, unit/integration tests, collection build, molecule scenarios
+test:             ## lint, unit/integration tests, ansible-test sanity, collection build, molecule scenarios
 	bash scripts/test.sh
 
 lint: setup
@@ -26,3 +26,6 @@ lint: setup
 
 unit: setup
 	$(ENV) pytest -q
+
+sanity: setup     ## ansible-test sanity on a copy of the tree (scripts/sanity.sh)
+	$(ENV) bash scripts/sanity.sh

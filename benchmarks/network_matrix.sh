@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Figures of the cluster tests on a lab of 8 nodes, all in one run:
 #   1. all pairs of 4 and of 8 nodes: the round-robin schedule (disjoint pairs at once) against
-#      one pair at a time, wall time of playbooks/network_test.yml;
-#   2. one pair: the Gbit/s net_bandwidth reports against iperf3 typed by hand over ssh on the
+#      one pair at a time, wall time of playbooks/bandwidth.yml;
+#   2. one pair: the Gbit/s the bandwidth module reports against iperf3 typed by hand over ssh on the
 #      same pair (same streams and duration), alternating, ratio of the medians;
 #   3. the torch all-reduce busbw at the largest size on 4 nodes against the median pair
 #      bandwidth of the same 4 nodes (both in Gbit/s);
@@ -54,13 +54,13 @@ user=$(sed -n 's/^ *ansible_user: //p' "$INV/hosts.yml")
 on() { local ip; ip=$(address "$1"); shift; ssh -i "$key" $opts "$user@$ip" "$@"; }
 json_list() { python3 -c 'import json,sys; print(json.dumps(sys.argv[1:]))' "$@"; }
 
-# network_test.yml on the given nodes; the report lands in $OUT/<tag>/bandwidth.json; prints the wall time
+# bandwidth.yml on the given nodes; the report lands in $OUT/<tag>/bandwidth.json; prints the wall time
 matrix() {
   local tag=$1 schedule=$2; shift 2
   mkdir -p "$OUT/$tag"
   local t0 t1
   t0=$(date +%s.%N)
-  ansible-playbook playbooks/network_test.yml -i "$INV" -e cluster_tests_fail=false \
+  ansible-playbook playbooks/bandwidth.yml -i "$INV" -e cluster_tests_fail=false \
     -e "{\"cluster_tests_nodes\": $(json_list "$@"), \"cluster_tests_bandwidth_schedule\": \"$schedule\",
          \"cluster_tests_bandwidth_duration\": $DURATION, \"cluster_tests_report_dir\": \"$OUT/$tag\"}" \
     >"$OUT/$tag.log" || { tail -30 "$OUT/$tag.log" >&2; exit 1; }
@@ -87,12 +87,12 @@ done
 fi
 
 if part 2; then
-echo "== 2. one pair: net_bandwidth against iperf3 by hand (${NODES[0]} -> ${NODES[1]}, 4 streams, ${DURATION} s after ${OMIT} s left out, $ROUNDS rounds)"
+echo "== 2. one pair: the bandwidth module against iperf3 by hand (${NODES[0]} -> ${NODES[1]}, 4 streams, ${DURATION} s after ${OMIT} s left out, $ROUNDS rounds)"
 a=${NODES[0]}; b=${NODES[1]}; b_ip=$(address "$b")
 mod=(); hand=()
 for i in $(seq "$ROUNDS"); do
   mkdir -p "$OUT/pair$i"
-  ansible-playbook playbooks/network_test.yml -i "$INV" -e cluster_tests_fail=false \
+  ansible-playbook playbooks/bandwidth.yml -i "$INV" -e cluster_tests_fail=false \
     -e "{\"cluster_tests_bandwidth_pairs\": [[\"$a\", \"$b\"]], \"cluster_tests_bandwidth_duration\": $DURATION, \"cluster_tests_bandwidth_omit\": $OMIT,
          \"cluster_tests_bandwidth_both_directions\": false, \"cluster_tests_report_dir\": \"$OUT/pair$i\"}" >"$OUT/pair$i.log"
   mod+=("$(field "$OUT/pair$i/bandwidth.json" 'r["links"][0]["gbps"]')")
@@ -101,7 +101,7 @@ for i in $(seq "$ROUNDS"); do
   hand+=("$(on "$a" "iperf3 -c $b_ip -p 5202 -P 4 -t $DURATION -O $OMIT -J" \
            | python3 -c 'import json,sys; print(json.load(sys.stdin)["end"]["sum_received"]["bits_per_second"] / 1e9)')")
 done
-print_series 'net_bandwidth (Gbit/s): ' 2 "${mod[*]}"
+print_series 'bandwidth module (Gbit/s): ' 2 "${mod[*]}"
 print_series 'iperf3 by hand (Gbit/s): ' 2 "${hand[*]}"
 print_median_ratio 'ratio module / by hand: ' "${mod[*]}" "${hand[*]}"
 fi
@@ -117,7 +117,7 @@ ansible -i "$INV" "$1" -m ansible.builtin.shell -a \
 ansible -i "$INV" "$(IFS=,; echo "$*")" -m ansible.builtin.shell -a \
   'mkdir -p /opt/gpucluster && { test -e /opt/gpucluster/env || ln -s /shared/env /opt/gpucluster/env; }' >>"$OUT/torch.log"
 mkdir -p "$OUT/coll"
-ansible-playbook playbooks/nccl_test.yml -i "$INV" -e cluster_tests_fail=false \
+ansible-playbook playbooks/collective.yml -i "$INV" -e cluster_tests_fail=false \
   -e "{\"cluster_tests_nodes\": $(json_list "$@"), \"cluster_tests_collective_sizes\": [\"1M\", \"16M\", \"64M\"],
        \"cluster_tests_report_dir\": \"$OUT/coll\"}" >"$OUT/coll.log" || { tail -30 "$OUT/coll.log" >&2; exit 1; }
 python3 - "$OUT/coll/collective.json" "$OUT/rr4/bandwidth.json" <<'PY'

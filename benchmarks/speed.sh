@@ -4,10 +4,10 @@
 #      first logged step (benchmarks/first_job.sh; goal: ratio 1.5 or less);
 #   2. site.yml on the converged 4-node lab against its first run on the fresh lab, wall time
 #      (goal: 0.25 or less); the converged run's slowest tasks are printed (profile_tasks);
-#   3. net_bandwidth on one pair against iperf3 typed by hand on the same pair, ROUNDS rounds
+#   3. the bandwidth module on one pair against iperf3 typed by hand on the same pair, ROUNDS rounds
 #      alternating, ratio of the medians (benchmarks/network_matrix.sh part 2; goal: 0.9 or more);
 #   4. all 28 pairs of 8 nodes one pair at a time against round-robin, wall time of
-#      network_test.yml (network_matrix.sh part 1; goal: 3.3 or more).
+#      bandwidth.yml (network_matrix.sh part 1; goal: 3.3 or more).
 # Figures 1-3 come from a fresh 4-node lab, figure 4 from a fresh 8-node lab (the network and
 # node_tools steps only: the matrix needs names and iperf3). The machine's load is printed with
 # every figure: the lab's nodes share this machine's CPUs, so read the ratios.
@@ -75,11 +75,11 @@ if part 1 || part 2 || part 3; then
     summary+=("1. first DeepSpeed job / later jobs, to step 1   $row   goal <= 1.5")
   fi
   if part 3; then
-    echo "== one pair: net_bandwidth against iperf3 by hand"
+    echo "== one pair: the bandwidth module against iperf3 by hand"
     INV=$INV4 PARTS=2 ROUNDS=$ROUNDS benchmarks/network_matrix.sh | tee "$OUT/pair.txt"
     echo "   ($(load))"
     row=$(sed -n 's/^ratio module \/ by hand: *\([0-9.]*\).*/\1/p' "$OUT/pair.txt")
-    summary+=("3. net_bandwidth / iperf3 by hand, one pair       $row   goal >= 0.9    (median of $ROUNDS)")
+    summary+=("3. bandwidth module / iperf3 by hand, one pair       $row   goal >= 0.9    (median of $ROUNDS)")
   fi
   [ "$KEEP" = 1 ] || lab speed4 4 10.213.60.0/24 absent
 fi

@@ -25,12 +25,12 @@ fi
 # Python tool chain, pinned; reinstalled only when requirements change.
 PY=${GPUCLUSTER_PYTHON:-python3}
 stamp=.venv/.requirements.sha256
-want=$(sha256sum requirements/controller.txt | cut -d' ' -f1)
+want=$(cat requirements/controller.txt requirements/sanity.txt | sha256sum | cut -d' ' -f1)
 if [ ! -x .venv/bin/python ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "setup: installing the controller tool chain into .venv"
   "$PY" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  if ! .venv/bin/python -m pip install -q -r requirements/controller.txt >.venv/pip.log 2>&1; then
+  if ! .venv/bin/python -m pip install -q -r requirements/controller.txt -r requirements/sanity.txt >.venv/pip.log 2>&1; then
     cat .venv/pip.log >&2; exit 1
   fi
   echo "$want" > "$stamp"

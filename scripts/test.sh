@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test command (make test): lint, unit and integration tests, the collection build,
+# The test command (make test): lint, unit and integration tests, ansible-test sanity, the collection build,
 # and every molecule scenario on systemd containers from the local node image.
 #   MOLECULE_SCENARIOS="preflight firewall" make test   # only these scenarios
 #   GPUCLUSTER_HEAVY=1 make test                       # also the heavy scenarios
@@ -52,6 +52,7 @@ step node-image ansible-playbook lab/lab.yml -e lab_state=image
 GPUCLUSTER_NODE_IMAGE=$(cat .lab/node-image 2>/dev/null)
 export GPUCLUSTER_NODE_IMAGE
 step pytest pytest -q
+step sanity bash scripts/sanity.sh
 step collection-build check_collection
 
 scenarios=${MOLECULE_SCENARIOS:-}

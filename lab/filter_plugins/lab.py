@@ -70,6 +70,25 @@ def platform_networks(platforms, prefix=24):
     return [{'name': n, 'subnet': subnets[n]} for n in order]
 
 
+def podman_subnets(networks):
+    """Subnets (CIDR strings) of the networks returned by containers.podman.podman_network_info."""
+    out = []
+    for net in networks or []:
+        for sub in net.get('subnets') or []:
+            if sub.get('subnet'):
+                out.append(sub['subnet'])
+    return out
+
+
+def cidr_size(cidr):
+    """Number of addresses in the network (the lab checks its subnet has room for its nodes)."""
+    try:
+        return addresses.cidr_size(cidr)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
 class FilterModule:
     def filters(self):
-        return {'lab_layout': lab_layout, 'platform_networks': platform_networks}
+        return {'lab_layout': lab_layout, 'platform_networks': platform_networks, 'podman_subnets': podman_subnets,
+                'cidr_size': cidr_size}

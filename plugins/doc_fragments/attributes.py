@@ -19,8 +19,10 @@ attributes:
   check_mode:
     support: full
     details: Only reads; runs the same in check mode.
+    description: Can run in check mode and return changed status prediction without modifying the node.
   diff_mode:
     support: none
+    description: Returns no diff (nothing it changes is a file to compare).
 '''
 
     # A module that runs on POSIX nodes only (processes, sockets, /proc).
@@ -29,4 +31,15 @@ options: {}
 attributes:
   platform:
     platforms: posix
+    description: The nodes it runs on.
+    support: full
+'''
+
+    # A module whose changes are no file to compare: no diff.
+    NO_DIFF = r'''
+options: {}
+attributes:
+  diff_mode:
+    support: none
+    description: Returns no diff (nothing it changes is a file to compare).
 '''

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 class ModuleDocFragment:
     """Options shared by the modules that start processes in the cluster environment
-    (dist_check, nccl_test, training_job)."""
+    (smoke, collective, training_job)."""
 
     DOCUMENTATION = r'''
 options:

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""Address filters (cidr_contains, cidr_host, ...) over module_utils/addresses, on Python's ipaddress module."""
+"""Address filter (cidr_network) over module_utils/addresses, on Python's ipaddress module."""
 
 from __future__ import annotations
 
@@ -21,24 +21,8 @@ def _wrap(func):
     return inner
 
 
-def podman_subnets(networks):
-    """Subnets (CIDR strings) of the networks returned by containers.podman.podman_network_info."""
-    out = []
-    for net in networks or []:
-        for sub in net.get('subnets') or []:
-            if sub.get('subnet'):
-                out.append(sub['subnet'])
-    return out
-
-
 class FilterModule:
     def filters(self):
         return {
-            'cidr_overlaps': _wrap(addresses.cidr_overlaps),
-            'cidr_contains': _wrap(addresses.cidr_contains),
-            'cidr_host': _wrap(addresses.cidr_host),
-            'cidr_size': _wrap(addresses.cidr_size),
-            'cidr_prefix': _wrap(addresses.cidr_prefix),
             'cidr_network': _wrap(addresses.cidr_network),
-            'podman_subnets': podman_subnets,
         }

@@ -5,7 +5,10 @@
 
 from __future__ import annotations
 
+import re
+
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile
 from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
@@ -122,6 +125,49 @@ def preflight_step_lines(lines, host, step, role):
     return out
 
 
+# The forms of a role's when: in site.yml that site_steps reads (on/off switches of a step):
+#   <var> | default(<true|false>) | bool       and       <var> | default('<text>') == '<text>'
+_WHEN_BOOL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\((true|false|True|False)\)\s*\|\s*bool\s*$")
+_WHEN_EQ = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\('([^']*)'\)\s*==\s*'([^']*)'\s*$")
+
+
+def _step_enabled(when, variables, play):
+    if when is None:
+        return True
+    found = _WHEN_BOOL.match(str(when))
+    if found:
+        value = variables.get(found.group(1), found.group(2).lower() == 'true')
+        return boolean(value, strict=False)
+    found = _WHEN_EQ.match(str(when))
+    if found:
+        return str(variables.get(found.group(1), found.group(2))) == found.group(3)
+    raise AnsibleFilterError("site_steps: play '%s' has a role condition the preflight cannot read: %s "
+                             "(use '<var> | default(true) | bool' or \"<var> | default('x') == 'y'\")" % (play, when))
+
+
+def site_steps(plays, variables=None):
+    """The steps of a playbook, read from its plays (the one list): for each role of this
+    collection in a play after the preflight, {step (the play's first tag), role, tags, group
+    (the play's hosts when not cluster), enabled (the role's when, read with variables)}."""
+    variables = variables or {}
+    steps = []
+    for play in plays or []:
+        roles = [r if isinstance(r, dict) else {'role': r} for r in play.get('roles') or []]
+        names = [str(r.get('role') or r.get('name') or '') for r in roles]
+        if not roles or any(n.split('.')[-1] == 'preflight' for n in names):
+            continue
+        tags = [str(t) for t in ([play['tags']] if isinstance(play.get('tags'), str) else play.get('tags') or [])]
+        if not tags:
+            raise AnsibleFilterError("site_steps: play '%s' has no tags; its first tag names its step" % play.get('name'))
+        for role, name in zip(roles, names):
+            step = {'step': tags[0], 'role': name.split('.')[-1], 'tags': tags,
+                    'enabled': _step_enabled(role.get('when'), variables, play.get('name'))}
+            if str(play.get('hosts', 'cluster')) != 'cluster':
+                step['group'] = str(play['hosts'])
+            steps.append(step)
+    return steps
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -133,4 +179,5 @@ class FilterModule:
             'unreachable_line': unreachable_line,
             'preflight_selected_steps': preflight_selected_steps,
             'preflight_step_lines': preflight_step_lines,
+            'site_steps': site_steps,
         }

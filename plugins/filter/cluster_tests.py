@@ -21,7 +21,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_test_inputs as inputs
-from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_test_reports as reports
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import cluster_test_reports as reports
 from ansible_collections.gpucluster.multinode.plugins.module_utils.inventory_contract import cluster_address
 
 
@@ -56,10 +56,10 @@ def bandwidth_plan(nodes, hostvars, pairs=None, schedule='round_robin', threshol
 
 
 def bandwidth_report(results, nodes, threshold_gbps=None, relative_threshold=None, rounds=None):
-    """The report of net_bandwidth results (see module_utils cluster_tests.bandwidth_report)."""
+    """The report of bandwidth module results (see module_utils cluster_tests.bandwidth_report)."""
     try:
         return reports.bandwidth_report(results, nodes, threshold_gbps=threshold_gbps or None,
-                                   relative=relative_threshold or None, rounds=rounds)
+                                        relative=relative_threshold or None, rounds=rounds)
     except ValueError as exc:
         raise AnsibleFilterError('bandwidth_report: %s' % exc) from exc
 
@@ -88,13 +88,13 @@ def _results(results, nodes):
 
 
 def dist_check_report(results, nodes):
-    """One verdict from the dist_check results, {node: result registered there}."""
+    """One verdict from the smoke module results, {node: result registered there}."""
     found = {n: r if r and 'stage' in r else None for n, r in _results(results, nodes).items()}
     return reports.dist_check_report(found, list(nodes))
 
 
 def collective_summary(results, nodes):
-    """One report from the nccl_test results, {node: result registered there}."""
+    """One report from the collective results, {node: result registered there}."""
     try:
         return reports.collective_summary(_results(results, nodes), list(nodes))
     except ValueError as exc:
@@ -104,7 +104,7 @@ def collective_summary(results, nodes):
 def pairs_with_device(pairs, devices, index):
     """The pairs of a round where both ends have an RDMA device of this index.
 
-    devices: {node: [RDMA device names]} (from the nodes' net_bandwidth check)."""
+    devices: {node: [RDMA device names]} (from the nodes' bandwidth check)."""
     def count(host):
         return len((devices or {}).get(host) or [])
     return [p for p in pairs or [] if count(p['client']) > int(index) and count(p['server']) > int(index)]

@@ -10,6 +10,7 @@ role (and site.yml's preflight) can fail before ufw or firewalld is touched.
 from __future__ import annotations
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 
 DOCUMENTATION = r'''
 ---
@@ -22,6 +23,8 @@ description:
   - C(firewall_port_errors) checks ports and ranges (C(first:last), 1-65535, first not above last).
   - C(firewall_source_errors) checks that sources are addresses or networks.
   - C(firewall_controller_address) reads the controller's address from C(SSH_CLIENT).
+  - C(port_range) is C(first:last) of a count of ports from the first (the defaults of
+    C(firewall_rendezvous_ports) and C(firewall_ray_ports) derive from the ports they hold).
 positional: _input, host, cluster_cidr, controller
 options:
   _input:
@@ -116,9 +119,15 @@ def firewall_source_errors(sources, host, variable):
             for item in sources if _network(item) is None]
 
 
+def port_range(first, count=1):
+    """'first:last' of count ports from first ('29500' and 101 -> '29500:29600'); one port alone."""
+    return cluster_defaults.port_range(first, count)
+
+
 class FilterModule:
     def filters(self):
         return {
+            'port_range': port_range,
             'firewall_controller_address': firewall_controller_address,
             'firewall_admin_errors': firewall_admin_errors,
             'firewall_port_errors': firewall_port_errors,

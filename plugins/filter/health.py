@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpucluster.multinode.plugins.module_utils import health_checks
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import health_checks
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_reports
 from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
 
@@ -97,7 +97,7 @@ def health_deep_records(nodes, bandwidth=None, smoke=None, collective=None, erro
                         thresholds=None):
     """Records of the deep tier from the cluster_tests results (see module_utils/health_checks.py)."""
     return health_checks.evaluate_deep(list(nodes), _plain(bandwidth), _plain(smoke), _plain(collective),
-                                _plain(errors or {}), _plain(tests))
+                                       _plain(errors or {}), _plain(tests))
 
 
 def health_summary(records, changes=None):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import nfs_exports
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import nfs_exports
 
 DOCUMENTATION = r'''
 ---

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_driver
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import nvidia_driver
 
 
 def nvidia_driver_setting_errors(settings):

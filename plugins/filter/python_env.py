@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.gpucluster.multinode.plugins.module_utils import python_env
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
 
 
 def _versions(by_host):

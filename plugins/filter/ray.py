@@ -59,7 +59,7 @@ def _inspect_line(inspection):
         return 'the node was not inspected'
     procs = len(inspection.get('processes') or [])
     return 'service %s (%s), %d process(es)' % (inspection.get('active_state') or '?',
-                                                 inspection.get('sub_state') or '?', procs)
+                                                inspection.get('sub_state') or '?', procs)
 
 
 def ray_preflight_problems(hostvars, hosts, head, head_address, port, env_path, check_mode=False):

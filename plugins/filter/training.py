@@ -92,7 +92,7 @@ def training_verdict(results, nodes=None):
         ranks = r.get('ranks') or []
         span = '-' if not ranks else ('%d' % ranks[0] if ranks[0] == ranks[1] else '%d-%d' % tuple(ranks))
         lines.append('  %-20s %-8s ranks=%-6s running=%-5s exit=%s' % (r.get('node'), r.get('role', ''), span,
-                                                                      bool(r.get('running')), codes.get(r.get('node'), '-')))
+                                                                       bool(r.get('running')), codes.get(r.get('node'), '-')))
     if first:
         lines.append('first failure: %s (exit %s); last lines of %s:' % (first['node'], first['exit_code'], first['log']))
         lines.extend('  | ' + line for line in first['log_tail'])

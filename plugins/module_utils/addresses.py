@@ -80,11 +80,6 @@ def cidr_size(cidr):
     return _net(cidr).num_addresses
 
 
-def cidr_prefix(cidr):
-    """Prefix length of cidr."""
-    return _net(cidr).prefixlen
-
-
 def cidr_network(value, prefix=None):
     """The network that holds an address: cidr_network('10.0.3.7/24') -> '10.0.3.0/24'."""
     text = str(value) if prefix is None else '%s/%s' % (str(value).split('/')[0], prefix)

@@ -188,9 +188,22 @@ def site_dirs(python):
                 return None
     elif not os.path.isdir(os.path.join(root, 'conda-meta')):
         return None
-    dirs = [d for pattern in ('lib/python3*/site-packages', 'lib64/python3*/site-packages')
+    return site_packages(root) or None
+
+
+def site_packages(root):
+    """The site-packages directories under an environment's prefix (empty when there are none)."""
+    return [d for pattern in ('lib/python3*/site-packages', 'lib64/python3*/site-packages')
             for d in sorted(glob.glob(os.path.join(root, pattern)))]
-    return dirs or None
+
+
+def ray_version(env_path):
+    """Ray's version in the environment at env_path, read from its metadata on disk ('' when none)."""
+    dirs = site_packages(env_path)
+    if not dirs:
+        return ''
+    from importlib import metadata
+    return versions_from_distributions(metadata.distributions(path=dirs))['ray'] or ''
 
 
 def _python_on_disk(dirs):

@@ -28,10 +28,10 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import env_ve
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_parsers
 from ansible_collections.gpucluster.multinode.plugins.module_utils import interfaces
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi
+from ansible_collections.gpucluster.multinode.plugins.module_utils import port_hold
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes
 
 MARKER_DIR = '.gpucluster-health'
-STOP_MESSAGE = b'gpucluster-health-stop'
 
 
 # ---------------------------------------------------------------- interfaces, names, port
@@ -81,74 +81,21 @@ def connect(host, port, timeout):
 
 def release(port):
     """Tell this module's listener on the port to exit."""
-    try:
-        sock = socket.create_connection(('127.0.0.1', port), timeout=2)
-        sock.sendall(STOP_MESSAGE + b'\n')
-        sock.close()
-        return True
-    except (IOError, OSError):
-        return False
-
-
-def _serve(sock, seconds, expect):
-    """The listener: accept until the deadline, `expect` connections, or the stop message."""
-    deadline = time.time() + seconds
-    accepted = 0
-    while time.time() < deadline and (expect <= 0 or accepted < expect):
-        sock.settimeout(max(0.1, deadline - time.time()))
-        try:
-            conn, _ = sock.accept()
-        except socket.timeout:
-            break
-        except (IOError, OSError):
-            continue
-        conn.settimeout(0.5)
-        try:
-            stop = conn.recv(64).startswith(STOP_MESSAGE)
-        except (IOError, OSError):
-            stop = False
-        conn.close()
-        if stop:
-            break
-        accepted += 1
+    return port_hold.release(port)
 
 
 def listen(port, seconds, expect, holders_of):
     """Bind the port; if it is free, keep it open in a detached child for the other nodes.
     holders_of(port) names the processes holding a port that is in use."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(('0.0.0.0', port))
-        sock.listen(128)
-    except (IOError, OSError) as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            return {'port': port, 'in_use': True, 'holders': holders_of(port), 'listener_pid': None}
-        return {'port': port, 'in_use': None, 'holders': [], 'listener_pid': None, 'error': str(exc)}
-    pid = os.fork()
-    if pid:
-        sock.close()
-        os.waitpid(pid, 0)  # the first child exits at once; the grandchild holds the port
+    exc = port_hold.hold(port, seconds, '0.0.0.0', expect)
+    if exc is None:
         return {'port': port, 'in_use': False, 'holders': [], 'listener_pid': 'detached'}
-    # first child: detach and fork the listener, so nothing of it keeps the module's pipes open
-    try:
-        os.setsid()
-        if os.fork():
-            os._exit(0)
-        _quiet_stdio()
-        _serve(sock, seconds, expect)
-    finally:
-        os._exit(0)
+    if exc.errno == errno.EADDRINUSE:
+        return {'port': port, 'in_use': True, 'holders': holders_of(port), 'listener_pid': None}
+    return {'port': port, 'in_use': None, 'holders': [], 'listener_pid': None, 'error': str(exc)}
 
 
 # ---------------------------------------------------------------- storage, in bounded children
-
-def _quiet_stdio():
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-
 
 def mount_of(path):
     """(mounted, fstype) of path from /proc/self/mountinfo ('nfs4 (ro)' for a read-only mount)."""
@@ -228,7 +175,7 @@ def start_child(func, *args):
         return pid, rfd
     try:
         os.close(rfd)
-        _quiet_stdio()
+        port_hold.quiet_stdio()
         try:
             payload = {'result': func(*args)}
         except Exception as exc:  # reported to the parent  # pylint: disable=broad-except

@@ -52,7 +52,7 @@ def summary_lines(records, changes=None):
         lines.append('problems:')
         for r in sorted(bad, key=lambda r: (-_SEVERITY[r['status']], r['node'], r['check'])):
             lines.append('%s %s %s: %s (value %s, threshold %s)' % (r['status'].upper(), r['node'], r['check'],
-                                                                   r['detail'], fmt(r['value']), fmt(r['threshold'])))
+                                                                    r['detail'], fmt(r['value']), fmt(r['threshold'])))
             lines.append('    remedy: %s' % r['remedy'])
     unknown = sorted(set(r['check'] for r in records if r['status'] == 'unknown'))
     if unknown:

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils.inventory_contract import (
     cluster_address,
     natural_key,
 )
 
 FORMATS = ('deepspeed', 'openmpi', 'mpich', 'plain', 'slurm')
-MAX_SLOTS = 1024
+MAX_SLOTS = cluster_defaults.MAX_SLOTS
 _NAME_RE = re.compile(r'^[A-Za-z0-9_.:-]+$')
 _SUFFIX_RE = re.compile(r'^(.*?)(\d+)$')
 

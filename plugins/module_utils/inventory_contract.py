@@ -16,6 +16,7 @@ import ipaddress
 import re
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 
 USER_RE = re.compile(r'^[a-z_][a-z0-9_-]{0,31}$')
 # RFC 1123 host names: labels of letters, digits and inner hyphens, 63 characters each, 253 in all.
@@ -204,8 +205,8 @@ def contract_errors(groups, hostvars):
         if user is not None and (not isinstance(user, str) or not USER_RE.match(user)):
             errors.append('host %s: cluster_user must be a POSIX user name (lowercase letters, digits, _ or -), got %r'
                           % (host, user))
-        _check_int(errors, host, hostvars, 'gpu_slots', 0, 1024)
-        _check_int(errors, host, hostvars, 'node_slots', 1, 1024)
+        _check_int(errors, host, hostvars, 'gpu_slots', 0, cluster_defaults.MAX_SLOTS)
+        _check_int(errors, host, hostvars, 'node_slots', 1, cluster_defaults.MAX_SLOTS)
         _check_int(errors, host, hostvars, 'cluster_master_port', 1, 65535)
     if len(cidrs) > 1:
         head = heads[0] if len(heads) == 1 else None
@@ -226,7 +227,7 @@ def cluster_manifest(groups, hostvars):
     return {
         'head': head,
         'master_addr': cluster_address(hostvars, head) if head else None,
-        'master_port': int(_get(hostvars, head, 'cluster_master_port', 29500)) if head else 29500,
+        'master_port': int(_get(hostvars, head, 'cluster_master_port', cluster_defaults.MASTER_PORT)) if head else cluster_defaults.MASTER_PORT,
         'cluster_cidr': first.get('cluster_cidr') if head else None,
         'nodes': [
             {'name': h, 'address': cluster_address(hostvars, h), 'rank': i,

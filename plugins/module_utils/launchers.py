@@ -303,7 +303,7 @@ class Slurm(Launcher):
         first = tr.torchrun_failure(text)
         if first and first['host'] in codes:
             codes = dict([(first['host'], codes[first['host']])] + [(n, c) for n, c in codes.items()
-                                                                     if n != first['host']])
+                                                                    if n != first['host']])
         out['node_exit_codes'] = codes
         out['rank_failure'] = first
         out['node_log_tails'] = tr.pdsh_node_tails(text, [n['name'] for n in j.nodes], j.p['log_lines'])

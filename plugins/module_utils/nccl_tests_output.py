@@ -255,3 +255,23 @@ def parse_nccl_tests(output, nranks=None, collective=None):
     busbws = [b for b in busbws if isinstance(b, (int, float))]
     result['max_busbw_gbs'] = max(busbws) if busbws else None
     return result
+
+
+def allreduce_rows(raw_rows, world_size):
+    """Rows of the torch benchmark with algbw and busbw by the nccl-tests formulas.
+
+    raw_rows: [{'size', 'count', 'time_us', 'wrong'}]; algbw = size / time (GB/s),
+    busbw = algbw x 2(n-1)/n.
+    """
+    rows = []
+    for raw in raw_rows:
+        alg = algbw(raw['size'], raw['time_us'])
+        rows.append(dict(raw, algbw_gbs=alg, busbw_gbs=busbw('all_reduce', alg, world_size)))
+    return rows
+
+
+def size_label(size):
+    for unit, factor in (('G', 1 << 30), ('M', 1 << 20), ('K', 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return '%d%s' % (size // factor, unit)
+    return str(size)

@@ -113,7 +113,7 @@ def bandwidth_matrix(results, nodes=None):
             errs = {d: errors[d] for d in ((a, b), (b, a)) if d in errors}
             if errs:
                 failed.append({'a': a, 'b': b, 'error': '; '.join('%s -> %s: %s' % (d[0], d[1], e)
-                                                                   for d, e in errs.items())})
+                                                                  for d, e in errs.items())})
             if not directions:
                 continue
             gbps = min(directions.values())

@@ -259,7 +259,7 @@ def compare_node(spec, listed):
         return ['not in the Ray cluster']
     if listed['state'] != 'ALIVE':
         return ['in the Ray cluster but %s%s' % (listed['state'], (': %s' % listed['state_message'])
-                                                   if listed.get('state_message') else '')]
+                                                 if listed.get('state_message') else '')]
     problems = []
     res = listed['resources']
     want = {'CPU': spec['cpus'], 'GPU': spec['gpus']}

@@ -123,7 +123,10 @@ def drain_plan(records, failing, checked, prefix, max_pct=50.0):
     plan = {'drain': [], 'resume': [], 'kept': [], 'foreign': [], 'not_in_slurm': [], 'held': ''}
     checked = list(checked)
     prefix = prefix.strip()
-    ours = lambda rec: rec['reason'].startswith(prefix)  # noqa: E731
+
+    def ours(rec):
+        return rec['reason'].startswith(prefix)
+
     to_drain = []
     for node in checked:
         rec = records.get(node)

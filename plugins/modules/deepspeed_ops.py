@@ -25,7 +25,8 @@ description:
   - With O(state=checked) it only reads files and reports whether a job would build ops before
     its first step, and how long the last recorded build took. It never imports DeepSpeed.
 version_added: 0.2.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   python:
     required: true
@@ -71,8 +72,7 @@ attributes:
   check_mode:
     support: full
     details: Probes only; reports as changed what it would build.
-  diff_mode:
-    support: none
+    description: Can run in check mode and return changed status prediction without modifying the node.
 notes:
   - The build needs what a JIT build needs on the node (a C++ compiler, the Python headers,
     ninja on PATH); the module fails naming the op and the compiler's last words otherwise.

@@ -22,7 +22,7 @@ description:
     mismatch) is not a failure; C(gpu_count) is 0 and C(reason) says why.
   - Returns the same keys at the top level and as C(ansible_facts.gpu_facts).
 version_added: 0.1.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
 options:
   nvidia_smi:
     description: The nvidia-smi program; a bare name is looked up on C(PATH) and in C(/usr/bin).
@@ -44,6 +44,7 @@ extends_documentation_fragment: [gpucluster.multinode.attributes.read_only]
 attributes:
   facts:
     support: full
+    description: Sets facts (under C(ansible_facts)) that later tasks can read.
 notes:
   - C(gpu_count) counts the GPUs nvidia-smi reads; C(pci_gpu_count) the GPUs on the PCI bus.
     They differ when the driver is missing or broken, or a GPU fell off the bus.

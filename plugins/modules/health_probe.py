@@ -24,7 +24,8 @@ description:
   - Everything is reported, nothing fails. A missing file or a refused connection is a finding,
     judged by the health playbook; the module fails only on invalid arguments.
 version_added: 0.1.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   nccl_env_file:
     description: Profile script with C(NCCL_SOCKET_IFNAME)/C(GLOO_SOCKET_IFNAME) (written by the nccl_env role).
@@ -118,8 +119,7 @@ attributes:
     details: >-
       Runs in check mode too: it only reads, apart from the small marker and clock files under
       O(shared_path)/.gpucluster-health and the short-lived listener, which are part of the measurement.
-  diff_mode:
-    support: none
+    description: Can run in check mode and return changed status prediction without modifying the node.
 notes:
   - The clock offset is the node's time minus the modification time the storage server gave the
     node's fresh file; with NFS that is the server's (the head's) clock, the way C(make) detects skew.
@@ -223,16 +223,17 @@ gpu:
 '''
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_probes as probes
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            nccl_env_file=dict(type='path', default='/etc/profile.d/gpucluster-nccl.sh'),
+            nccl_env_file=dict(type='path', default=cluster_defaults.NCCL_PROFILE),
             resolve=dict(type='list', elements='dict', default=[]),
             connect_host=dict(type='str', default=''),
-            connect_port=dict(type='int', default=29500),
+            connect_port=dict(type='int', default=cluster_defaults.MASTER_PORT),
             connect_timeout=dict(type='float', default=3.0),
             listen_port=dict(type='int', default=0),
             listen_seconds=dict(type='int', default=60),

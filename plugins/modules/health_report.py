@@ -18,7 +18,8 @@ description:
     and says what changed since the previous report of the same tier.
   - Every file is written to a temporary file in its directory and moved into place.
 version_added: 0.1.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   state:
     description: C(validated) checks the directory only; C(present) writes the report.
@@ -67,8 +68,7 @@ attributes:
   check_mode:
     support: full
     details: In check mode nothing is written; the summary and the changes are still returned.
-  diff_mode:
-    support: none
+    description: Can run in check mode and return changed status prediction without modifying the node.
 '''
 
 EXAMPLES = r'''

@@ -24,7 +24,7 @@ description:
   - Changes nothing on the node.
 version_added: 0.1.0
 extends_documentation_fragment: [gpucluster.multinode.attributes.read_only]
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
 options:
   python:
     description: Interpreter of the environment, for example C(/opt/gpucluster/env/bin/python).

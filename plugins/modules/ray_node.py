@@ -17,7 +17,8 @@ description:
     C(systemctl kill --signal=SIGKILL) and waited for, at most O(stop_timeout) seconds. It fails
     naming what is left. Processes are found by the unit's cgroup, never by their names.
 version_added: 0.2.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   unit:
     description: The systemd unit of the Ray node, e.g. C(gpucluster-ray.service).
@@ -46,8 +47,7 @@ attributes:
   check_mode:
     support: full
     details: O(action=stop) says whether it would stop anything and changes nothing.
-  diff_mode:
-    support: none
+    description: Can run in check mode and return changed status prediction without modifying the node.
 '''
 
 EXAMPLES = r'''
@@ -96,23 +96,16 @@ stopped:
   elements: int
 '''
 
-import glob
 import json
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
+from ansible_collections.gpucluster.multinode.plugins.module_utils import processes
 from ansible_collections.gpucluster.multinode.plugins.module_utils import ray_cluster
 
 PROPS = 'ActiveState,SubState,ControlGroup,MainPID,LoadState'
-
-
-def cmdline(pid):
-    try:
-        with open('/proc/%d/cmdline' % pid, 'rb') as f:
-            return f.read().replace(b'\0', b' ').decode('utf-8', 'replace').strip()
-    except (IOError, OSError):
-        return ''
 
 
 def show(module, unit):
@@ -123,17 +116,8 @@ def show(module, unit):
 
 
 def procs(props):
-    return [{'pid': pid, 'cmdline': cmdline(pid)[:300]}
+    return [{'pid': pid, 'cmdline': processes.read_cmdline(pid)[:300]}
             for pid in ray_cluster.cgroup_pids(props.get('ControlGroup', ''))]
-
-
-def ray_version(env_path):
-    for meta in sorted(glob.glob(os.path.join(env_path, 'lib', 'python*', 'site-packages', 'ray-*.dist-info', 'METADATA'))):
-        with open(meta) as f:
-            for line in f:
-                if line.startswith('Version:'):
-                    return line.split(':', 1)[1].strip()
-    return ''
 
 
 def main():
@@ -155,7 +139,7 @@ def main():
               'load_state': props.get('LoadState', ''), 'control_group': props.get('ControlGroup', ''),
               'processes': procs(props), 'log_tail': []}
     if p['env_path']:
-        result['ray_version'] = ray_version(p['env_path'])
+        result['ray_version'] = env_versions.ray_version(p['env_path'])
     if p['manifest']:
         try:
             with open(p['manifest']) as f:

@@ -25,7 +25,8 @@ description:
     O(connect_timeout), and say why it failed.
   - Changes nothing that stays; runs the same in check mode.
 version_added: 0.2.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   unit:
     description: The node's Ray unit; its processes may hold the ports.
@@ -68,8 +69,7 @@ attributes:
   check_mode:
     support: full
     details: Runs the same in check mode (a held port is released by itself).
-  diff_mode:
-    support: none
+    description: Can run in check mode and return changed status prediction without modifying the node.
 '''
 
 EXAMPLES = r'''
@@ -110,11 +110,11 @@ connect:
 import errno
 import os
 import pwd
-import select
 import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.multinode.plugins.module_utils import port_hold
 from ansible_collections.gpucluster.multinode.plugins.module_utils import ray_cluster
 from ansible_collections.gpucluster.multinode.plugins.module_utils.processes import port_listeners, describe_listeners
 
@@ -156,64 +156,15 @@ def stable_listeners(port, tries=3, pause=1.0):
     return seen
 
 
-RELEASE_TOKEN = b'gpucluster-ray-preflight-release\n'
-
-
-def _accept_until(sock, deadline):
-    """Accept (and close) connections until the deadline, or until one sends the release token."""
-    while time.time() < deadline:
-        ready, _w, _x = select.select([sock], [], [], max(0.1, deadline - time.time()))
-        if not ready:
-            continue
-        conn, _addr = sock.accept()
-        try:
-            conn.settimeout(0.5)
-            said = conn.recv(len(RELEASE_TOKEN))
-        except (OSError, socket.error):
-            said = b''
-        finally:
-            conn.close()
-        if said == RELEASE_TOKEN:
-            return
-
-
 def release(address, port, timeout=5.0):
     """Send the release token to the listener on the port; True when one took it."""
-    try:
-        conn = socket.create_connection((address, port), timeout=timeout)
-    except (OSError, socket.error):
-        return False
-    try:
-        conn.sendall(RELEASE_TOKEN)
-    finally:
-        conn.close()
-    return True
+    return port_hold.release(port, address, timeout)
 
 
 def hold(address, port, seconds):
-    """Bind the port; when that works, a child in its own session keeps it open for the workers'
-    test and the module returns at once."""
-    family = socket.AF_INET6 if ':' in address else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((address, port))
-        sock.listen(64)
-    except (OSError, socket.error):
-        sock.close()
-        return False
-    child = os.fork()
-    if child:
-        sock.close()
-        return True
-    try:
-        os.setsid()
-        devnull = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):   # nothing of the child keeps the module's output open
-            os.dup2(devnull, fd)
-        _accept_until(sock, time.time() + seconds)
-    finally:
-        os._exit(0)
+    """Bind the port; when that works, a detached listener keeps it open for the workers' test
+    and the module returns at once."""
+    return port_hold.hold(port, seconds, address) is None
 
 
 def connect(host, port, timeout):

@@ -16,7 +16,8 @@ description:
     alive in the cluster.
   - Changes nothing; runs the same in check mode.
 version_added: 0.2.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   ray:
     description: The C(ray) command of the cluster's environment, e.g. C(/opt/gpucluster/env/bin/ray).
@@ -47,8 +48,7 @@ attributes:
   check_mode:
     support: full
     details: Only reads.
-  diff_mode:
-    support: none
+    description: Can run in check mode and return changed status prediction without modifying the node.
 '''
 
 EXAMPLES = r'''

@@ -21,7 +21,8 @@ description:
   - With O(validate_only), only checks that C(scontrol) is installed and the Slurm controller
     answers (C(scontrol ping)), and fails with the reason otherwise.
 version_added: 0.1.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.attributes.no_diff]
 options:
   failing:
     description: Nodes with a failed check, and the reason to record (a short list of checks).
@@ -52,8 +53,7 @@ attributes:
   check_mode:
     support: full
     details: Reads the node states and reports what it would drain and resume, changing nothing.
-  diff_mode:
-    support: none
+    description: Can run in check mode and return changed status prediction without modifying the node.
 notes:
   - Needs the rights to change node states (root or SlurmUser on the controller's host).
 '''

@@ -21,7 +21,7 @@ description:
     command names, and stop them by process group.
   - O(state=checked) is the launch preflight of one node; it changes nothing.
 author:
-  - gpucluster.multinode maintainers
+  - gpucluster.multinode contributors (!UNKNOWN)
 options:
   state:
     description:
@@ -117,7 +117,9 @@ options:
         job of the same id. O(state=started) must run as the owner.
     type: str
   ssh_check:
-    description: With C(deepspeed) and C(mpirun), O(state=checked) and O(state=started) on the head refuse the nodes it cannot reach over SSH; with V(false) the start goes on and O(state=watched) names such a node.
+    description: >-
+      With C(deepspeed) and C(mpirun), O(state=checked) and O(state=started) on the head refuse the nodes
+      it cannot reach over SSH; with V(false) the start goes on and O(state=watched) names such a node.
     type: bool
     default: true
   watch_timeout:
@@ -140,8 +142,7 @@ attributes:
   check_mode:
     support: full
     details: C(checked) and C(status) only read; C(started) and C(stopped) report what they would do.
-  diff_mode:
-    support: none
+    description: Can run in check mode and return changed status prediction without modifying the node.
 notes:
   - The job runs as the user the module runs as (use C(become_user) for the cluster user).
   - Ranks started by pdsh or mpirun on other nodes are found there by their environment, so
@@ -149,7 +150,7 @@ notes:
   - A job's processes are those of the account the module runs as that carry the job's id; the pid
     file of the local part is trusted only while the process it names has the same start time,
     owner and job id, and never once the exit status was written.
-extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.launch_env.nodes]
+extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.launch_env.nodes, gpucluster.multinode.attributes.no_diff]
 '''
 
 EXAMPLES = r'''
@@ -296,6 +297,7 @@ versions:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers
 
 
@@ -313,9 +315,9 @@ def main():
             script_args=dict(type='list', elements='str', default=[]),
             env_path=dict(type='path', required=True),
             env=dict(type='dict', default={}, no_log=True),
-            env_files=dict(type='list', elements='path', default=['/etc/profile.d/gpucluster-nccl.sh']),
+            env_files=dict(type='list', elements='path', default=[cluster_defaults.NCCL_PROFILE]),
             master_addr=dict(type='str', required=True),
-            master_port=dict(type='int', default=29500),
+            master_port=dict(type='int', default=cluster_defaults.MASTER_PORT),
             nproc_per_node=dict(type='int'),
             job_dir=dict(type='path', required=True),
             state_dir=dict(type='path'),

@@ -86,8 +86,6 @@ def check_available():
     return image
 
 
-
-
 def down():
     for node, _group, _address in NODES:
         podman('rm', '-f', '-t', '0', container(node), check=False)

@@ -81,12 +81,12 @@ CASES = [
     case('health-schedule-node-slots-word', 'health_schedule',
          "host bat-worker-1: node_slots must be an integer from 1 to 1024, got 'many' (str)",
          host_vars={WORKER: {'node_slots': 'many'}}),
-    case('network-test-duplicate-address', 'network_test',
+    case('network-test-duplicate-address', 'bandwidth',
          'host bat-worker-1: cluster_address %s.10 is already used by host bat-head' % nodes.PREFIX,
          host_vars={WORKER: {'cluster_address': nodes.PREFIX + '.10'}}),
-    case('nccl-test-bad-user', 'nccl_test', "host bat-head: cluster_user must be a POSIX user name",
+    case('nccl-test-bad-user', 'collective', "host bat-head: cluster_user must be a POSIX user name",
          extra={'cluster_user': 'Bad User'}),
-    case('dist-check-port-range', 'dist_check', 'host bat-head: cluster_master_port must be from 1 to 65535, got 70000',
+    case('dist-check-port-range', 'smoke', 'host bat-head: cluster_master_port must be from 1 to 65535, got 70000',
          host_vars={HEAD: {'cluster_master_port': 70000}}),
     case('slurm-cidr-everything', 'slurm', 'host bat-head: cluster_cidr ::/0 is every address there is',
          extra={'cluster_cidr': '::/0'}),
@@ -253,6 +253,6 @@ def test_bad_input_is_refused_and_nothing_changes(battery, request, params):
 
 def test_the_battery_covers_every_playbook_and_step():
     playbooks = {c.values[0]['playbook'] for c in CASES}
-    assert playbooks >= {'site', 'train', 'health', 'health_schedule', 'network_test', 'nccl_test', 'dist_check',
+    assert playbooks >= {'site', 'train', 'health', 'health_schedule', 'bandwidth', 'collective', 'smoke',
                          'slurm', 'bootstrap'}
     assert len(CASES) >= 40

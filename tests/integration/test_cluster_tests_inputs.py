@@ -76,7 +76,7 @@ def iperf3_servers():
 def test_the_matrix_of_three_nodes_has_every_pair_and_no_server_is_left(tmp_path):
     # Loopback links on a busy machine differ a lot; this test is about the matrix and the servers,
     # so only a link under 1% of the median counts as slow (slow links: the cluster_tests scenario).
-    rc, out = play(tmp_path, 'network_test.yml', {'cluster_tests_bandwidth_relative_threshold': 0.01})
+    rc, out = play(tmp_path, 'bandwidth.yml', {'cluster_tests_bandwidth_relative_threshold': 0.01})
     assert rc == 0, out
     assert 'bandwidth matrix, Gbit/s (row sends to column), 3 node(s), 3 link(s) measured, 3 round(s)' in out
     for node in ('n1', 'n2', 'n3'):
@@ -96,7 +96,7 @@ def test_the_matrix_of_three_nodes_has_every_pair_and_no_server_is_left(tmp_path
      'cluster_tests_bandwidth_pairs[0] names gpu-worker-9, which is not a node of the inventory (n1, n2, n3)'),
 ])
 def test_bad_bandwidth_settings_fail_before_anything_starts(tmp_path, extra, message):
-    rc, out = play(tmp_path, 'network_test.yml', extra)
+    rc, out = play(tmp_path, 'bandwidth.yml', extra)
     assert rc != 0
     assert "'bandwidth test: nothing was started' - " + message in out
     assert 'Start the iperf3 servers' not in out
@@ -116,7 +116,7 @@ def test_a_bandwidth_port_in_use_names_the_node_and_the_process(tmp_path):
     holder.bind(('127.0.0.12', port))
     holder.listen()
     try:
-        rc, out = play(tmp_path, 'network_test.yml', {'cluster_tests_bandwidth_port': port})
+        rc, out = play(tmp_path, 'bandwidth.yml', {'cluster_tests_bandwidth_port': port})
     finally:
         holder.close()
     assert rc != 0
@@ -134,7 +134,7 @@ def test_iperf3_missing_names_the_nodes_and_the_package(tmp_path):
         for name in os.listdir(directory):
             if name != 'iperf3' and not (bin_dir / name).exists():
                 os.symlink(os.path.join(directory, name), bin_dir / name)
-    rc, out = play(tmp_path, 'network_test.yml', {}, path='%s:%s' % (os.path.dirname(sys.executable), bin_dir))
+    rc, out = play(tmp_path, 'bandwidth.yml', {}, path='%s:%s' % (os.path.dirname(sys.executable), bin_dir))
     assert rc != 0
     for node in ('n1', 'n2', 'n3'):
         assert 'host %s: iperf3 is not installed (install the package iperf3)' % node in out
@@ -147,14 +147,14 @@ def test_iperf3_missing_names_the_nodes_and_the_package(tmp_path):
     (['1M', 'lots'], "cluster_tests_collective_sizes[1] must be a size in bytes (like 1048576 or 1M), got 'lots' (str)"),
 ])
 def test_bad_message_sizes_fail_before_anything_starts(tmp_path, sizes, message):
-    rc, out = play(tmp_path, 'nccl_test.yml', {'cluster_tests_collective_sizes': sizes})
+    rc, out = play(tmp_path, 'collective.yml', {'cluster_tests_collective_sizes': sizes})
     assert rc != 0
     assert "['collective test: nothing was started', %r]" % message in out
 
 
 def test_a_threshold_for_a_size_not_tested_is_refused(tmp_path):
-    rc, out = play(tmp_path, 'nccl_test.yml', {'cluster_tests_collective_sizes': ['1M'],
-                                               'cluster_tests_collective_thresholds': {'64M': 'x'}})
+    rc, out = play(tmp_path, 'collective.yml', {'cluster_tests_collective_sizes': ['1M'],
+                                                'cluster_tests_collective_thresholds': {'64M': 'x'}})
     assert rc != 0
     assert ("cluster_tests_collective_thresholds: size '64M' (67108864 bytes) is not one of the sizes tested (1048576)"
             in out)
@@ -166,7 +166,7 @@ def test_a_rendezvous_port_in_use_on_the_head_names_the_process(tmp_path):
     holder.bind(('0.0.0.0', port))
     holder.listen()
     try:
-        rc, out = play(tmp_path, 'dist_check.yml', {'cluster_tests_master_port': port})
+        rc, out = play(tmp_path, 'smoke.yml', {'cluster_tests_master_port': port})
     finally:
         holder.close()
     assert rc != 0

@@ -82,4 +82,3 @@ def test_admin_networks_that_lock_the_controller_out_are_refused(tmp_path):
     assert ("host ctl-node: firewall_admin_networks 10.8.0.0/24 excludes the controller's own address 172.16.0.9"
             in out)
     assert 'Install ufw' not in out and 'Install firewalld' not in out
-

@@ -77,7 +77,7 @@ def test_pins_take_the_package_managers_own_form_and_only_what_is_chosen(tmp_pat
     deb = choice(tmp_path / 'deb', extra={'node_tools_versions': pins, 'node_tools_build': False})
     assert deb['w1']['specs'] == ['iperf3=3.12-1']   # no Open MPI chosen: its pin is not installed
     el = choice(tmp_path / 'el', os_file='RedHat_9', extra={'node_tools_versions': {'iperf3': '3.9-13.el9'},
-                                                           'training_launcher': 'mpirun'})
+                                                            'training_launcher': 'mpirun'})
     assert 'iperf3-3.9-13.el9' in el['h1']['specs']
     assert {'pdsh', 'pdsh-rcmd-ssh', 'openmpi', 'openmpi-devel', 'gcc-c++', 'python3-devel'} <= set(el['h1']['specs'])
 

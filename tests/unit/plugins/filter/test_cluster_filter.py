@@ -1,5 +1,10 @@
 """Job nodes and the preflight summary read the GPU count that gpu_facts found."""
 
+import os
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
 from ansible_collections.gpucluster.multinode.plugins.filter import cluster
 from ansible_collections.gpucluster.multinode.plugins.filter.cluster import cluster_job_nodes, summary_rows
 
@@ -80,3 +85,36 @@ def test_unreachable_line_reads_the_result_it_is_given():
     results = {'w1': {'unreachable': True, 'msg': 'Failed to connect\n  to the host'}}
     assert cluster.unreachable_line('w1', hostvars, results) == 'host w1 (10.0.0.2): Failed to connect to the host'
     assert cluster.unreachable_line('w1', hostvars, {}) == 'host w1 (10.0.0.2): no answer'
+
+
+def _site_plays():
+    import yaml
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    with open(os.path.join(root, 'playbooks', 'site.yml')) as f:
+        return yaml.safe_load(f)
+
+
+def test_site_steps_are_read_from_the_plays_in_their_order():
+    from ansible_collections.gpucluster.multinode.plugins.filter.cluster import site_steps
+    plays = _site_plays()
+    steps = site_steps(plays, {})
+    assert [(s['step'], s['role']) for s in steps] == [
+        (p['tags'][0], r['role'].split('.')[-1]) for p in plays[1:] for r in p['roles']]
+    nfs_server = [s for s in steps if s['role'] == 'nfs_server'][0]
+    assert nfs_server['group'] == 'head' and nfs_server['tags'] == ['shared_storage', 'nfs']
+    assert all(s['enabled'] for s in steps)
+
+
+def test_site_steps_read_the_on_off_switches_with_the_variables():
+    from ansible_collections.gpucluster.multinode.plugins.filter.cluster import site_steps
+    steps = site_steps(_site_plays(), {'node_tools_enabled': 'false', 'nfs_client_mode': 'check'})
+    off = sorted(s['role'] for s in steps if not s['enabled'])
+    assert off == ['nfs_server', 'node_tools']
+
+
+def test_site_steps_refuse_a_condition_they_cannot_read():
+    from ansible_collections.gpucluster.multinode.plugins.filter.cluster import site_steps
+    plays = [{'name': 'Odd', 'hosts': 'cluster', 'tags': ['odd'],
+              'roles': [{'role': 'gpucluster.multinode.network', 'when': 'a or b'}]}]
+    with pytest.raises(AnsibleFilterError, match="play 'Odd' has a role condition the preflight cannot read: a or b"):
+        site_steps(plays, {})

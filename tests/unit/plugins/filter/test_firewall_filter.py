@@ -46,3 +46,10 @@ def test_sources_are_addresses_or_networks():
         "host h: firewall_ray_sources entry 'lab' is not an address or a network (a.b.c.d/prefix)"]
     assert firewall_source_errors('10.0.0.0/8', 'h', 'firewall_ray_sources') == [
         "host h: firewall_ray_sources must be a list of addresses or networks, got '10.0.0.0/8'"]
+
+
+def test_the_port_ranges_derive_from_the_port_they_start_at():
+    from ansible_collections.gpucluster.multinode.plugins.filter.firewall import port_range
+    assert port_range(29500, 101) == '29500:29600'
+    assert port_range('30000', 101) == '30000:30100'
+    assert port_range(6379) == '6379'

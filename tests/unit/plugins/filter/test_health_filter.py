@@ -42,10 +42,10 @@ def test_an_unreachable_worker_and_a_failed_probe():
     groups, hostvars, probes, prepare, meta = lab()
     w1, w2 = groups['workers'][0], groups['workers'][1]
     probes[w1] = {'unreachable': True, 'changed': False,
-                                      'msg': 'Failed to connect to the host via ssh: ssh: connect to host '
-                                             '10.213.50.11 port 22: Connection refused'}
+                  'msg': 'Failed to connect to the host via ssh: ssh: connect to host '
+                  '10.213.50.11 port 22: Connection refused'}
     probes[w2] = {'failed': False, 'failed_when_result': False, 'changed': False,
-                                      'msg': 'MODULE FAILURE: /usr/bin/python3: not found'}
+                  'msg': 'MODULE FAILURE: /usr/bin/python3: not found'}
     recs = quick(groups, hostvars, probes, prepare, meta)
     bad = sorted((r['node'], r['check']) for r in recs if r['status'] == 'fail')
     assert bad == [(w1, 'reachable'), (w2, 'probe')]
@@ -166,7 +166,6 @@ def test_failing_nodes_and_their_checks_for_a_drain_reason():
     assert hf.health_failing(recs, True) == {'a': 'gpu, mtu'}
     long = [{'node': 'a', 'check': 'check_%02d' % i, 'status': 'fail'} for i in range(30)]
     assert len(hf.health_failing(long)['a']) <= 120 and hf.health_failing(long)['a'].endswith('...')
-
 
 
 def test_a_failed_first_probe_on_the_head_is_the_head_s_probe_error():

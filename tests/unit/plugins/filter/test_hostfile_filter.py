@@ -1,7 +1,13 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpucluster.multinode.plugins.filter.hostfile import hostfile, hostfile_hosts
+from ansible_collections.gpucluster.multinode.plugins.filter.hostfile import hostfile_hosts
+from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
+
+
+def hostfile(names, hostvars, format='deepspeed', default_slots=1, include=None, exclude=None, use_address=False):
+    """The hostfile text of the host list the filter returns (what the launchers write)."""
+    return hf.render(hostfile_hosts(names, hostvars, default_slots, include, exclude), format, use_address)
 
 
 def hostvars():

@@ -34,7 +34,7 @@ def test_preflight_problems_name_host_and_variable():
         'h': {'__ray_head_ports': {'ports': [
             {'port': 6379, 'free': False, 'text': 'port 6379 is in use by pid 77 (redis-server *:6379)'},
             {'port': 8265, 'free': True, 'text': ''}, {'port': 10001, 'free': True, 'text': ''}]},
-              '__ray_env_python': {'stat': {'exists': True}}},
+            '__ray_env_python': {'stat': {'exists': True}}},
         'w1': {'__ray_reach': {'connect': 'no answer within 5s (a firewall drops it, or the head is down)'},
                '__ray_env_python': {'stat': {'exists': True}}},
         'w2': {'__ray_reach': {'connect': 'connected'}, '__ray_env_python': {'stat': {'exists': False}}},

@@ -4,7 +4,7 @@ from itertools import combinations
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_test_reports as ct
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import cluster_test_reports as ct
 from ansible_collections.gpucluster.multinode.plugins.module_utils.cluster_test_inputs import ClusterTestError
 
 
@@ -67,7 +67,7 @@ def test_collective_summary_names_the_algorithm_and_the_sizes_under_threshold():
     assert ok['ok'] and ok['lines'][0] == 'collective: torch.distributed all_reduce (gloo), 3 rank(s) on 3 node(s), method torch'
     assert ok['lines'][-1].startswith('busbw at the largest size (1M): ')
     slow = ct.collective_summary({'h': torch_result(below_threshold=[{'size': 1 << 20, 'busbw_gbs': 0.28,
-                                                                       'threshold_gbs': 1.0}])}, ['h'])
+                                                                      'threshold_gbs': 1.0}])}, ['h'])
     assert not slow['ok'] and slow['problems'] == ['size 1M: busbw 0.2800 GB/s is under its threshold 1.0000 GB/s']
 
 

@@ -117,7 +117,7 @@ def test_output_without_the_result_line_is_an_error():
         dso.parse_probe_output("ModuleNotFoundError: No module named 'deepspeed'\n")
     with pytest.raises(dso.ProbeError, match='lacks ops'):
         dso.parse_probe_output(dso.MARKER + json.dumps({'python': '3', 'torch': '2', 'deepspeed': '0',
-                                                         'accelerator': 'cpu', 'extensions_dir': '/x'}))
+                                                        'accelerator': 'cpu', 'extensions_dir': '/x'}))
 
 
 def test_stamp_round_trip_and_unreadable_stamps(tmp_path):

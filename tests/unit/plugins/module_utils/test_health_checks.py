@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import health_checks
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import health_checks
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_parsers
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi
 
@@ -128,7 +128,7 @@ def test_disk_thresholds():
     assert by(recs, nodes[1]['name'], 'disk_free')['value'] == 3.2
     assert by(recs, nodes[2]['name'], 'inodes_free')['status'] == 'warn'
     looser = health_checks.evaluate_quick(nodes, nodes[0]['name'], meta['port'], meta['token'],
-                                   {'disk_free_fail_pct': 2, 'disk_free_warn_pct': 4})
+                                          {'disk_free_fail_pct': 2, 'disk_free_warn_pct': 4})
     assert by(looser, nodes[1]['name'], 'disk_free')['status'] == 'warn'
 
 
@@ -219,7 +219,7 @@ def test_a_deep_test_that_did_not_finish_fails_every_node():
 
 def test_smoke_names_the_node_that_did_not_join():
     rep = {'ok': False, 'missing': ['b'], 'problems': [{'node': 'b', 'stage': 'rendezvous', 'cause': 'timed out',
-                                                         'error': None}]}
+                                                        'error': None}]}
     recs = health_checks.evaluate_deep(['a', 'b'], smoke=rep, tests=['smoke'])
     assert [(r['node'], r['status']) for r in recs] == [('a', 'ok'), ('b', 'fail')]
 

@@ -6,7 +6,7 @@ import copy
 import os
 import xml.etree.ElementTree as ET
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import health_checks
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import health_checks
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_records
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_reports
 from test_health_checks import lab_args, lab_nodes
@@ -73,7 +73,7 @@ def test_label_values_are_escaped():
 
 def _collective(below=()):
     """A collective_summary as the cluster_tests role hands it to the deep tier."""
-    from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_test_reports as ct
+    from ansible_collections.gpucluster.multinode.plugins.plugin_utils import cluster_test_reports as ct
     rows = ct.allreduce_rows([{'size': 65536, 'count': 16384, 'time_us': 800.0, 'wrong': 0},
                               {'size': 1 << 20, 'count': 1 << 18, 'time_us': 5000.0, 'wrong': 0}], 3)
     head = {'reporter': True, 'method': 'torch', 'algorithm': 'torch.distributed all_reduce (gloo)', 'backend': 'gloo',
@@ -103,7 +103,7 @@ def test_changes_since_the_last_run():
     nodes[2]['versions']['torch'] = '2.12.0+cpu'
     nodes[0]['versions']['kernel'] = '6.1.0-99-amd64'
     after = health_reports.make_report(health_checks.evaluate_quick(nodes, nodes[0]['name'], meta['port'], meta['token']),
-                               'quick', 't2', 't3')
+                                       'quick', 't2', 't3')
     changes = health_reports.changes_since(before, after)
     assert any(c.startswith('lab-worker-2 version.torch: ok -> fail') for c in changes)
     assert health_reports.changes_since(None, after) == []
@@ -111,8 +111,8 @@ def test_changes_since_the_last_run():
 
 
 def test_a_slower_node_is_a_change():
-    rep = lambda v: {'records': [health_records.record('b', 'bandwidth', 'ok', v, 'x')]}  # noqa: E731
+    def rep(v):
+        return {'records': [health_records.record('b', 'bandwidth', 'ok', v, 'x')]}
+
     assert health_reports.changes_since(rep(20.0), rep(19.0)) == []
     assert health_reports.changes_since(rep(20.0), rep(9.0)) == ['b bandwidth: 20 -> 9 (-55%, became slow)']
-
-

@@ -138,4 +138,3 @@ def test_read_interfaces_without_ip_reads_sys(tmp_path):
     (tmp_path / 'eth0' / 'operstate').write_text('up\n')
     found = itf.read_interfaces(FakeModule({}, ip=None), sys_root=str(tmp_path))
     assert found == {'eth0': {'name': 'eth0', 'mtu': 1500, 'state': 'UP', 'addresses': [], 'cidrs': []}}
-

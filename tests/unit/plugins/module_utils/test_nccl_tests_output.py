@@ -100,7 +100,8 @@ def test_rows_are_read_by_header_name_when_columns_are_added():
         '#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong',
         '#       size         count      type   redop    root     time   algbw   busbw #wrong    i_min     time   algbw   busbw #wrong    i_min')
     text = text.replace('  8589934592    2147483648     float     sum      -1    47535  180.71  338.82      0    47743  179.92  337.35      0',
-                        '  8589934592    2147483648     float     sum      -1    47535  180.71  338.82      0    47001    47743  179.92  337.35      0    47100')
+                        '  8589934592    2147483648     float     sum      -1  '
+                        '  47535  180.71  338.82      0    47001    47743  179.92  337.35      0    47100')
     res = nt.parse_nccl_tests(text)
     last = res['rows'][-1]
     assert last['in_place'] == {'time_us': 47743, 'algbw_gbs': 179.92, 'busbw_gbs': 337.35, 'wrong': 0, 'i_min': 47100}

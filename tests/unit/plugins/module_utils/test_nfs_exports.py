@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import nfs_exports as ne
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import nfs_exports as ne
 
 FIXTURE = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'exportfs', 'nfs-utils-2.6.2-bookworm.txt')
 CIDR = '10.213.116.0/24'

@@ -5,7 +5,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_driver as nd
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import nvidia_driver as nd
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 VARS = os.path.join(ROOT, 'roles', 'nvidia_driver', 'vars')

@@ -269,7 +269,7 @@ def test_a_detached_job_is_found_by_its_id_and_stopped_with_its_children(tmp_pat
     env = dict(os.environ, **{pr.JOB_ENV: job})
     # a parent that starts a child in the same group, both sleeping
     pid = pr.spawn_detached('sleep 60 & sleep 60; wait', env, str(tmp_path), str(tmp_path / 'log'),
-                              str(tmp_path / 'state'))['pid']
+                            str(tmp_path / 'state'))['pid']
     deadline = time.time() + 10
     while time.time() < deadline and len(pr.job_processes(job)) < 3:
         time.sleep(0.1)

@@ -5,7 +5,7 @@ import os
 import pytest
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
-from ansible_collections.gpucluster.multinode.plugins.module_utils import python_env
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'python_env')
 

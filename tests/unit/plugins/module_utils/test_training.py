@@ -235,8 +235,8 @@ def test_mpirun_ranks_get_torch_rank_variables_and_node_env_files(tmp_path):
     env_file.write_text('GLOO_SOCKET_IFNAME=eth7\n')
     prefix = 'set -a; [ -r %s ] && . %s; set +a; ' % (env_file, env_file)
     argv = tr.mpirun_command('/usr', 'hf', 2, [], '-c', ['import os; print(os.environ["RANK"], '
-                                                              'os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"], '
-                                                              'os.environ["GLOO_SOCKET_IFNAME"])'], node_prefix=prefix)
+                                                         'os.environ["WORLD_SIZE"], os.environ["LOCAL_RANK"], '
+                                                         'os.environ["GLOO_SOCKET_IFNAME"])'], node_prefix=prefix)
     wrapper = argv[argv.index('/bin/bash'):]
     wrapper[3] = sys.executable
     env = dict(os.environ, OMPI_COMM_WORLD_RANK='1', OMPI_COMM_WORLD_SIZE='2', OMPI_COMM_WORLD_LOCAL_RANK='0',

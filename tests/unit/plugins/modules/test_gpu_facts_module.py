@@ -188,4 +188,3 @@ def test_the_health_probe_reads_the_gpus_in_its_own_pass(tmp_path):
     assert gpu['gpus'][0]['name'] == 'NVIDIA H100 80GB HBM3' and gpu['topology'] == {}
     calls = (tmp_path / 'calls.log').read_text()
     assert 'topo' not in calls and '--query-gpu=' in calls
-

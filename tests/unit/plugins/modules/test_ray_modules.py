@@ -1,12 +1,13 @@
 """ray_preflight: the head holds its port for the workers' test; a worker says why it cannot connect.
-ray_node: the installed Ray version is read from the package metadata on disk."""
+ray_node (through env_versions): the installed Ray version is read from the package metadata on disk."""
 
 from __future__ import annotations
 
 import socket
 import time
 
-from ansible_collections.gpucluster.multinode.plugins.modules import ray_node, ray_preflight
+from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
+from ansible_collections.gpucluster.multinode.plugins.modules import ray_preflight
 
 
 def free_port():
@@ -63,5 +64,5 @@ def test_ray_version_from_metadata(tmp_path):
     meta = tmp_path / 'lib' / 'python3.11' / 'site-packages' / 'ray-2.60.0.dist-info'
     meta.mkdir(parents=True)
     (meta / 'METADATA').write_text('Metadata-Version: 2.1\nName: ray\nVersion: 2.60.0\n')
-    assert ray_node.ray_version(str(tmp_path)) == '2.60.0'
-    assert ray_node.ray_version(str(tmp_path / 'none')) == ''
+    assert env_versions.ray_version(str(tmp_path)) == '2.60.0'
+    assert env_versions.ray_version(str(tmp_path / 'none')) == ''

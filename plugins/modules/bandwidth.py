@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
-module: net_bandwidth
+module: bandwidth
 short_description: One node's part of a network bandwidth test (iperf3 over TCP, ib_write_bw over RDMA)
 version_added: "0.1.0"
 description:
@@ -24,7 +24,7 @@ description:
   - O(state=client) measures against the server at O(server). With iperf3, O(streams)
     parallel streams for O(duration) seconds from this node to the server, then (with
     O(both_directions)) from the server to this node (C(-R)); with ib_write_bw, one run on
-    O(device). A test that fails (refused, timed out) is a result with RV(results[].error),
+    O(device). A test that fails (refused, timed out) is a result with an C(error) in RV(results),
     not a module failure.
   - O(state=schedule) runs this node's part of every round of O(rounds) in one run. The node
     measures as the client of its pair in each round, or serves its pair's client with one-off
@@ -127,22 +127,20 @@ options:
 notes:
   - Servers and clients of one round run at the same time because Ansible runs a task on all
     hosts of a play at once (up to C(forks)); keep C(forks) at least the number of nodes.
-extends_documentation_fragment: [gpucluster.multinode.attributes.posix]
+extends_documentation_fragment: [gpucluster.multinode.attributes.posix, gpucluster.multinode.attributes.no_diff]
 attributes:
   check_mode:
     support: full
     description: C(check) runs as usual; C(server) and C(client) start nothing and return no result; C(stopped) stops nothing.
-  diff_mode:
-    support: none
 seealso:
   - plugin: gpucluster.multinode.bandwidth_report
     plugin_type: filter
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
 '''
 
 EXAMPLES = r'''
 - name: Can this node take part?
-  gpucluster.multinode.net_bandwidth:
+  gpucluster.multinode.bandwidth:
     state: check
     node: "{{ inventory_hostname }}"
   register: bw_check
@@ -150,14 +148,14 @@ EXAMPLES = r'''
 - name: A pair by hand, always stopping the server
   block:
     - name: Start the server on the worker
-      gpucluster.multinode.net_bandwidth:
+      gpucluster.multinode.bandwidth:
         state: server
         node: "{{ inventory_hostname }}"
         bind: "{{ cluster_address }}"
       when: inventory_hostname == 'gpu-worker-1'
 
     - name: Measure from the head
-      gpucluster.multinode.net_bandwidth:
+      gpucluster.multinode.bandwidth:
         state: client
         node: "{{ inventory_hostname }}"
         server: "{{ hostvars['gpu-worker-1'].cluster_address }}"
@@ -168,13 +166,13 @@ EXAMPLES = r'''
       when: inventory_hostname == 'gpu-master'
   always:
     - name: Stop the server
-      gpucluster.multinode.net_bandwidth:
+      gpucluster.multinode.bandwidth:
         state: stopped
         node: "{{ inventory_hostname }}"
       when: inventory_hostname == 'gpu-worker-1'
 
 - name: Every pair of three nodes, one task on all of them (round i on port 5201 + i)
-  gpucluster.multinode.net_bandwidth:
+  gpucluster.multinode.bandwidth:
     state: schedule
     node: "{{ inventory_hostname }}"
     port: 5201
@@ -239,7 +237,7 @@ stopped:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import bandwidth_test
+from ansible_collections.gpucluster.multinode.plugins.module_utils import bandwidth
 
 
 def main():
@@ -281,16 +279,16 @@ def main():
     state = params['state']
     try:
         if state == 'check':
-            out = bandwidth_test.check(module, params)
+            out = bandwidth.check(module, params)
         elif state == 'server':
-            out = bandwidth_test.server(module, params)
+            out = bandwidth.server(module, params)
         elif state == 'client':
-            out = bandwidth_test.client(module, params)
+            out = bandwidth.client(module, params)
         elif state == 'schedule':
-            out = bandwidth_test.run_schedule(module, params)
+            out = bandwidth.run_schedule(module, params)
         else:
-            out = {'stopped': [] if module.check_mode else bandwidth_test.stop(params)}
-    except bandwidth_test.BandwidthTestError as exc:
+            out = {'stopped': [] if module.check_mode else bandwidth.stop(params)}
+    except bandwidth.BandwidthError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **out)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import collective_test as ct
+from ansible_collections.gpucluster.multinode.plugins.module_utils import collective as ct
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nccl_tests_output as nt
 
 NODES = [{'name': 'alpha', 'address': '10.99.0.11', 'slots': 2},
@@ -21,7 +21,7 @@ def test_world_is_the_sum_of_the_slots_and_ranks_are_numbered_node_by_node():
 
 @pytest.mark.parametrize('node, nproc, node_rank', [('alpha', '2', '0'), ('bravo-2', '1', '1'), ('delta', '1', '3')])
 def test_torchrun_starts_each_nodes_own_count(node, nproc, node_rank):
-    cmd = ct.torchrun_command('/env/bin/torchrun', NODES, node, 29500, '/t/allreduce_bench.py', [1024, 4096],
+    cmd = ct.torchrun_command('/env/bin/torchrun', NODES, node, 29500, '/t/collective.py', [1024, 4096],
                               5, 2, 'gloo', 600)
     value = dict(zip(cmd, cmd[1:]))
     assert (value['--nnodes'], value['--nproc-per-node'], value['--node-rank']) == ('4', nproc, node_rank)
@@ -30,7 +30,7 @@ def test_torchrun_starts_each_nodes_own_count(node, nproc, node_rank):
 
 
 def test_busbw_of_the_rows_uses_the_real_world_size():
-    rows = ct.allreduce_rows([{'size': 1 << 20, 'count': 1 << 18, 'time_us': 1000.0, 'wrong': 0}], ct.world_size(NODES))
+    rows = nt.allreduce_rows([{'size': 1 << 20, 'count': 1 << 18, 'time_us': 1000.0, 'wrong': 0}], ct.world_size(NODES))
     assert rows[0]['busbw_gbs'] == pytest.approx(rows[0]['algbw_gbs'] * 2 * 4 / 5)
     assert nt.busbw('all_reduce', 1.0, 5) == pytest.approx(1.6)
 
@@ -96,7 +96,7 @@ def torch_params(tmp_path, node='alpha'):
     env.mkdir(parents=True, exist_ok=True)
     (env / 'torchrun').write_text('#!/bin/sh\n')
     (env / 'torchrun').chmod(0o755)
-    script = tmp_path / 'allreduce_bench.py'
+    script = tmp_path / 'collective.py'
     script.write_text('')
     return dict(node=node, nodes=NODES, collective='all_reduce', env_path=str(tmp_path / 'env'), script=str(script),
                 master_port=29500, iterations=5, warmup=2, backend='auto', timeout=300)
@@ -104,12 +104,12 @@ def torch_params(tmp_path, node='alpha'):
 
 def bench_output(sizes, end=True):
     import json
-    lines = [ct.PREFIX + json.dumps({'kind': 'start', 'backend': 'gloo', 'world_size': 5, 'nnodes': 4})]
+    lines = [ct.MARKER + json.dumps({'kind': 'start', 'backend': 'gloo', 'world_size': 5, 'nnodes': 4})]
     for size in sizes:
-        lines.append(ct.PREFIX + json.dumps({'kind': 'row', 'size': size, 'count': size // 4, 'time_us': 900.0,
+        lines.append(ct.MARKER + json.dumps({'kind': 'row', 'size': size, 'count': size // 4, 'time_us': 900.0,
                                              'wrong': 0}))
     if end:
-        lines.append(ct.PREFIX + json.dumps({'kind': 'end'}))
+        lines.append(ct.MARKER + json.dumps({'kind': 'end'}))
     return '\n'.join(lines) + '\n'
 
 
@@ -140,7 +140,7 @@ def test_a_worker_reports_its_exit_only(tmp_path):
 def test_the_rendezvous_port_held_by_another_job_is_refused_on_the_head(tmp_path, monkeypatch):
     monkeypatch.setattr(ct.processes, 'port_listeners', lambda port, address=None: [
         {'pid': 77, 'uid': 1000, 'cmdline': 'python train.py', 'job_id': 'run-3', 'address': '0.0.0.0'}])
-    with pytest.raises(ct.CollectiveTestError) as err:
+    with pytest.raises(ct.CollectiveError) as err:
         ct.run_torch(FakeModule((0, '', '')), torch_params(tmp_path), [65536], {}, {})
     assert str(err.value) == ('host alpha: port 29500 is in use by pid 77 (python train.py) of job run-3 '
                               '(the rendezvous port, master_port)')

@@ -1,4 +1,4 @@
-"""The net_bandwidth module run as Ansible runs it, with the real iperf3 on loopback addresses."""
+"""The bandwidth module run as Ansible runs it, with the real iperf3 on loopback addresses."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import time
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-MODULE = os.path.join(ROOT, 'plugins', 'modules', 'net_bandwidth.py')
+MODULE = os.path.join(ROOT, 'plugins', 'modules', 'bandwidth.py')
 COLLECTIONS = os.path.join(ROOT, '.build', 'collections')
 
 pytestmark = pytest.mark.skipif(shutil.which('iperf3') is None, reason='needs iperf3 (make setup installs it)')

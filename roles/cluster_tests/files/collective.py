@@ -21,11 +21,11 @@ import socket
 import sys
 import time
 
-PREFIX = 'GPUCLUSTER_ALLREDUCE '
+MARKER = 'GPUCLUSTER_ALLREDUCE '
 
 
 def emit(obj):
-    sys.stdout.write(PREFIX + json.dumps(obj, sort_keys=True) + '\n')
+    sys.stdout.write(MARKER + json.dumps(obj, sort_keys=True) + '\n')
     sys.stdout.flush()
 
 

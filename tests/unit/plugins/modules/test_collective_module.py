@@ -1,4 +1,4 @@
-"""The nccl_test module's nccl-tests method, run as Ansible runs it.
+"""The collective module's nccl-tests method, run as Ansible runs it.
 
 mpirun and all_reduce_perf are stand-ins that print a published nccl-tests output (see
 tests/unit/fixtures/nccl_tests/README.md) and record the command line they were given; the
@@ -13,7 +13,7 @@ import sys
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-MODULE = os.path.join(ROOT, 'plugins', 'modules', 'nccl_test.py')
+MODULE = os.path.join(ROOT, 'plugins', 'modules', 'collective.py')
 COLLECTIONS = os.path.join(ROOT, '.build', 'collections')
 FIXTURES = os.path.join(ROOT, 'tests', 'unit', 'fixtures', 'nccl_tests')
 

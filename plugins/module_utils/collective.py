@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""The collective test of the ``nccl_test`` module: nccl-tests (one node, or several through
+"""The collective test of the ``collective`` module: nccl-tests (one node, or several through
 mpirun with the collection's one hostfile renderer) or the torch.distributed all-reduce
 benchmark started by torchrun on every node with that node's own ``--nproc-per-node``.
 
@@ -17,17 +17,13 @@ import os
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nccl_tests_output as nt
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes
-from ansible_collections.gpucluster.multinode.plugins.module_utils.cluster_test_reports import (
-    allreduce_rows,
-    size_label,
-)
 from ansible_collections.gpucluster.multinode.plugins.module_utils.node_commands import json_lines, tail
 
-PREFIX = 'GPUCLUSTER_ALLREDUCE '
+MARKER = 'GPUCLUSTER_ALLREDUCE '
 TIMED_OUT = (124, 137)
 
 
-class CollectiveTestError(ValueError):
+class CollectiveError(ValueError):
     """A test that cannot start; the message names the host and what to do."""
 
 
@@ -107,7 +103,7 @@ def verdict(rows, sizes, thresholds=None, error=None, correct=True):
     correct = bool(correct) and all(not r.get('wrong') for r in rows)
     problems = [error] if error else []
     if missing:
-        problems.append('size(s) %s missing from the output' % ', '.join(size_label(s) for s in missing))
+        problems.append('size(s) %s missing from the output' % ', '.join(nt.size_label(s) for s in missing))
     return {'ok': not problems and correct and not below, 'missing_sizes': missing, 'below_threshold': below,
             'correct': correct, 'error': '; '.join(problems) or None}
 
@@ -159,8 +155,8 @@ def run_nccl_tests(module, p, sizes, thresholds, env):
     binary = _binary(module, p)
     name = '%s_perf' % nt.collective_name(p['collective'])
     if not binary:
-        raise CollectiveTestError('host %s: %s not found (%s); build nccl-tests or use method torch'
-                                  % (node, name, p['nccl_tests_dir'] or 'on PATH'))
+        raise CollectiveError('host %s: %s not found (%s); build nccl-tests or use method torch'
+                              % (node, name, p['nccl_tests_dir'] or 'on PATH'))
     args = nccl_tests_args(sizes, p['iterations'], p['warmup'])
     world = world_size(nodes) if len(nodes) > 1 else nodes[0]['slots']
     if len(nodes) == 1:
@@ -168,8 +164,8 @@ def run_nccl_tests(module, p, sizes, thresholds, env):
     else:
         mpirun = _mpirun(module, p)
         if not mpirun:
-            raise CollectiveTestError('host %s: mpirun not found; multi-node nccl-tests runs through Open MPI '
-                                      '(install openmpi-bin, or use method torch)' % node)
+            raise CollectiveError('host %s: mpirun not found; multi-node nccl-tests runs through Open MPI '
+                                  '(install openmpi-bin, or use method torch)' % node)
         forward = [k for k in env if k.startswith('NCCL_') or k in p['env']]
         path = write_hostfile(nodes, module.tmpdir) if not module.check_mode else '<hostfile>'
         command = nccl_tests_command(binary, args, nodes, mpirun, path, forward)
@@ -209,8 +205,8 @@ def run_torch(module, p, sizes, thresholds, env):
     """Run this node's part of the torch all-reduce benchmark; the head's result holds the rows."""
     node, nodes = p['node'], p['nodes']
     if nt.collective_name(p['collective']) != 'all_reduce':
-        raise CollectiveTestError('host %s: collective %s: the torch benchmark does all_reduce only '
-                                  '(nccl-tests does the others)' % (node, p['collective']))
+        raise CollectiveError('host %s: collective %s: the torch benchmark does all_reduce only '
+                              '(nccl-tests does the others)' % (node, p['collective']))
     rank = [n['name'] for n in nodes].index(node)
     base = dict(changed=False, method='torch', reporter=rank == 0, world_size=world_size(nodes),
                 nnodes=len(nodes), ranks=ranks_by_node(nodes))
@@ -219,20 +215,20 @@ def run_torch(module, p, sizes, thresholds, env):
         return dict(base, ok=True, rows=[])
     torchrun = _torchrun(p)
     if not torchrun:
-        raise CollectiveTestError('host %s: %s/bin/torchrun not found; install torch (the python_env role) or set '
-                                  'env_path' % (node, p['env_path']))
+        raise CollectiveError('host %s: %s/bin/torchrun not found; install torch (the python_env role) or set '
+                              'env_path' % (node, p['env_path']))
     if not p['script'] or not os.path.isfile(p['script']):
-        raise CollectiveTestError('host %s: script %s does not exist (copied by roles/cluster_tests/tasks/'
-                                  'collective.yml)' % (node, p['script']))
+        raise CollectiveError('host %s: script %s does not exist (copied by roles/cluster_tests/tasks/'
+                              'collective.yml)' % (node, p['script']))
     if rank == 0:
         users = processes.port_listeners(p['master_port'])
         if users:
-            raise CollectiveTestError('host %s: %s (the rendezvous port, master_port)'
-                                      % (node, processes.describe_listeners(p['master_port'], users)))
+            raise CollectiveError('host %s: %s (the rendezvous port, master_port)'
+                                  % (node, processes.describe_listeners(p['master_port'], users)))
     command = torchrun_command(torchrun, nodes, node, p['master_port'], p['script'], sizes, p['iterations'],
                                p['warmup'], p['backend'], p['timeout'])
     rc, out, err = module.run_command(_bounded(module, command, p['timeout']), environ_update=env)
-    found = json_lines(out, PREFIX)
+    found = json_lines(out, MARKER)
     error = exit_error('torchrun on %s' % node, rc, p['timeout'])
     if rank != 0:
         return dict(base, ok=error is None, rows=[], command=command, error=error,
@@ -243,7 +239,7 @@ def run_torch(module, p, sizes, thresholds, env):
                     error=error or 'torchrun on %s printed no result' % node)
     if error is None and not any(f.get('kind') == 'end' for f in found):
         error = 'torchrun on %s ended before the benchmark did' % node
-    rows = allreduce_rows([f for f in found if f.get('kind') == 'row'], start['world_size'])
+    rows = nt.allreduce_rows([f for f in found if f.get('kind') == 'row'], start['world_size'])
     return result('torch', rows, sizes, thresholds, start['world_size'], nodes,
                   'torch.distributed all_reduce (%s)' % start['backend'], start['backend'], error=error,
                   torch=start.get('torch'), device=start.get('device'), command=command,

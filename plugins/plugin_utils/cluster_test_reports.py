@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import netbench
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nccl_tests_output as nccl_tests
+from ansible_collections.gpucluster.multinode.plugins.module_utils.nccl_tests_output import allreduce_rows, size_label  # noqa: F401
 from ansible_collections.gpucluster.multinode.plugins.module_utils.cluster_test_inputs import (
     ClusterTestError,
     check_positive,
@@ -69,21 +70,8 @@ def bandwidth_report(results, nodes, threshold_gbps=None, relative=None, rounds=
     return report
 
 
-def allreduce_rows(raw_rows, world_size):
-    """Rows of the torch benchmark with algbw and busbw by the nccl-tests formulas.
-
-    raw_rows: [{'size', 'count', 'time_us', 'wrong'}]; algbw = size / time (GB/s),
-    busbw = algbw x 2(n-1)/n.
-    """
-    rows = []
-    for raw in raw_rows:
-        alg = nccl_tests.algbw(raw['size'], raw['time_us'])
-        rows.append(dict(raw, algbw_gbs=alg, busbw_gbs=nccl_tests.busbw('all_reduce', alg, world_size)))
-    return rows
-
-
 def dist_check_report(results, nodes):
-    """One verdict from the per-node dist_check results.
+    """One verdict from the per-node smoke module results.
 
     results: {node: module result or None (Ansible could not run it there)}; nodes: the node
     names, head first. The head's result says who reached the rendezvous (joined); every node
@@ -137,17 +125,10 @@ def dist_check_report(results, nodes):
             'world_size': head_result.get('world_size'), 'ranks': ranks, 'problems': problems, 'lines': lines}
 
 
-def size_label(size):
-    for unit, factor in (('G', 1 << 30), ('M', 1 << 20), ('K', 1 << 10)):
-        if size >= factor and size % factor == 0:
-            return '%d%s' % (size // factor, unit)
-    return str(size)
-
-
 def collective_summary(results, nodes):
-    """One report from the nccl_test results of the nodes: {ok, rows, ..., problems, lines}.
+    """One report from the collective results of the nodes: {ok, rows, ..., problems, lines}.
 
-    results: {node: nccl_test result or None}. The reporter's result (the head's) holds the
+    results: {node: collective result or None}. The reporter's result (the head's) holds the
     rows; every node that failed adds a problem naming it.
     """
     reporter = None

@@ -1,4 +1,4 @@
-"""The smoke test script (roles/cluster_tests/files/dist_check.py) without torch: the causes
+"""The smoke test script (roles/cluster_tests/files/smoke.py) without torch: the causes
 it gives for a failed connect, where a node's ranks are, who joined, and one result per node.
 
 The script runs on the nodes without the collection; it imports torch only inside main(), so
@@ -14,12 +14,12 @@ import time
 import pytest
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-SCRIPT = os.path.join(ROOT, 'roles', 'cluster_tests', 'files', 'dist_check.py')
+SCRIPT = os.path.join(ROOT, 'roles', 'cluster_tests', 'files', 'smoke.py')
 
 
 @pytest.fixture(scope='module')
 def script():
-    spec = importlib.util.spec_from_file_location('dist_check_script', SCRIPT)
+    spec = importlib.util.spec_from_file_location('smoke_script', SCRIPT)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,12 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""One node's part of a bandwidth test (the ``net_bandwidth`` module): can it take part, a
+"""One node's part of a bandwidth test (the ``bandwidth`` module): can it take part, a
 server started and stopped through processes.py (a detached group whose pid file records its
 identity; only that very process is ever signalled), and a client that measures with iperf3
 (both directions) or ib_write_bw.
 
-Problems a user acts on raise BandwidthTestError naming the host; a measurement that fails is a
+Problems a user acts on raise BandwidthError naming the host; a measurement that fails is a
 result with ``error``, not an exception.
 """
 
@@ -25,7 +25,7 @@ IB_SYSFS = '/sys/class/infiniband'
 LISTEN_WAIT = 10.0
 
 
-class BandwidthTestError(ValueError):
+class BandwidthError(ValueError):
     """A node that cannot run its part; the message names the host and what to do."""
 
 
@@ -82,8 +82,8 @@ def check(module, params):
 def _binary(module, params):
     binary = module.get_bin_path(params['tool'])
     if not binary:
-        raise BandwidthTestError('host %s: %s is not installed (install the package %s)'
-                                 % (params['node'], params['tool'], PACKAGES[params['tool']]))
+        raise BandwidthError('host %s: %s is not installed (install the package %s)'
+                             % (params['node'], params['tool'], PACKAGES[params['tool']]))
     return binary
 
 
@@ -103,13 +103,13 @@ def server(module, params, sleep=time.sleep, clock=time.time):
     node, port, tool = params['node'], params['port'], params['tool']
     binary = _binary(module, params)
     if tool == 'iperf3' and not params['bind']:
-        raise BandwidthTestError('host %s: bind (the address the iperf3 server listens on) is required with '
-                                 'state=server' % node)
+        raise BandwidthError('host %s: bind (the address the iperf3 server listens on) is required with '
+                             'state=server' % node)
     if tool == 'ib_write_bw' and not params['device']:
-        raise BandwidthTestError('host %s: device (the RDMA device, e.g. mlx5_0) is required for ib_write_bw' % node)
+        raise BandwidthError('host %s: device (the RDMA device, e.g. mlx5_0) is required for ib_write_bw' % node)
     busy = _port_in_use(params)
     if busy:
-        raise BandwidthTestError(busy)
+        raise BandwidthError(busy)
     if module.check_mode:
         return {}
     stop(params)  # a server of an earlier, interrupted run on this port
@@ -123,23 +123,23 @@ def server(module, params, sleep=time.sleep, clock=time.time):
         record = processes.spawn_detached(' '.join(shlex.quote(c) for c in command), dict(os.environ), '/',
                                           log_path, where, job_id=job_id(params))
     except (processes.ProcessError, OSError) as exc:
-        raise BandwidthTestError('host %s: cannot start the %s server: %s' % (node, tool, exc))
+        raise BandwidthError('host %s: cannot start the %s server: %s' % (node, tool, exc))
     deadline = clock() + LISTEN_WAIT
     while clock() < deadline:
         code = processes.read_exit_code(where)
         if code is not None:
             said = '\n'.join(processes.tail(log_path, 5))
             stop(params)
-            raise BandwidthTestError('host %s: the %s server on port %d ended at once (exit %s): %s'
-                                     % (node, tool, port, code, said[-500:]))
+            raise BandwidthError('host %s: the %s server on port %d ended at once (exit %s): %s'
+                                 % (node, tool, port, code, said[-500:]))
         if tool != 'iperf3' or processes.port_listeners(port, params['bind']):
             if tool != 'iperf3':
                 sleep(1)  # perftest has no listening probe before its exchange; give it a moment
             return {'pid': record['pid'], 'command': command}
         sleep(0.1)
     stop(params)
-    raise BandwidthTestError('host %s: the %s server did not listen on %s:%d within %d s'
-                             % (node, tool, params['bind'], port, LISTEN_WAIT))
+    raise BandwidthError('host %s: the %s server did not listen on %s:%d within %d s'
+                         % (node, tool, params['bind'], port, LISTEN_WAIT))
 
 
 def stop(params, grace=3.0, sleep=time.sleep, clock=time.time):
@@ -232,9 +232,9 @@ def client(module, params):
     node, tool = params['node'], params['tool']
     for key in ('server', 'peer'):
         if not params[key]:
-            raise BandwidthTestError('host %s: %s is required with state=client' % (node, key))
+            raise BandwidthError('host %s: %s is required with state=client' % (node, key))
     if tool == 'ib_write_bw' and not params['device']:
-        raise BandwidthTestError('host %s: device (the RDMA device, e.g. mlx5_0) is required for ib_write_bw' % node)
+        raise BandwidthError('host %s: device (the RDMA device, e.g. mlx5_0) is required for ib_write_bw' % node)
     binary = _binary(module, params)
     if module.check_mode:
         return {'results': []}
@@ -301,7 +301,7 @@ def run_schedule(module, params, sleep=time.sleep, clock=time.time):
     the other pairs of its round. Round i uses port + i, so a client early for its next pair is
     refused, not served by the wrong server. Returns {'results', 'parts'}."""
     if params['tool'] != 'iperf3':
-        raise BandwidthTestError('host %s: state=schedule runs iperf3 only' % params['node'])
+        raise BandwidthError('host %s: state=schedule runs iperf3 only' % params['node'])
     binary = _binary(module, params)
     rounds = params['rounds'] or []
     parts = parts_of(params['node'], rounds)

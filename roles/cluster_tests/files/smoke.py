@@ -31,11 +31,11 @@ import socket
 import sys
 import time
 
-PREFIX = 'GPUCLUSTER_DIST_CHECK '
+MARKER = 'GPUCLUSTER_DIST_CHECK '
 
 
 def emit(obj):
-    sys.stdout.write(PREFIX + json.dumps(obj, sort_keys=True) + '\n')
+    sys.stdout.write(MARKER + json.dumps(obj, sort_keys=True) + '\n')
     sys.stdout.flush()
 
 
@@ -43,7 +43,7 @@ def cause_of(exc):
     """The likely cause of a failed TCP connect, in words a user acts on.
 
     The only copy: this script runs on the nodes without the collection, and the smoke test's
-    report reads the cause it prints (tests/unit/plugins/module_utils/test_dist_check_script.py).
+    report reads the cause it prints (tests/unit/plugins/module_utils/test_smoke_script.py).
     """
     if isinstance(exc, socket.gaierror):
         return 'name not resolvable'

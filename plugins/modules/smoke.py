@@ -7,12 +7,12 @@ from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
-module: dist_check
+module: smoke
 short_description: One node's part of the distributed smoke test (join one torch.distributed group, all-reduce, check)
 version_added: "0.1.0"
 description:
   - Runs on every node at the same time (start it with C(async) so that C(forks) does not
-    matter). Each node runs the C(dist_check.py) script of the
+    matter). Each node runs the C(smoke.py) script of the
     P(gpucluster.multinode.cluster_tests#role) role, which starts that node's O(slots) ranks
     (ranks numbered node by node; the world size is the sum of the slots); the head's first
     rank (rank 0) holds the rendezvous store on O(master_addr):O(master_port).
@@ -63,7 +63,7 @@ options:
     type: path
     default: /opt/gpucluster/env/bin/python
   script:
-    description: Path of C(dist_check.py) on the node.
+    description: Path of C(smoke.py) on the node.
     type: path
     required: true
   timeout:
@@ -84,24 +84,22 @@ attributes:
   check_mode:
     support: full
     description: Checks the input only (the environment and the script may come with the same run); runs nothing; RV(stage) is C(skipped).
-  diff_mode:
-    support: none
 seealso:
   - plugin: gpucluster.multinode.dist_check_report
     plugin_type: filter
-author: gpucluster.multinode contributors
-extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix]
+author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix, gpucluster.multinode.attributes.no_diff]
 '''
 
 EXAMPLES = r'''
 - name: Every node joins the group (see roles/cluster_tests/tasks/smoke.yml)
-  gpucluster.multinode.dist_check:
+  gpucluster.multinode.smoke:
     node: "{{ inventory_hostname }}"
     nodes: "{{ groups | gpucluster.multinode.cluster_nodes }}"
     slots: "{{ groups | gpucluster.multinode.cluster_nodes | gpucluster.multinode.hostfile_hosts(hostvars) | map(attribute='slots') }}"
     address: "{{ hostvars[inventory_hostname] | gpucluster.multinode.cluster_address(inventory_hostname) }}"
     master_addr: "{{ hostvars[groups['head'][0]] | gpucluster.multinode.cluster_address(groups['head'][0]) }}"
-    script: /var/tmp/gpucluster/cluster_tests/dist_check.py
+    script: /var/tmp/gpucluster/cluster_tests/smoke.py
   async: 300
   poll: 0
   register: dist_job
@@ -180,7 +178,8 @@ output:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import smoke_test
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
+from ansible_collections.gpucluster.multinode.plugins.module_utils import smoke
 
 
 def main():
@@ -191,20 +190,20 @@ def main():
             slots=dict(type='list', elements='int'),
             address=dict(type='str'),
             master_addr=dict(type='str', required=True),
-            master_port=dict(type='int', default=29500),
+            master_port=dict(type='int', default=cluster_defaults.MASTER_PORT),
             backend=dict(type='str', default='gloo', choices=['gloo', 'nccl']),
-            python=dict(type='path', default='/opt/gpucluster/env/bin/python'),
+            python=dict(type='path', default=cluster_defaults.ENV_PATH + '/bin/python'),
             script=dict(type='path', required=True),
             timeout=dict(type='int', default=120),
             socket_ifname=dict(type='str', default=''),
-            env_files=dict(type='list', elements='path', default=['/etc/profile.d/gpucluster-nccl.sh']),
+            env_files=dict(type='list', elements='path', default=[cluster_defaults.NCCL_PROFILE]),
             env=dict(type='dict', default={}),
         ),
         supports_check_mode=True,
     )
     try:
-        result = smoke_test.run(module, module.params)
-    except smoke_test.SmokeTestError as exc:
+        result = smoke.run(module, module.params)
+    except smoke.SmokeError as exc:
         module.fail_json(msg=str(exc))
     module.exit_json(changed=False, **result)
 

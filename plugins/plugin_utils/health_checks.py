@@ -281,6 +281,7 @@ def check_names(node):
     res = probe.get('resolve') or []
     if not res:
         return record(name, 'name_resolution', 'unknown', None, None, 'no names to resolve', '')
+
     def bad(r):
         addrs = r.get('addresses') or []
         v4 = [a for a in addrs if ':' not in a]
@@ -599,5 +600,5 @@ def setting_errors(settings):
     if probe and task and task >= probe:
         errors.append('health_storage_timeout (%s) must be below health_probe_timeout (%s): the probe reports a '
                       'hung mount only if it ends before its task is stopped' % (settings['health_storage_timeout'],
-                                                                                   settings['health_probe_timeout']))
+                                                                                 settings['health_probe_timeout']))
     return errors

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r'''
 ---
-module: nccl_test
+module: collective
 short_description: Collective bandwidth test with nccl-tests, or a torch.distributed all-reduce benchmark
 version_added: "0.1.0"
 description:
@@ -99,7 +99,7 @@ options:
     type: path
     default: /opt/gpucluster/env
   script:
-    description: Path of C(allreduce_bench.py) on the node (method torch).
+    description: Path of C(collective.py) on the node (method torch).
     type: path
   nccl_tests_dir:
     description: Directory of the nccl-tests binaries; empty for the one found on C(PATH).
@@ -119,17 +119,15 @@ attributes:
   check_mode:
     support: full
     description: Checks the input (and with nccl-tests the binary); runs no test and returns no rows.
-  diff_mode:
-    support: none
 seealso:
-  - module: gpucluster.multinode.net_bandwidth
-author: gpucluster.multinode contributors
-extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix]
+  - module: gpucluster.multinode.bandwidth
+author: gpucluster.multinode contributors (!UNKNOWN)
+extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.multinode.attributes.posix, gpucluster.multinode.attributes.no_diff]
 '''
 
 EXAMPLES = r'''
 - name: nccl-tests all_reduce_perf on the 8 GPUs of one node
-  gpucluster.multinode.nccl_test:
+  gpucluster.multinode.collective:
     method: nccl_tests
     node: gpu-node01
     nodes: [{name: gpu-node01, address: 10.0.0.1, slots: 8}]
@@ -138,11 +136,11 @@ EXAMPLES = r'''
   register: nccl
 
 - name: The torch all-reduce benchmark on every node (see roles/cluster_tests/tasks/collective.yml)
-  gpucluster.multinode.nccl_test:
+  gpucluster.multinode.collective:
     method: torch
     node: "{{ inventory_hostname }}"
     nodes: "{{ groups | gpucluster.multinode.cluster_job_nodes(hostvars) }}"
-    script: /var/tmp/gpucluster/cluster_tests/allreduce_bench.py
+    script: /var/tmp/gpucluster/cluster_tests/collective.py
     sizes: [64K, 1M, 16M]
   async: 900
   poll: 0
@@ -235,7 +233,8 @@ found:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import collective_test
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
+from ansible_collections.gpucluster.multinode.plugins.module_utils import collective
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nccl_tests_output as nt
 from ansible_collections.gpucluster.multinode.plugins.module_utils.cluster_test_inputs import (
     ClusterTestError,
@@ -261,14 +260,14 @@ def main():
                 address=dict(type='str', required=True),
                 slots=dict(type='int', default=1),
             )),
-            master_port=dict(type='int', default=29500),
+            master_port=dict(type='int', default=cluster_defaults.MASTER_PORT),
             backend=dict(type='str', default='auto', choices=['auto', 'nccl', 'gloo']),
-            env_path=dict(type='path', default='/opt/gpucluster/env'),
+            env_path=dict(type='path', default=cluster_defaults.ENV_PATH),
             script=dict(type='path'),
             nccl_tests_dir=dict(type='path'),
             mpirun=dict(type='path'),
             timeout=dict(type='int', default=600),
-            env_files=dict(type='list', elements='path', default=['/etc/profile.d/gpucluster-nccl.sh']),
+            env_files=dict(type='list', elements='path', default=[cluster_defaults.NCCL_PROFILE]),
             env=dict(type='dict', default={}),
         ),
         supports_check_mode=True,
@@ -281,8 +280,9 @@ def main():
     if nt.collective_name(p['collective']) not in nt.COLLECTIVES:
         module.fail_json(msg='host %s: collective %s is not one of %s' % (node, p['collective'], ', '.join(nt.COLLECTIVES)))
     for n in p['nodes']:
-        if not 1 <= n['slots'] <= 1024:
-            module.fail_json(msg='host %s: slots of node %s must be from 1 to 1024, got %d' % (node, n['name'], n['slots']))
+        if not 1 <= n['slots'] <= cluster_defaults.MAX_SLOTS:
+            module.fail_json(msg='host %s: slots of node %s must be from 1 to %d, got %d'
+                                 % (node, n['name'], cluster_defaults.MAX_SLOTS, n['slots']))
     for key, low, high in (('iterations', 1, 100000), ('warmup', 0, 100000), ('master_port', 1, 65535),
                            ('timeout', 10, 86400)):
         if not low <= p[key] <= high:
@@ -295,12 +295,12 @@ def main():
 
     if p['probe']:
         module.exit_json(changed=False, method=p['method'], reporter=False, ok=True,
-                         found=collective_test.probe(module, p))
+                         found=collective.probe(module, p))
     env = node_environment(module, p['env_files'], p['env'])
-    run = collective_test.run_nccl_tests if p['method'] == 'nccl_tests' else collective_test.run_torch
+    run = collective.run_nccl_tests if p['method'] == 'nccl_tests' else collective.run_torch
     try:
         module.exit_json(**run(module, p, sizes, thresholds, env))
-    except collective_test.CollectiveTestError as exc:
+    except collective.CollectiveError as exc:
         module.fail_json(msg=str(exc))
 
 

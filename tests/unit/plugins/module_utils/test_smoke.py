@@ -1,4 +1,4 @@
-"""The dist_check module's logic: its input checks, the script's command line with each node's
+"""The smoke module's logic: its input checks, the script's command line with each node's
 ranks, and the result it reads back (with the cause found on the node put first)."""
 
 import json
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import smoke_test as st
+from ansible_collections.gpucluster.multinode.plugins.module_utils import smoke as st
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures')
 
@@ -17,7 +17,7 @@ def params(tmp_path, node='bravo-2', **extra):
     python = tmp_path / 'python'
     python.write_text('#!/bin/sh\n')
     python.chmod(0o755)
-    script = tmp_path / 'dist_check.py'
+    script = tmp_path / 'smoke.py'
     script.write_text('')
     p = dict(node=node, nodes=list(NODES), slots=[2, 1, 1, 1], address='10.99.0.12', master_addr='10.99.0.11',
              master_port=29500, backend='gloo', python=str(python), script=str(script), timeout=60,
@@ -46,7 +46,7 @@ class FakeModule:
 
 
 def line(**result):
-    return st.PREFIX + json.dumps(result) + '\n'
+    return st.MARKER + json.dumps(result) + '\n'
 
 
 def test_a_worker_runs_the_script_with_its_place_among_the_ranks(tmp_path):
@@ -79,7 +79,7 @@ def test_place_of_each_node_on_a_2_1_1_1_cluster(tmp_path):
     ({'timeout': 2}, 'host bravo-2: timeout must be from 5 to 3600 seconds, got 2'),
 ])
 def test_bad_input_names_the_host(tmp_path, extra, message):
-    with pytest.raises(st.SmokeTestError) as err:
+    with pytest.raises(st.SmokeError) as err:
         st.check_input(params(tmp_path, **extra))
     assert str(err.value).startswith(message)
 
@@ -112,12 +112,12 @@ def test_check_mode_runs_nothing(tmp_path):
 
 
 def test_missing_python_and_a_held_port_name_the_host(tmp_path, monkeypatch):
-    with pytest.raises(st.SmokeTestError, match='host bravo-2: python /nowhere/python does not exist'):
+    with pytest.raises(st.SmokeError, match='host bravo-2: python /nowhere/python does not exist'):
         st.run(FakeModule(), params(tmp_path, python='/nowhere/python'))
     monkeypatch.setattr(st.processes, 'port_listeners', lambda port, address=None: [
         {'pid': 4242, 'uid': 0, 'cmdline': 'torchrun --master-port 29500 train.py', 'job_id': 'job-7',
          'address': '0.0.0.0'}])
-    with pytest.raises(st.SmokeTestError) as err:
+    with pytest.raises(st.SmokeError) as err:
         st.run(FakeModule(), params(tmp_path, node='alpha'))
     assert str(err.value) == ('host alpha: port 29500 is in use by pid 4242 (torchrun --master-port 29500 '
                               'train.py) of job job-7 (the rendezvous port, master_port)')

@@ -1,0 +1,45 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""The collection-wide defaults, defined once: modules take them as their argument defaults, and
+roles chain to them through the ``gpucluster.multinode.cluster_default`` lookup, e.g.
+
+    cluster_tests_env_path: "{{ python_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path')) }}"
+"""
+
+from __future__ import annotations
+
+# The cluster's Python environment (the python_env role makes it).
+ENV_PATH = '/opt/gpucluster/env'
+# The NCCL/gloo environment of every node (the nccl_env role writes it; launchers source it).
+NCCL_PROFILE = '/etc/profile.d/gpucluster-nccl.sh'
+# The rendezvous port on the head (cluster_master_port), and how many ports from it the
+# firewall opens for rendezvous (torchrun c10d, DeepSpeed, a second job beside the first).
+MASTER_PORT = 29500
+RENDEZVOUS_PORT_COUNT = 101
+# Ranks one node may start (node_slots) and GPUs it may have (gpu_slots).
+MAX_SLOTS = 1024
+# Ray on the head: GCS, dashboard, client server; and how many ports from the client server's
+# the firewall opens for Ray's workers.
+RAY_PORT = 6379
+RAY_DASHBOARD_PORT = 8265
+RAY_CLIENT_SERVER_PORT = 10001
+RAY_CLIENT_PORT_COUNT = 100
+
+DEFAULTS = {
+    'env_path': ENV_PATH,
+    'nccl_profile': NCCL_PROFILE,
+    'master_port': MASTER_PORT,
+    'rendezvous_port_count': RENDEZVOUS_PORT_COUNT,
+    'max_slots': MAX_SLOTS,
+    'ray_port': RAY_PORT,
+    'ray_dashboard_port': RAY_DASHBOARD_PORT,
+    'ray_client_server_port': RAY_CLIENT_SERVER_PORT,
+    'ray_client_port_count': RAY_CLIENT_PORT_COUNT,
+}
+
+
+def port_range(first, count):
+    """'first:last' of count ports from first (a single port when count is 1)."""
+    first, count = int(first), int(count)
+    return str(first) if count <= 1 else '%d:%d' % (first, first + count - 1)
