@@ -33,7 +33,7 @@ def test_the_readme_is_short_and_its_links_and_playbooks_exist():
     assert len(text.splitlines()) <= 300
     for path, target in _links(readme):
         assert os.path.exists(os.path.join(ROOT, target)), target
-    listed = set(re.findall(r'(?m)^\| `([a-z_]+)\.yml` \|', text))
+    listed = set(re.findall(r'(?m)^\| `([a-z0-9_]+)\.yml` \|', text))
     current = {os.path.basename(p)[:-4] for p in glob.glob(os.path.join(ROOT, 'playbooks', '*.yml'))}
     old = {'dist_check', 'network_test', 'nccl_test'}
     assert listed == current - old
