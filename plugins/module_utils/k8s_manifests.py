@@ -316,8 +316,8 @@ def problems(objs, cluster):
         out.append('StatefulSet %s: podManagementPolicy must be Parallel (pods start together; OrderedReady '
                    'waits for pod 0 to be Ready, which waits for its peers)' % name)
     if spec.get('replicas') != cluster['replicas']:
-        out.append('StatefulSet %s: replicas %r, the cluster file says %d' % (name, spec.get('replicas'),
-                                                                             cluster['replicas']))
+        out.append('StatefulSet %s: replicas %r, the cluster file says %d'
+                   % (name, spec.get('replicas'), cluster['replicas']))
     if svc is not None:
         svc_name = _get(svc, 'metadata', 'name')
         if spec.get('serviceName') != svc_name:
@@ -361,12 +361,12 @@ def problems(objs, cluster):
             for (host, slots), (w_host, w_slots) in zip(rows, want):
                 if host != w_host or slots != w_slots:
                     out.append('ConfigMap %s: hostfile line %r slots=%r, expected %s slots=%d (the pods of '
-                               'StatefulSet %s)' % (_get(cm, 'metadata', 'name'), host, slots, w_host, w_slots,
-                                                     name))
+                               'StatefulSet %s)'
+                               % (_get(cm, 'metadata', 'name'), host, slots, w_host, w_slots, name))
                     break
         if kc.ENTRYPOINT not in (cm.get('data') or {}):
-            out.append('ConfigMap %s: the pod entrypoint %s is missing' % (_get(cm, 'metadata', 'name'),
-                                                                          kc.ENTRYPOINT))
+            out.append('ConfigMap %s: the pod entrypoint %s is missing'
+                       % (_get(cm, 'metadata', 'name'), kc.ENTRYPOINT))
     limits = _get(container, 'resources', 'limits', default={})
     if cluster['gpus_per_pod'] and str(limits.get(cluster['gpu_resource'])) != str(cluster['gpus_per_pod']):
         out.append('StatefulSet %s: limits %s=%r, the cluster file says gpus_per_pod %d'
@@ -423,8 +423,8 @@ def problems(objs, cluster):
         claim = _get(volumes.get(mounts.get(cluster['storage']['mount_path'])), 'persistentVolumeClaim', 'claimName')
         pvcs = {_get(p, 'metadata', 'name'): p for p in _by_kind(objs, 'PersistentVolumeClaim')}
         if claim != claim_name(cluster):
-            out.append('StatefulSet %s: %s is not the shared claim %s' % (name, cluster['storage']['mount_path'],
-                                                                           claim_name(cluster)))
+            out.append('StatefulSet %s: %s is not the shared claim %s'
+                       % (name, cluster['storage']['mount_path'], claim_name(cluster)))
         elif claim in pvcs and 'ReadWriteMany' not in (_get(pvcs[claim], 'spec', 'accessModes') or []):
             out.append('PersistentVolumeClaim %s: rwx storage needs accessModes ReadWriteMany' % claim)
     elif not spec.get('volumeClaimTemplates'):

@@ -86,8 +86,8 @@ def pod_rows(pods, expected):
 
 
 def describe(row):
-    text = '%s %s%s node=%s restarts=%d' % (row['name'], row['phase'], ' ready' if row['ready'] else ' not-ready',
-                                          row['node'] or '-', row['restarts'])
+    text = '%s %s%s node=%s restarts=%d' % (
+        row['name'], row['phase'], ' ready' if row['ready'] else ' not-ready', row['node'] or '-', row['restarts'])
     if row['reason']:
         text += ' %s' % row['reason']
     if row['message']:
@@ -139,8 +139,8 @@ def job_report(text):
     state = data.get('state', 'unknown')
     if state == 'failed' and data.get('failed_pod'):
         bad = next((p for p in pods if p.get('pod') == data['failed_pod']), {})
-        msg = 'job %s failed: pod %s %s (exit %s)' % (data.get('job_id'), data['failed_pod'], bad.get('state'),
-                                                       bad.get('exit_code'))
+        msg = 'job %s failed: pod %s %s (exit %s)' % (
+            data.get('job_id'), data['failed_pod'], bad.get('state'), bad.get('exit_code'))
     else:
         msg = 'job %s %s on %d pods' % (data.get('job_id'), state, len(pods))
     if data.get('unreachable'):

@@ -15,7 +15,7 @@ description:
     refuses a bad one with one line naming the file and the field.
   - Renders the objects of the training cluster in apply order. ServiceAccount. For OpenShift a Role and
     RoleBinding granting the SCC, and in rdma mode a SecurityContextConstraints object. In rdma mode with
-    O(network.attachment_config) a NetworkAttachmentDefinition. A NetworkPolicy (peers only). A ConfigMap
+    the cluster file's C(network.attachment_config) a NetworkAttachmentDefinition. A NetworkPolicy (peers only). A ConfigMap
     (hostfile of the pod DNS names and slots, job.json, the pod entrypoint, the DeepSpeed config, extra
     files). A ReadWriteMany PersistentVolumeClaim. The headless Service. The StatefulSet. The NCCL/gloo
     variables come from the same function as the nccl_env role's.
@@ -25,8 +25,7 @@ description:
     labels, serviceName, hostfile against replicas and slots, /dev/shm, RDMA and TCP settings, OpenShift
     restricted-v2 rules). Any problem fails the task and nothing is written.
   - Runs on the controller (action plugin); nothing is sent to a node or to an API server.
-author:
-  - gpucluster.multinode maintainers
+author: gpucluster.multinode contributors (!UNKNOWN)
 options:
   cluster_file:
     description: The cluster file (YAML). Relative paths in its C(files) are read next to it.
@@ -60,12 +59,17 @@ attributes:
   check_mode:
     support: full
     details: In check mode nothing is written; the result says what would change.
+    description: Can run in check mode and return changed status prediction without writing.
   diff_mode:
     support: full
+    description: Returns the manifest files that would change as a diff.
   action:
     support: full
+    description: Runs on the controller as an action plugin.
   platform:
     platforms: posix
+    support: full
+    description: The controller it runs on.
 requirements:
   - kubernetes-validate (pinned in requirements/controller.txt) on the controller
 '''
