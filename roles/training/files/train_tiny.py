@@ -16,10 +16,14 @@ DeepSpeed (no JIT build of its CPU ops: a quick check of a launcher).
 import argparse
 import json
 import os
+import sys
 import time
 
 import torch
 import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpucluster_progress import Progress, slow_down  # noqa: E402  pylint: disable=wrong-import-position
 
 STARTED = time.time()
 
@@ -35,6 +39,10 @@ def parse_args():
     parser.add_argument('--save-every', type=int, default=0, help='save every N steps (0: only at the end)')
     parser.add_argument('--resume-from', default=None, help='checkpoint directory to resume from (its latest tag)')
     parser.add_argument('--step-delay', type=float, default=0.0, help='seconds to sleep after each step')
+    parser.add_argument('--slow-rank', type=int, default=-1, help='rank that sleeps --slow-seconds before each step')
+    parser.add_argument('--slow-seconds', type=float, default=0.0)
+    parser.add_argument('--progress-dir', default='progress', help='per-rank progress files ("" for none)')
+    parser.add_argument('--tensorboard-dir', default='tensorboard', help='TensorBoard event files of rank 0 ("" for none)')
     parser.add_argument('--seed', type=int, default=1234)
     parser.add_argument('--engine', choices=['deepspeed', 'ddp'], default='deepspeed',
                         help='deepspeed (ZeRO) or torch DDP (no DeepSpeed; no checkpoints)')
@@ -119,13 +127,24 @@ def main():
 
     dtype = next(engine.module.parameters()).dtype
     loss = torch.tensor(0.0)
+    progress = Progress(rank, world, args.progress_dir, args.tensorboard_dir)
+    sync = torch.zeros(1, device=device)
     for step in range(start_step + 1, args.steps + 1):
         x = torch.randn(args.micro_batch, 32, generator=data_gen)
         y = x @ true_w + 0.01 * torch.randn(args.micro_batch, 1, generator=data_gen)
         x, y = x.to(device=device, dtype=dtype), y.to(device=device, dtype=dtype)
+        slow_down(rank, args.slow_rank, args.slow_seconds)
+        # the step's synchronisation point: the time spent here is the wait for the slowest rank
+        waited = time.time()
+        dist.all_reduce(sync)
+        waited = time.time() - waited
+        if step > start_step + 1 and rank == 0:
+            progress.scalar('train/loss_mean_all_ranks', sync.item() / world, step - 1)
         loss = torch.nn.functional.mse_loss(engine(x), y)
         engine.backward(loss)
         engine.step()
+        sync = loss.detach().to(device=device, dtype=torch.float32).reshape(1).clone()
+        progress.step(step, loss.item(), waited)
         if rank == 0:
             print('step %d loss %.6f elapsed %.3f' % (step, loss.item(), time.time() - STARTED), flush=True)
         if args.checkpoint_dir and args.save_every and step % args.save_every == 0:
@@ -138,6 +157,7 @@ def main():
     # The loss of the last step, averaged over ranks.
     final = loss.detach().to(device=device, dtype=torch.float32)
     dist.all_reduce(final)
+    progress.done(args.steps)
     if rank == 0:
         print('final loss %.6f steps %d world %d backend %s' % (final.item() / world, args.steps, world, backend),
               flush=True)

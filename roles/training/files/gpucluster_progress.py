@@ -1,0 +1,75 @@
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Progress of one rank, in the form `train.yml -e training_state=status` reads, and TensorBoard.
+
+Every rank appends to <progress dir>/rank-<RANK>.log (the job directory's progress/ by default):
+
+    # gpucluster-progress rank=1 host=node-2 pid=4242 world=4
+    step=12 loss=0.4321 time=1764000000.125 wait=0.012
+    # done step=100 time=1764000060.5 peak_rss_kib=412000
+
+time is the wall clock when the step ended, wait the seconds the rank waited for the others at the
+step's synchronisation point. Rank 0 also writes TensorBoard event files (loss, steps per second)
+when the tensorboard package is installed. Import it from a script that sits beside this file.
+"""
+
+import os
+import resource
+import socket
+import time
+
+
+class Progress:
+    def __init__(self, rank, world, progress_dir='progress', tensorboard_dir='tensorboard'):
+        self.rank = rank
+        self.world = world
+        self.handle = None
+        self.writer = None
+        self.last = None
+        if progress_dir:
+            os.makedirs(progress_dir, exist_ok=True)
+            # line buffered: every step line reaches the shared storage when it is written
+            self.handle = open(os.path.join(progress_dir, 'rank-%d.log' % rank), 'a', buffering=1)
+            self.handle.write('# gpucluster-progress rank=%d host=%s pid=%d world=%d\n'
+                              % (rank, socket.gethostname(), os.getpid(), world))
+        if rank == 0 and tensorboard_dir:
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # pylint: disable=import-outside-toplevel
+            except ImportError:
+                print('tensorboard is not installed in this environment: no event files', flush=True)
+            else:
+                self.writer = SummaryWriter(log_dir=tensorboard_dir)
+
+    def scalar(self, tag, value, step):
+        if self.writer is not None:
+            self.writer.add_scalar(tag, value, step)
+
+    def step(self, step, loss, wait=None):
+        now = time.time()
+        if self.handle:
+            self.handle.write('step=%d loss=%.6f time=%.3f%s\n'
+                              % (step, loss, now, '' if wait is None else ' wait=%.4f' % wait))
+        if self.writer is not None:
+            self.writer.add_scalar('train/loss', loss, step)
+            if self.last is not None and now > self.last[1]:
+                self.writer.add_scalar('train/steps_per_second', (step - self.last[0]) / (now - self.last[1]), step)
+            if wait is not None:
+                self.writer.add_scalar('train/wait_seconds', wait, step)
+        self.last = (step, now)
+
+    def done(self, step):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        if self.handle:
+            self.handle.write('# done step=%d time=%.3f peak_rss_kib=%d\n' % (step, time.time(), peak))
+            self.handle.close()
+            self.handle = None
+        if self.writer is not None:
+            self.writer.flush()
+            self.writer.close()
+            self.writer = None
+
+
+def slow_down(rank, slow_rank, seconds):
+    """The delay a test injects on one rank (--slow-rank R --slow-seconds S) before each step."""
+    if seconds and rank == slow_rank:
+        time.sleep(seconds)
