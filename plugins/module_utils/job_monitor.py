@@ -71,7 +71,8 @@ def parse_progress(text):
             fields = parse_fields(line)
             if isinstance(fields.get('step'), int) and isinstance(fields.get('time'), (int, float)):
                 steps.append(fields)
-    return {'header': header, 'steps': steps, 'done': done}
+    tail = [line for line in (text or '').splitlines() if line.strip()][-3:]
+    return {'header': header, 'steps': steps, 'done': done, 'tail': tail}
 
 
 def progress_figures(progress, now, window=60.0):
@@ -250,8 +251,8 @@ def node_ranks(node, hostname, procs, progress, cpu, mem, gpus, now, window=60.0
         if parsed['header'].get('host') in (hostname, node):
             mine.add(rank)
     for rank in sorted(mine):
-        parsed = progress.get(rank, {'header': {}, 'steps': [], 'done': None})
-        row = {'node': node, 'rank': rank}
+        parsed = progress.get(rank, {'header': {}, 'steps': [], 'done': None, 'tail': []})
+        row = {'node': node, 'rank': rank, 'last_lines': parsed.get('tail', [])}
         row.update(progress_figures(parsed, now, window))
         proc_row = procs.get(rank)
         if proc_row:
