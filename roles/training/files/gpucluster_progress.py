@@ -69,7 +69,8 @@ class Progress:
             self.writer = None
 
 
-def slow_down(rank, slow_rank, seconds):
-    """The delay a test injects on one rank (--slow-rank R --slow-seconds S) before each step."""
-    if seconds and rank == slow_rank:
+def slow_down(rank, slow_rank, seconds, slow_host=''):
+    """The delay a test injects before each step on one rank (--slow-rank R) or on every rank of
+    one host (--slow-host NAME), --slow-seconds S."""
+    if seconds and (rank == slow_rank or (slow_host and socket.gethostname() == slow_host)):
         time.sleep(seconds)

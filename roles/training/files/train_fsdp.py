@@ -48,6 +48,7 @@ def parse_args():
     parser.add_argument('--resume-from', default=None, help='checkpoint directory to resume from (its latest)')
     parser.add_argument('--step-delay', type=float, default=0.0, help='seconds to sleep after each step')
     parser.add_argument('--slow-rank', type=int, default=-1, help='rank that sleeps --slow-seconds before each step')
+    parser.add_argument('--slow-host', default='', help='host whose ranks sleep --slow-seconds before each step')
     parser.add_argument('--slow-seconds', type=float, default=0.0)
     parser.add_argument('--progress-dir', default='progress', help='per-rank progress files ("" for none)')
     parser.add_argument('--tensorboard-dir', default='tensorboard', help='TensorBoard event files of rank 0 ("" for none)')
@@ -172,7 +173,7 @@ def main():
     for step in range(start_step + 1, args.steps + 1):
         inputs, targets = batch(args.seed, rank, step, args.micro_batch, args.seq)
         inputs, targets = inputs.to(device), targets.to(device)
-        slow_down(rank, args.slow_rank, args.slow_seconds)
+        slow_down(rank, args.slow_rank, args.slow_seconds, args.slow_host)
         # the step's synchronisation point: the time spent here is the wait for the slowest rank
         waited = time.time()
         dist.all_reduce(sync)

@@ -40,6 +40,7 @@ def parse_args():
     parser.add_argument('--resume-from', default=None, help='checkpoint directory to resume from (its latest tag)')
     parser.add_argument('--step-delay', type=float, default=0.0, help='seconds to sleep after each step')
     parser.add_argument('--slow-rank', type=int, default=-1, help='rank that sleeps --slow-seconds before each step')
+    parser.add_argument('--slow-host', default='', help='host whose ranks sleep --slow-seconds before each step')
     parser.add_argument('--slow-seconds', type=float, default=0.0)
     parser.add_argument('--progress-dir', default='progress', help='per-rank progress files ("" for none)')
     parser.add_argument('--tensorboard-dir', default='tensorboard', help='TensorBoard event files of rank 0 ("" for none)')
@@ -133,7 +134,7 @@ def main():
         x = torch.randn(args.micro_batch, 32, generator=data_gen)
         y = x @ true_w + 0.01 * torch.randn(args.micro_batch, 1, generator=data_gen)
         x, y = x.to(device=device, dtype=dtype), y.to(device=device, dtype=dtype)
-        slow_down(rank, args.slow_rank, args.slow_seconds)
+        slow_down(rank, args.slow_rank, args.slow_seconds, args.slow_host)
         # the step's synchronisation point: the time spent here is the wait for the slowest rank
         waited = time.time()
         dist.all_reduce(sync)
