@@ -410,49 +410,45 @@ def rank_line(r):
 
 
 # ----- node_exporter textfile and summary -------------------------------------------------------
-METRICS = (
-    ('last_step', 'gpucluster_training_rank_step', 'Last step the rank logged.'),
-    ('steps_per_s', 'gpucluster_training_rank_steps_per_second', 'Steps per second over the last minute.'),
-    ('seconds_since_step', 'gpucluster_training_rank_seconds_since_step', 'Seconds since the rank logged a step.'),
-    ('last_loss', 'gpucluster_training_rank_loss', 'Loss of the last step the rank logged.'),
-    ('compute_s', 'gpucluster_training_rank_compute_seconds', 'Seconds per step the rank computes (step time less its wait for the others).'),
-    ('cpu_pct', 'gpucluster_training_rank_cpu_percent', 'CPU use of the rank process (100 = one core).'),
-    ('rss_kib', 'gpucluster_training_rank_resident_bytes', 'Resident memory of the rank process.'),
-    ('peak_rss_kib', 'gpucluster_training_rank_peak_resident_bytes', 'Peak resident memory of the rank process.'),
-)
+# row key: (metric name after gpucluster_training_rank_, help text, factor to the metric's unit)
+METRICS = {
+    'last_step': ('step', 'Last step the rank logged.', 1),
+    'steps_per_s': ('steps_per_second', 'Steps per second over the window.', 1),
+    'seconds_since_step': ('seconds_since_step', 'Seconds since the rank logged a step.', 1),
+    'last_loss': ('loss', 'Loss of the last step the rank logged.', 1),
+    'compute_s': ('compute_seconds', 'Seconds per step the rank computes (step time less its wait for the others).', 1),
+    'cpu_pct': ('cpu_percent', 'CPU use of the rank process (100 = one core).', 1),
+    'rss_kib': ('resident_bytes', 'Resident memory of the rank process.', 1024),
+    'peak_rss_kib': ('peak_resident_bytes', 'Peak resident memory of the rank process.', 1024),
+    'alive': ('up', 'Whether the rank process runs (1) or not (0).', 1),
+}
+GPU_METRICS = {
+    'utilization_pct': ('gpu_utilization_percent', "Utilisation of the rank's GPU.", 1),
+    'memory_used_mib': ('gpu_memory_used_bytes', "Memory used on the rank's GPU.", 1048576),
+}
+
+
+def _value(value, factor):
+    if isinstance(value, bool):
+        return int(value)
+    return value * factor if isinstance(value, (int, float)) else None
 
 
 def textfile_records(rows, job_id, timestamp_s):
-    """The rows as node_exporter textfile text (health_reports' writer is for health checks;
-    the escaping of label values is shared with it)."""
-    from ansible_collections.gpucluster.multinode.plugins.module_utils.health_reports import _label
+    """The rows in node_exporter's textfile format, written by health_reports' gauge writer."""
+    from ansible_collections.gpucluster.multinode.plugins.module_utils.health_reports import gauge_lines
     lines = []
-    for key, name, text in METRICS + (('alive', 'gpucluster_training_rank_up', 'Whether the rank process runs (1) or not (0).'),):
-        samples = []
-        for r in rows:
-            value = r.get(key)
-            if isinstance(value, bool):
-                value = int(value)
-            if not isinstance(value, (int, float)):
-                continue
-            if key.endswith('_kib'):
-                value *= 1024
-            samples.append('%s{job="%s",node="%s",rank="%d"} %s'
-                           % (name, _label(job_id), _label(r['node']), r['rank'], repr(float(value))))
-        if samples:
-            lines += ['# HELP %s %s' % (name, text), '# TYPE %s gauge' % name] + samples
-    gpu_rows = [r for r in rows if r.get('gpu')]
-    for key, name, text in (('utilization_pct', 'gpucluster_training_rank_gpu_utilization_percent', 'GPU utilisation of the rank\'s GPU.'),
-                            ('memory_used_mib', 'gpucluster_training_rank_gpu_memory_used_bytes', 'Memory used on the rank\'s GPU.')):
-        samples = ['%s{job="%s",node="%s",rank="%d",gpu="%s"} %s'
-                   % (name, _label(job_id), _label(r['node']), r['rank'], r['gpu'].get('index'),
-                      repr(float(r['gpu'][key] * (1048576 if key.endswith('_mib') else 1))))
-                   for r in gpu_rows if isinstance(r['gpu'].get(key), (int, float))]
-        if samples:
-            lines += ['# HELP %s %s' % (name, text), '# TYPE %s gauge' % name] + samples
-    lines += ['# HELP gpucluster_training_last_read_timestamp_seconds When the figures were read.',
-              '# TYPE gpucluster_training_last_read_timestamp_seconds gauge',
-              'gpucluster_training_last_read_timestamp_seconds{job="%s"} %s' % (_label(job_id), repr(float(timestamp_s)))]
+    for key, (name, text, factor) in METRICS.items():
+        samples = [([('job', job_id), ('node', r['node']), ('rank', r['rank'])], float(_value(r.get(key), factor)))
+                   for r in rows if _value(r.get(key), factor) is not None]
+        lines += gauge_lines('gpucluster_training_rank_' + name, text, samples)
+    for key, (name, text, factor) in GPU_METRICS.items():
+        samples = [([('job', job_id), ('node', r['node']), ('rank', r['rank']), ('gpu', r['gpu'].get('index'))],
+                    float(_value(r['gpu'].get(key), factor)))
+                   for r in rows if r.get('gpu') and _value(r['gpu'].get(key), factor) is not None]
+        lines += gauge_lines('gpucluster_training_rank_' + name, text, samples)
+    lines += gauge_lines('gpucluster_training_last_read_timestamp_seconds', 'When the figures were read.',
+                         [([('job', job_id)], float(timestamp_s))])
     return '\n'.join(lines) + '\n'
 
 

@@ -122,6 +122,20 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
 
 
+ARGUMENT_SPEC = dict(
+    job_id=dict(type='str', required=True),
+    node=dict(type='str', required=True),
+    job_dir=dict(type='path', required=True),
+    owner=dict(type='str'),
+    sample_seconds=dict(type='float', default=1.0),
+    window=dict(type='float', default=60.0),
+    nvidia_smi=dict(type='str', default='nvidia-smi'),
+    textfile=dict(type='path'),
+    logs=dict(type='bool', default=False),
+    log_lines=dict(type='int', default=20),
+)
+
+
 def read_gpus(module, binary):
     """({index: figures}, note) from nvidia-smi; note says why there are none."""
     path = binary if os.sep in binary else module.get_bin_path(binary, opt_dirs=['/usr/bin', '/usr/local/bin'])
@@ -171,21 +185,7 @@ def log_tails(job_dir, node, hostname, ranks, lines):
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            job_id=dict(type='str', required=True),
-            node=dict(type='str', required=True),
-            job_dir=dict(type='path', required=True),
-            owner=dict(type='str'),
-            sample_seconds=dict(type='float', default=1.0),
-            window=dict(type='float', default=60.0),
-            nvidia_smi=dict(type='str', default='nvidia-smi'),
-            textfile=dict(type='path'),
-            logs=dict(type='bool', default=False),
-            log_lines=dict(type='int', default=20),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     uid = os.geteuid()
     if p['owner']:

@@ -57,6 +57,29 @@ class Progress:
                 self.writer.add_scalar('train/wait_seconds', wait, step)
         self.last = (step, now)
 
+    def sync_point(self, dist, tensor, step, first_step, args):
+        """Before the step's work: the delay injected on purpose (args), then the all-reduce of the
+        previous step's loss, the step's synchronisation point; returns the seconds waited there
+        (for the slowest rank) and logs the mean loss of the previous step."""
+        slow_down(self.rank, args.slow_rank, args.slow_seconds, args.slow_host)
+        waited = time.time()
+        dist.all_reduce(tensor)
+        waited = time.time() - waited
+        if step > first_step:
+            self.scalar('train/loss_mean_all_ranks', tensor.item() / self.world, step - 1)
+        return waited
+
+    def finish(self, dist, last_loss, steps, backend):
+        """The end of a run: the last loss averaged over the ranks, the done line, the final line
+        (rank 0) and the process group torn down."""
+        dist.all_reduce(last_loss)
+        self.done(steps)
+        if self.rank == 0:
+            print('final loss %.6f steps %d world %d backend %s'
+                  % (last_loss.item() / self.world, steps, self.world, backend), flush=True)
+        dist.barrier()
+        dist.destroy_process_group()
+
     def done(self, step):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
         if self.handle:
@@ -67,6 +90,20 @@ class Progress:
             self.writer.flush()
             self.writer.close()
             self.writer = None
+
+
+def add_arguments(parser):
+    """The examples' options for checkpoints, progress, TensorBoard and slowing ranks on purpose."""
+    parser.add_argument('--checkpoint-dir', default=None, help='save checkpoints here (on shared storage)')
+    parser.add_argument('--resume-from', default=None, help='checkpoint directory to resume from (its latest)')
+    parser.add_argument('--save-every', type=int, default=0, help='save a checkpoint every N steps (0: only at the end)')
+    parser.add_argument('--step-delay', type=float, default=0.0, help='seconds to sleep after each step')
+    parser.add_argument('--slow-rank', type=int, default=-1, help='rank that sleeps --slow-seconds before each step')
+    parser.add_argument('--slow-host', default='', help='host whose ranks sleep --slow-seconds before each step')
+    parser.add_argument('--slow-seconds', type=float, default=0.0)
+    parser.add_argument('--progress-dir', default='progress', help='per-rank progress files ("" for none)')
+    parser.add_argument('--tensorboard-dir', default='tensorboard', help='TensorBoard event files of rank 0 ("" for none)')
+    parser.add_argument('--seed', type=int, default=1234)
 
 
 def slow_down(rank, slow_rank, seconds, slow_host=''):

@@ -29,7 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpucluster_progress import Progress, slow_down  # noqa: E402  pylint: disable=wrong-import-position
+from gpucluster_progress import Progress, add_arguments  # noqa: E402  pylint: disable=wrong-import-position
 
 VOCAB = 64
 STARTED = time.time()
@@ -43,16 +43,7 @@ def parse_args():
     parser.add_argument('--seq', type=int, default=32, help='tokens per sample')
     parser.add_argument('--micro-batch', type=int, default=8, help='samples per rank and step')
     parser.add_argument('--lr', type=float, default=3e-3)
-    parser.add_argument('--checkpoint-dir', default=None, help='save sharded checkpoints here (shared storage)')
-    parser.add_argument('--save-every', type=int, default=0, help='save every N steps (0: only at the end)')
-    parser.add_argument('--resume-from', default=None, help='checkpoint directory to resume from (its latest)')
-    parser.add_argument('--step-delay', type=float, default=0.0, help='seconds to sleep after each step')
-    parser.add_argument('--slow-rank', type=int, default=-1, help='rank that sleeps --slow-seconds before each step')
-    parser.add_argument('--slow-host', default='', help='host whose ranks sleep --slow-seconds before each step')
-    parser.add_argument('--slow-seconds', type=float, default=0.0)
-    parser.add_argument('--progress-dir', default='progress', help='per-rank progress files ("" for none)')
-    parser.add_argument('--tensorboard-dir', default='tensorboard', help='TensorBoard event files of rank 0 ("" for none)')
-    parser.add_argument('--seed', type=int, default=1234)
+    add_arguments(parser)
     return parser.parse_args()
 
 
@@ -173,13 +164,8 @@ def main():
     for step in range(start_step + 1, args.steps + 1):
         inputs, targets = batch(args.seed, rank, step, args.micro_batch, args.seq)
         inputs, targets = inputs.to(device), targets.to(device)
-        slow_down(rank, args.slow_rank, args.slow_seconds, args.slow_host)
-        # the step's synchronisation point: the time spent here is the wait for the slowest rank
-        waited = time.time()
-        dist.all_reduce(sync)
-        waited = time.time() - waited
-        if step > start_step + 1 and rank == 0:
-            progress.scalar('train/loss_mean_all_ranks', sync.item() / world, step - 1)
+        # the step's synchronisation point: the time spent there is the wait for the slowest rank
+        waited = progress.sync_point(dist, sync, step, start_step + 1, args)
         logits = model(inputs)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB).float(), targets.reshape(-1))
         optimizer.zero_grad(set_to_none=True)
@@ -196,14 +182,7 @@ def main():
 
     if args.checkpoint_dir and start_step < args.steps and not (args.save_every and args.steps % args.save_every == 0):
         save(args.checkpoint_dir, args.steps, model, optimizer, world, rank)
-    final = loss.detach().float().reshape(1).clone()
-    dist.all_reduce(final)
-    progress.done(args.steps)
-    if rank == 0:
-        print('final loss %.6f steps %d world %d backend %s' % (final.item() / world, args.steps, world, backend),
-              flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
+    progress.finish(dist, loss.detach().float().reshape(1).clone(), args.steps, backend)
 
 
 if __name__ == '__main__':

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpucluster_progress import Progress, slow_down  # noqa: E402  pylint: disable=wrong-import-position
+from gpucluster_progress import Progress, add_arguments  # noqa: E402  pylint: disable=wrong-import-position
 
 STARTED = time.time()
 
@@ -35,16 +35,7 @@ def parse_args():
     parser.add_argument('--micro-batch', type=int, default=16, help='samples per rank and step')
     parser.add_argument('--zero-stage', type=int, default=2, help='ZeRO stage when no --deepspeed_config is given')
     parser.add_argument('--lr', type=float, default=1e-2)
-    parser.add_argument('--checkpoint-dir', default=None, help='save checkpoints here')
-    parser.add_argument('--save-every', type=int, default=0, help='save every N steps (0: only at the end)')
-    parser.add_argument('--resume-from', default=None, help='checkpoint directory to resume from (its latest tag)')
-    parser.add_argument('--step-delay', type=float, default=0.0, help='seconds to sleep after each step')
-    parser.add_argument('--slow-rank', type=int, default=-1, help='rank that sleeps --slow-seconds before each step')
-    parser.add_argument('--slow-host', default='', help='host whose ranks sleep --slow-seconds before each step')
-    parser.add_argument('--slow-seconds', type=float, default=0.0)
-    parser.add_argument('--progress-dir', default='progress', help='per-rank progress files ("" for none)')
-    parser.add_argument('--tensorboard-dir', default='tensorboard', help='TensorBoard event files of rank 0 ("" for none)')
-    parser.add_argument('--seed', type=int, default=1234)
+    add_arguments(parser)
     parser.add_argument('--engine', choices=['deepspeed', 'ddp'], default='deepspeed',
                         help='deepspeed (ZeRO) or torch DDP (no DeepSpeed; no checkpoints)')
     parser.add_argument('--deepspeed_config', default=None, help='DeepSpeed JSON config file')
@@ -134,13 +125,8 @@ def main():
         x = torch.randn(args.micro_batch, 32, generator=data_gen)
         y = x @ true_w + 0.01 * torch.randn(args.micro_batch, 1, generator=data_gen)
         x, y = x.to(device=device, dtype=dtype), y.to(device=device, dtype=dtype)
-        slow_down(rank, args.slow_rank, args.slow_seconds, args.slow_host)
-        # the step's synchronisation point: the time spent here is the wait for the slowest rank
-        waited = time.time()
-        dist.all_reduce(sync)
-        waited = time.time() - waited
-        if step > start_step + 1 and rank == 0:
-            progress.scalar('train/loss_mean_all_ranks', sync.item() / world, step - 1)
+        # the step's synchronisation point: the time spent there is the wait for the slowest rank
+        waited = progress.sync_point(dist, sync, step, start_step + 1, args)
         loss = torch.nn.functional.mse_loss(engine(x), y)
         engine.backward(loss)
         engine.step()
@@ -156,14 +142,7 @@ def main():
     if args.checkpoint_dir:
         engine.save_checkpoint(args.checkpoint_dir, tag='step%d' % args.steps, client_state={'step': args.steps})
     # The loss of the last step, averaged over ranks.
-    final = loss.detach().to(device=device, dtype=torch.float32)
-    dist.all_reduce(final)
-    progress.done(args.steps)
-    if rank == 0:
-        print('final loss %.6f steps %d world %d backend %s' % (final.item() / world, args.steps, world, backend),
-              flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
+    progress.finish(dist, loss.detach().to(device=device, dtype=torch.float32), args.steps, backend)
 
 
 if __name__ == '__main__':
