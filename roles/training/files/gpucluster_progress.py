@@ -28,8 +28,9 @@ class Progress:
         self.last = None
         if progress_dir:
             os.makedirs(progress_dir, exist_ok=True)
-            # line buffered: every step line reaches the shared storage when it is written
-            self.handle = open(os.path.join(progress_dir, 'rank-%d.log' % rank), 'a', buffering=1)
+            # line buffered: every step line reaches the shared storage when it is written; a run
+            # of the same job id starts the file again
+            self.handle = open(os.path.join(progress_dir, 'rank-%d.log' % rank), 'w', buffering=1)
             self.handle.write('# gpucluster-progress rank=%d host=%s pid=%d world=%d\n'
                               % (rank, socket.gethostname(), os.getpid(), world))
         if rank == 0 and tensorboard_dir:
