@@ -109,30 +109,32 @@ def _label(v):
     return str(v).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
 
 
+def gauge_lines(name, help_text, samples):
+    """One gauge family in the text exposition format 0.0.4 (node_exporter's textfile collector):
+    samples are (labels as [(name, value)], number); no lines when there are none."""
+    if not samples:
+        return []
+    lines = ['# HELP %s %s' % (name, help_text), '# TYPE %s gauge' % name]
+    for labels, value in samples:
+        text = ','.join('%s="%s"' % (k, _label(v)) for k, v in labels)
+        lines.append('%s{%s} %s' % (name, text, repr(float(value)) if not isinstance(value, int) else '%d' % value))
+    return lines
+
+
 def prometheus_text(records, tier, timestamp_s):
     """node_exporter textfile collector format (text exposition format 0.0.4)."""
-    lines = [
-        '# HELP gpucluster_health_check_status Health check status: 0 ok, 1 warn, 2 fail, 3 unknown.',
-        '# TYPE gpucluster_health_check_status gauge',
-    ]
-    for r in records:
-        lines.append('gpucluster_health_check_status{tier="%s",node="%s",check="%s"} %d'
-                     % (_label(tier), _label(r['node']), _label(r['check']), PROM_STATUS_VALUE[r['status']]))
+    lines = gauge_lines('gpucluster_health_check_status', 'Health check status: 0 ok, 1 warn, 2 fail, 3 unknown.',
+                        [([('tier', tier), ('node', r['node']), ('check', r['check'])], PROM_STATUS_VALUE[r['status']])
+                         for r in records])
     numeric = [r for r in records if isinstance(r['value'], (int, float)) and not isinstance(r['value'], bool)]
-    if numeric:
-        lines.append('# HELP gpucluster_health_check_value Measured value of a numeric health check.')
-        lines.append('# TYPE gpucluster_health_check_value gauge')
-        for r in numeric:
-            lines.append('gpucluster_health_check_value{tier="%s",node="%s",check="%s"} %s'
-                         % (_label(tier), _label(r['node']), _label(r['check']), repr(float(r['value']))))
+    lines += gauge_lines('gpucluster_health_check_value', 'Measured value of a numeric health check.',
+                         [([('tier', tier), ('node', r['node']), ('check', r['check'])], float(r['value']))
+                          for r in numeric])
     c = counts(records)
-    lines.append('# HELP gpucluster_health_checks Checks of the last run by status.')
-    lines.append('# TYPE gpucluster_health_checks gauge')
-    for s in STATUSES:
-        lines.append('gpucluster_health_checks{tier="%s",status="%s"} %d' % (_label(tier), s, c[s]))
-    lines.append('# HELP gpucluster_health_last_run_timestamp_seconds When the last run finished.')
-    lines.append('# TYPE gpucluster_health_last_run_timestamp_seconds gauge')
-    lines.append('gpucluster_health_last_run_timestamp_seconds{tier="%s"} %s' % (_label(tier), repr(float(timestamp_s))))
+    lines += gauge_lines('gpucluster_health_checks', 'Checks of the last run by status.',
+                         [([('tier', tier), ('status', st)], c[st]) for st in STATUSES])
+    lines += gauge_lines('gpucluster_health_last_run_timestamp_seconds', 'When the last run finished.',
+                         [([('tier', tier)], float(timestamp_s))])
     return '\n'.join(lines) + '\n'
 
 

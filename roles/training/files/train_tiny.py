@@ -16,10 +16,14 @@ DeepSpeed (no JIT build of its CPU ops: a quick check of a launcher).
 import argparse
 import json
 import os
+import sys
 import time
 
 import torch
 import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpucluster_progress import Progress, add_arguments  # noqa: E402  pylint: disable=wrong-import-position
 
 STARTED = time.time()
 
@@ -31,11 +35,7 @@ def parse_args():
     parser.add_argument('--micro-batch', type=int, default=16, help='samples per rank and step')
     parser.add_argument('--zero-stage', type=int, default=2, help='ZeRO stage when no --deepspeed_config is given')
     parser.add_argument('--lr', type=float, default=1e-2)
-    parser.add_argument('--checkpoint-dir', default=None, help='save checkpoints here')
-    parser.add_argument('--save-every', type=int, default=0, help='save every N steps (0: only at the end)')
-    parser.add_argument('--resume-from', default=None, help='checkpoint directory to resume from (its latest tag)')
-    parser.add_argument('--step-delay', type=float, default=0.0, help='seconds to sleep after each step')
-    parser.add_argument('--seed', type=int, default=1234)
+    add_arguments(parser)
     parser.add_argument('--engine', choices=['deepspeed', 'ddp'], default='deepspeed',
                         help='deepspeed (ZeRO) or torch DDP (no DeepSpeed; no checkpoints)')
     parser.add_argument('--deepspeed_config', default=None, help='DeepSpeed JSON config file')
@@ -119,13 +119,19 @@ def main():
 
     dtype = next(engine.module.parameters()).dtype
     loss = torch.tensor(0.0)
+    progress = Progress(rank, world, args.progress_dir, args.tensorboard_dir)
+    sync = torch.zeros(1, device=device)
     for step in range(start_step + 1, args.steps + 1):
         x = torch.randn(args.micro_batch, 32, generator=data_gen)
         y = x @ true_w + 0.01 * torch.randn(args.micro_batch, 1, generator=data_gen)
         x, y = x.to(device=device, dtype=dtype), y.to(device=device, dtype=dtype)
+        # the step's synchronisation point: the time spent there is the wait for the slowest rank
+        waited = progress.sync_point(dist, sync, step, start_step + 1, args)
         loss = torch.nn.functional.mse_loss(engine(x), y)
         engine.backward(loss)
         engine.step()
+        sync = loss.detach().to(device=device, dtype=torch.float32).reshape(1).clone()
+        progress.step(step, loss.item(), waited)
         if rank == 0:
             print('step %d loss %.6f elapsed %.3f' % (step, loss.item(), time.time() - STARTED), flush=True)
         if args.checkpoint_dir and args.save_every and step % args.save_every == 0:
@@ -136,13 +142,7 @@ def main():
     if args.checkpoint_dir:
         engine.save_checkpoint(args.checkpoint_dir, tag='step%d' % args.steps, client_state={'step': args.steps})
     # The loss of the last step, averaged over ranks.
-    final = loss.detach().to(device=device, dtype=torch.float32)
-    dist.all_reduce(final)
-    if rank == 0:
-        print('final loss %.6f steps %d world %d backend %s' % (final.item() / world, args.steps, world, backend),
-              flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
+    progress.finish(dist, loss.detach().to(device=device, dtype=torch.float32), args.steps, backend)
 
 
 if __name__ == '__main__':

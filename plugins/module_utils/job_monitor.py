@@ -1,0 +1,471 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""What a running job does on one node, read without touching it, and the cluster's view of it.
+
+The ranks of the job are found in /proc the way processes.py finds a job (owned by the account,
+GPUCLUSTER_JOB_ID in the environment) and told apart by their RANK variable. For each rank: its
+state letter, CPU % over a short sample of /proc/PID/stat, resident and peak memory from
+/proc/PID/status, its GPU (LOCAL_RANK through CUDA_VISIBLE_DEVICES) with nvidia-smi's figures, and
+its progress file. Nothing is signalled, attached to or waited on.
+
+The progress file, one per rank, is ``<job_dir>/progress/rank-<RANK>.log`` (the shipped examples
+write it; any script may):
+
+    # gpucluster-progress rank=1 host=node-2 pid=4242 world=4
+    step=12 loss=0.4321 time=1764000000.125 wait=0.012
+    # done step=100 time=1764000060.5
+
+``time`` is the wall clock (seconds since the epoch) when the step ended; ``wait`` the seconds the
+rank spent waiting for the others at the step's synchronisation point (optional). A rank that
+waits least while the others wait for it is the one that holds the job back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
+
+PROGRESS_DIR = 'progress'
+PROGRESS_RE = re.compile(r'^rank-(\d+)\.log$')
+RANK_ENV = 'RANK'
+# A rank whose process is in one of these states makes no progress whatever its peers do.
+HELD_STATES = {'T': 'stopped (SIGSTOP or a debugger)', 't': 'stopped by a tracer', 'D': 'in uninterruptible I/O wait'}
+
+
+def _number(text):
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return int(value) if re.match(r'^-?\d+$', str(text)) else value
+
+
+def parse_fields(line):
+    """{key: value} of the key=value words of one line (numbers converted)."""
+    out = {}
+    for word in line.split():
+        key, sep, value = word.partition('=')
+        if sep and key:
+            number = _number(value)
+            out[key] = value if number is None else number
+    return out
+
+
+def parse_progress(text):
+    """{header, steps: [{step, loss, time, wait}], done} of a rank's progress file.
+
+    Lines that are neither the header, a step line nor the done line (a half-written last line,
+    a note of the script) are skipped."""
+    header, steps, done = {}, [], None
+    for line in (text or '').splitlines():
+        line = line.strip()
+        if line.startswith('# gpucluster-progress'):
+            header = parse_fields(line)
+        elif line.startswith('# done'):
+            done = parse_fields(line)
+        elif line.startswith('step='):
+            fields = parse_fields(line)
+            if isinstance(fields.get('step'), int) and isinstance(fields.get('time'), (int, float)):
+                steps.append(fields)
+    tail = [line for line in (text or '').splitlines() if line.strip()][-3:]
+    return {'header': header, 'steps': steps, 'done': done, 'tail': tail}
+
+
+def progress_figures(progress, now, window=60.0):
+    """The figures of one rank from its parsed progress file at time now.
+
+    steps_per_s and the means cover the steps of the last window seconds (at least the last two
+    steps when the window holds fewer): a rank that stopped has 0 steps per second in the window."""
+    steps = progress['steps']
+    out = {'last_step': None, 'last_step_time': None, 'last_loss': None, 'seconds_since_step': None,
+           'steps_per_s': None, 'step_s': None, 'wait_s': None, 'compute_s': None, 'steps_logged': len(steps),
+           'mean_steps_per_s': None, 'done': progress['done'] is not None,
+           'final_peak_rss_kib': (progress['done'] or {}).get('peak_rss_kib')}
+    if not steps:
+        return out
+    if len(steps) >= 2 and steps[-1]['time'] > steps[0]['time']:
+        out['mean_steps_per_s'] = round((steps[-1]['step'] - steps[0]['step']) / (steps[-1]['time'] - steps[0]['time']), 3)
+    last = steps[-1]
+    out.update(last_step=last['step'], last_step_time=last['time'], last_loss=last.get('loss'),
+               seconds_since_step=round(max(0.0, now - last['time']), 1))
+    recent = [s for s in steps if s['time'] >= now - window]
+    if len(recent) >= 2:
+        span = recent[-1]['time'] - recent[0]['time']
+        out['steps_per_s'] = round((recent[-1]['step'] - recent[0]['step']) / span, 3) if span > 0 else None
+    elif len(steps) >= 2 and not out['done']:
+        # fewer than two steps in the window: the rate up to now, which falls while no step comes
+        span = now - steps[-2]['time']
+        out['steps_per_s'] = round((steps[-1]['step'] - steps[-2]['step']) / span, 3) if span > 0 else None
+    timed = recent if len(recent) >= 2 else steps[-2:]
+    if len(timed) >= 2:
+        gaps = [(b['time'] - a['time']) / max(1, b['step'] - a['step']) for a, b in zip(timed, timed[1:])]
+        out['step_s'] = round(sum(gaps) / len(gaps), 4)
+        waits = [s['wait'] for s in timed[1:] if isinstance(s.get('wait'), (int, float))]
+        if len(waits) == len(gaps):
+            out['wait_s'] = round(sum(waits) / len(waits), 4)
+            out['compute_s'] = round(max(0.0, out['step_s'] - out['wait_s']), 4)
+    return out
+
+
+# ----- /proc -----------------------------------------------------------------------------------
+def parse_cpu_ticks(text):
+    """utime + stime (clock ticks) and the thread count from the text of /proc/PID/stat."""
+    if not text or ')' not in text:
+        return None
+    fields = text.rpartition(')')[2].split()
+    try:
+        return {'ticks': int(fields[11]) + int(fields[12]), 'threads': int(fields[17])}
+    except (ValueError, IndexError):
+        return None
+
+
+def parse_status_memory(text):
+    """{rss_kib, peak_rss_kib} (VmRSS, VmHWM) from the text of /proc/PID/status."""
+    out = {'rss_kib': None, 'peak_rss_kib': None}
+    for line in (text or '').splitlines():
+        key, _, value = line.partition(':')
+        parts = value.split()
+        if key == 'VmRSS' and parts:
+            out['rss_kib'] = int(parts[0])
+        elif key == 'VmHWM' and parts:
+            out['peak_rss_kib'] = int(parts[0])
+    return out
+
+
+def _read(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except (IOError, OSError, UnicodeDecodeError):
+        return None
+
+
+def rank_processes(job_id, uid, proc='/proc', leaders=()):
+    """{rank: {pid, local_rank, visible_devices, state}} of the job's ranks on this node: the job's
+    processes (processes.job_processes) that carry RANK, the topmost one per rank (a data loader
+    worker inherits its parent's RANK)."""
+    found = {}
+    for item in pr.job_processes(job_id, uid, proc, leaders):
+        env = pr.read_environ(item['pid'], proc)
+        rank = env.get(RANK_ENV, '')
+        if not rank.isdigit():
+            continue
+        stat = pr.read_stat(item['pid'], proc) or {}
+        entry = {'pid': item['pid'], 'ppid': stat.get('ppid'), 'state': stat.get('state'),
+                 'local_rank': int(env['LOCAL_RANK']) if env.get('LOCAL_RANK', '').isdigit() else None,
+                 'visible_devices': env.get('CUDA_VISIBLE_DEVICES')}
+        found.setdefault(int(rank), []).append(entry)
+    out = {}
+    for rank, entries in found.items():
+        pids = {e['pid'] for e in entries}
+        top = [e for e in entries if e['ppid'] not in pids] or entries
+        out[rank] = min(top, key=lambda e: e['pid'])
+    return out
+
+
+def cpu_sample(pids, proc='/proc', sleep=None, interval=1.0, ticks_per_s=100):
+    """{pid: cpu %} over interval seconds (100 = one core busy); None for a process that ended."""
+    first = {pid: parse_cpu_ticks(_read(os.path.join(proc, str(pid), 'stat'))) for pid in pids}
+    if sleep:
+        sleep(interval)
+    out = {}
+    for pid in pids:
+        second = parse_cpu_ticks(_read(os.path.join(proc, str(pid), 'stat')))
+        if first[pid] is None or second is None:
+            out[pid] = None
+        else:
+            out[pid] = round(100.0 * (second['ticks'] - first[pid]['ticks']) / ticks_per_s / interval, 1)
+    return out
+
+
+def memory(pid, proc='/proc'):
+    return parse_status_memory(_read(os.path.join(proc, str(pid), 'status')))
+
+
+# ----- GPUs ------------------------------------------------------------------------------------
+GPU_FIELDS = ('index', 'uuid', 'utilization.gpu', 'memory.used', 'memory.total')
+
+
+def gpu_rows_by_index(rows):
+    """{index: {utilization_pct, memory_used_mib, memory_total_mib, uuid}} from nvidia_smi.parse_query_csv rows."""
+    from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi as ns
+    out = {}
+    for row in rows or []:
+        index = ns.convert(row.get('index'), 'int')
+        if index is None:
+            continue
+        out[index] = {'uuid': ns.convert(row.get('uuid'), 'str'),
+                      'utilization_pct': ns.convert(row.get('utilization.gpu'), 'int'),
+                      'memory_used_mib': ns.convert(row.get('memory.used'), 'int'),
+                      'memory_total_mib': ns.convert(row.get('memory.total'), 'int')}
+    return out
+
+
+def rank_gpu(local_rank, visible_devices, gpus):
+    """The nvidia-smi figures of a rank's GPU: CUDA_VISIBLE_DEVICES[LOCAL_RANK] (an index or a
+    UUID), else the GPU numbered LOCAL_RANK; None when it cannot be told."""
+    if local_rank is None or not gpus:
+        return None
+    if visible_devices:
+        items = [v.strip() for v in visible_devices.split(',') if v.strip()]
+        if local_rank >= len(items):
+            return None
+        item = items[local_rank]
+        if item.isdigit():
+            found = gpus.get(int(item))
+            return dict(found, index=int(item)) if found else None
+        for index, gpu in gpus.items():
+            if gpu.get('uuid') and (gpu['uuid'] == item or gpu['uuid'].startswith(item)):
+                return dict(gpu, index=index)
+        return None
+    found = gpus.get(local_rank)
+    return dict(found, index=local_rank) if found else None
+
+
+# ----- one node --------------------------------------------------------------------------------
+def read_progress_files(job_dir):
+    """{rank: text} of every progress file of the job."""
+    folder = os.path.join(job_dir, PROGRESS_DIR)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        match = PROGRESS_RE.match(name)
+        if match:
+            out[int(match.group(1))] = _read(os.path.join(folder, name)) or ''
+    return out
+
+
+def node_ranks(node, hostname, procs, progress, cpu, mem, gpus, now, window=60.0, gpu_note=None):
+    """The rows of this node's ranks: those with a process here, and the ranks whose progress
+    file names this host but have no process any more (they exited)."""
+    rows = []
+    mine = set(procs)
+    for rank, parsed in progress.items():
+        if parsed['header'].get('host') in (hostname, node):
+            mine.add(rank)
+    for rank in sorted(mine):
+        parsed = progress.get(rank, {'header': {}, 'steps': [], 'done': None, 'tail': []})
+        row = {'node': node, 'rank': rank, 'last_lines': parsed.get('tail', [])}
+        row.update(progress_figures(parsed, now, window))
+        proc_row = procs.get(rank)
+        if proc_row:
+            row.update(alive=True, pid=proc_row['pid'], state=proc_row['state'],
+                       held=HELD_STATES.get(proc_row['state']), cpu_pct=cpu.get(proc_row['pid']),
+                       local_rank=proc_row['local_rank'])
+            row.update(mem.get(proc_row['pid'], {}))
+            gpu = rank_gpu(proc_row['local_rank'], proc_row['visible_devices'], gpus)
+            row['gpu'] = gpu
+        else:
+            row.update(alive=False, pid=parsed['header'].get('pid'), state=None, held=None, cpu_pct=None,
+                       rss_kib=None, peak_rss_kib=None, gpu=None,
+                       exit='finished' if parsed['done'] else 'exited')
+        if gpu_note and not row.get('gpu'):
+            row['gpu_note'] = gpu_note
+        rows.append(row)
+    return rows
+
+
+# ----- the cluster's view ----------------------------------------------------------------------
+def _median(values):
+    values = sorted(values)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2.0
+
+
+def slowest_node(rows, ratio=1.25, min_gap_s=0.005):
+    """(node, why) of the node that holds the job back, or (None, why not).
+
+    With wait figures: the node whose ranks compute longest per step (step time less the wait for
+    the others) when that is ratio times the median of the other nodes and min_gap_s above it.
+    Without them: the node whose steps per second are below the others' median by that ratio."""
+    alive = [r for r in rows if r.get('alive')]
+    nodes = sorted({r['node'] for r in alive})
+    if len(nodes) < 2:
+        return None, 'one node runs ranks: nothing to compare'
+
+    def per_node(key):
+        out = {}
+        for node in nodes:
+            values = [r[key] for r in alive if r['node'] == node and isinstance(r.get(key), (int, float))]
+            if values:
+                out[node] = sum(values) / len(values)
+        return out if len(out) == len(nodes) else None
+
+    compute = per_node('compute_s')
+    if compute:
+        node = max(compute, key=compute.get)
+        others = _median([v for n, v in compute.items() if n != node])
+        if compute[node] >= others * ratio and compute[node] - others >= min_gap_s:
+            return node, ('%s computes %.3f s per step, the other nodes %.3f s (they wait for it)'
+                          % (node, compute[node], others))
+        return None, 'no node computes clearly longer per step (%s)' % ', '.join(
+            '%s %.3f s' % (n, compute[n]) for n in nodes)
+    rate = per_node('steps_per_s')
+    if rate:
+        node = min(rate, key=rate.get)
+        others = _median([v for n, v in rate.items() if n != node])
+        if others and rate[node] * ratio <= others:
+            return node, '%s makes %.2f steps/s, the other nodes %.2f' % (node, rate[node], others)
+        return None, 'no node is clearly slower (%s steps/s)' % ', '.join('%s %.2f' % (n, rate[n]) for n in nodes)
+    return None, 'no step figures yet'
+
+
+def stall(rows, stall_seconds):
+    """{stalled, ranks: [...first to stop...], nodes, why} of a job whose ranks are all alive and of
+    which none logged a step for stall_seconds. The ranks named are the ones held by the kernel
+    (stopped, traced) when any is, else those with the lowest last step, earliest first."""
+    alive = [r for r in rows if r.get('alive')]
+    if not alive or len(alive) != len(rows):
+        return {'stalled': False, 'ranks': [], 'nodes': [], 'why': ''}
+    ages = [r['seconds_since_step'] for r in alive]
+    started = [a for a in ages if a is not None]
+    if len(started) != len(alive) or min(started) < stall_seconds:
+        return {'stalled': False, 'ranks': [], 'nodes': [], 'why': ''}
+    held = [r for r in alive if r.get('held')]
+    if held:
+        first = held
+        why = ', '.join('rank %d on %s is %s' % (r['rank'], r['node'], r['held']) for r in held)
+    else:
+        low = min(r['last_step'] for r in alive)
+        first = sorted([r for r in alive if r['last_step'] == low], key=lambda r: r['last_step_time'])
+        why = 'lowest last step %d' % low
+    return {'stalled': True, 'ranks': [r['rank'] for r in first], 'nodes': sorted({r['node'] for r in first}),
+            'why': 'no rank logged a step for %d s or more (%s)' % (int(min(started)), why)}
+
+
+def verdict(rows, stall_seconds, node_errors=None):
+    """state (running, stalled, finished, failed, not running), slowest node, stall and the lines
+    to print, from every node's rows."""
+    node_errors = node_errors or {}
+    rows = sorted(rows, key=lambda r: r['rank'])
+    alive = [r for r in rows if r.get('alive')]
+    exited = [r for r in rows if not r.get('alive') and r.get('exit') != 'finished']
+    st = stall(rows, stall_seconds)
+    slow, slow_why = slowest_node(rows)
+    if st['stalled']:
+        state = 'stalled'
+    elif alive and exited:
+        state = 'failed'
+    elif alive:
+        state = 'running'
+    elif rows and not exited:
+        state = 'finished'
+    elif rows:
+        state = 'failed'
+    else:
+        state = 'not running'
+    lines = ['state: %s' % state]
+    if st['stalled']:
+        lines.append('stalled: %s; first to stop: %s' % (st['why'], ', '.join(
+            'rank %d on %s' % (r, n) for r, n in ((r['rank'], r['node']) for r in rows if r['rank'] in st['ranks']))))
+    if slow:
+        lines.append('slowest node: %s' % slow_why)
+    for r in rows:
+        lines.append(rank_line(r))
+    for node, error in sorted(node_errors.items()):
+        lines.append('%s: no figures (%s)' % (node, error))
+    return {'state': state, 'slowest_node': slow, 'slowest_why': slow_why, 'stall': st, 'lines': lines,
+            'ranks': rows}
+
+
+def _fmt(value, pattern, missing='-'):
+    return missing if value is None else pattern % value
+
+
+def rank_line(r):
+    """One line per rank, the figures a person watching the job looks at first."""
+    if r.get('alive'):
+        life = 'alive' if not r.get('held') else 'HELD (%s)' % r['held']
+    else:
+        life = r.get('exit', 'exited')
+    parts = ['%s rank %d: %s' % (r['node'], r['rank'], life),
+             'step %s' % _fmt(r.get('last_step'), '%d'),
+             'loss %s' % _fmt(r.get('last_loss'), '%.4f'),
+             '%s steps/s' % _fmt(r.get('steps_per_s'), '%.2f'),
+             'last step %s s ago' % _fmt(r.get('seconds_since_step'), '%.0f')]
+    if r.get('compute_s') is not None:
+        parts.append('compute %.3f s/step, wait %.3f' % (r['compute_s'], r['wait_s']))
+    if r.get('alive'):
+        parts.append('cpu %s%%' % _fmt(r.get('cpu_pct'), '%.0f'))
+        parts.append('rss %s MiB (peak %s)' % (_fmt(r.get('rss_kib'), '%d', '?') if r.get('rss_kib') is None
+                                                else r['rss_kib'] // 1024,
+                                                '?' if r.get('peak_rss_kib') is None else r['peak_rss_kib'] // 1024))
+    gpu = r.get('gpu')
+    if gpu:
+        parts.append('gpu %s: %s%% util, %s/%s MiB' % (gpu.get('index'), _fmt(gpu.get('utilization_pct'), '%d'),
+                                                       _fmt(gpu.get('memory_used_mib'), '%d'),
+                                                       _fmt(gpu.get('memory_total_mib'), '%d')))
+    elif r.get('gpu_note'):
+        parts.append(r['gpu_note'])
+    return ', '.join(parts)
+
+
+# ----- node_exporter textfile and summary -------------------------------------------------------
+# row key: (metric name after gpucluster_training_rank_, help text, factor to the metric's unit)
+METRICS = {
+    'last_step': ('step', 'Last step the rank logged.', 1),
+    'steps_per_s': ('steps_per_second', 'Steps per second over the window.', 1),
+    'seconds_since_step': ('seconds_since_step', 'Seconds since the rank logged a step.', 1),
+    'last_loss': ('loss', 'Loss of the last step the rank logged.', 1),
+    'compute_s': ('compute_seconds', 'Seconds per step the rank computes (step time less its wait for the others).', 1),
+    'cpu_pct': ('cpu_percent', 'CPU use of the rank process (100 = one core).', 1),
+    'rss_kib': ('resident_bytes', 'Resident memory of the rank process.', 1024),
+    'peak_rss_kib': ('peak_resident_bytes', 'Peak resident memory of the rank process.', 1024),
+    'alive': ('up', 'Whether the rank process runs (1) or not (0).', 1),
+}
+GPU_METRICS = {
+    'utilization_pct': ('gpu_utilization_percent', "Utilisation of the rank's GPU.", 1),
+    'memory_used_mib': ('gpu_memory_used_bytes', "Memory used on the rank's GPU.", 1048576),
+}
+
+
+def _value(value, factor):
+    if isinstance(value, bool):
+        return int(value)
+    return value * factor if isinstance(value, (int, float)) else None
+
+
+def textfile_records(rows, job_id, timestamp_s):
+    """The rows in node_exporter's textfile format, written by health_reports' gauge writer."""
+    from ansible_collections.gpucluster.multinode.plugins.module_utils.health_reports import gauge_lines
+    lines = []
+    for key, (name, text, factor) in METRICS.items():
+        samples = [([('job', job_id), ('node', r['node']), ('rank', r['rank'])], float(_value(r.get(key), factor)))
+                   for r in rows if _value(r.get(key), factor) is not None]
+        lines += gauge_lines('gpucluster_training_rank_' + name, text, samples)
+    for key, (name, text, factor) in GPU_METRICS.items():
+        samples = [([('job', job_id), ('node', r['node']), ('rank', r['rank']), ('gpu', r['gpu'].get('index'))],
+                    float(_value(r['gpu'].get(key), factor)))
+                   for r in rows if r.get('gpu') and _value(r['gpu'].get(key), factor) is not None]
+        lines += gauge_lines('gpucluster_training_rank_' + name, text, samples)
+    lines += gauge_lines('gpucluster_training_last_read_timestamp_seconds', 'When the figures were read.',
+                         [([('job', job_id)], float(timestamp_s))])
+    return '\n'.join(lines) + '\n'
+
+
+def summary(rows, job_id, state, slowest, finished_s):
+    """The end-of-job record: steps, mean steps/s, slowest node, peak memory per rank."""
+    ranks = []
+    for r in sorted(rows, key=lambda r: r['rank']):
+        ranks.append({'rank': r['rank'], 'node': r['node'], 'last_step': r.get('last_step'),
+                      'mean_steps_per_s': r.get('mean_steps_per_s'), 'last_loss': r.get('last_loss'),
+                      'peak_rss_kib': r.get('peak_rss_kib') or r.get('final_peak_rss_kib'),
+                      'compute_s': r.get('compute_s')})
+    rates = [r['mean_steps_per_s'] for r in ranks if isinstance(r['mean_steps_per_s'], (int, float))]
+    steps = [r['last_step'] for r in ranks if isinstance(r['last_step'], int)]
+    return {'job_id': job_id, 'state': state, 'written': finished_s, 'steps': max(steps) if steps else None,
+            'mean_steps_per_s': round(sum(rates) / len(rates), 3) if rates else None,
+            'slowest_node': slowest, 'ranks': ranks}
+
+
+def dumps(data):
+    return json.dumps(data, indent=2, sort_keys=True) + '\n'

@@ -1,0 +1,223 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+---
+module: training_progress
+short_description: Read what a running training job does on this node, without touching it
+version_added: 0.1.0
+description:
+  - Finds the job's ranks on this node in C(/proc) (processes of the account that carry
+    C(GPUCLUSTER_JOB_ID) and a C(RANK) variable) and reads, per rank, its process state, CPU use over
+    O(sample_seconds), resident and peak memory, its GPU's utilisation and memory (C(nvidia-smi),
+    where there is one) and its progress file C(<job_dir>/progress/rank-<RANK>.log).
+  - Nothing is signalled, attached to or slowed down; the progress files are only read.
+  - With O(textfile) the figures are written in node_exporter's textfile format (written to a
+    temporary file and renamed, so the collector never reads half a file).
+  - With O(logs) the last lines of the node's launcher log, of each rank's progress file and of
+    torchrun's per-rank logs of this node are returned too.
+author:
+  - gpucluster.multinode maintainers
+options:
+  job_id:
+    description: Id of the job.
+    type: str
+    required: true
+  node:
+    description: Name of this node in the job (the inventory name).
+    type: str
+    required: true
+  job_dir:
+    description: Directory of the job on the shared storage.
+    type: path
+    required: true
+  owner:
+    description: Account that runs the job; default the account the module runs as.
+    type: str
+  sample_seconds:
+    description: Seconds between the two reads of C(/proc/PID/stat) that give the CPU use (0 = no CPU figure).
+    type: float
+    default: 1.0
+  window:
+    description: Seconds of progress that the steps per second cover.
+    type: float
+    default: 60.0
+  nvidia_smi:
+    description: The nvidia-smi binary; a node without it reports that it has no GPU figures.
+    type: str
+    default: nvidia-smi
+  textfile:
+    description: Write the figures to this node_exporter textfile (C(.prom)); empty writes none.
+    type: path
+  logs:
+    description: Return the last O(log_lines) lines of the node's logs (C(log_tails)).
+    type: bool
+    default: false
+  log_lines:
+    description: Lines per log with O(logs).
+    type: int
+    default: 20
+attributes:
+  check_mode:
+    support: full
+    details: Only reads; with O(textfile) in check mode it reports whether the file would change.
+  diff_mode:
+    support: none
+'''
+
+EXAMPLES = r'''
+- name: Read the job's figures on every node and write them for node_exporter
+  gpucluster.multinode.training_progress:
+    job_id: tiny-001
+    node: "{{ inventory_hostname }}"
+    job_dir: /shared/jobs/tiny-001
+    textfile: /var/lib/node_exporter/textfile_collector/gpucluster_training.prom
+  become: true
+  become_user: train
+  register: progress
+'''
+
+RETURN = r'''
+ranks:
+  description: One row per rank of the job on this node (a process here, or a progress file written from this host).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {node: lab-head, rank: 0, alive: true, state: S, held: null, last_step: 120, last_loss: 0.02,
+       steps_per_s: 4.1, seconds_since_step: 0.3, compute_s: 0.05, wait_s: 0.19, cpu_pct: 98.0,
+       rss_kib: 412000, peak_rss_kib: 420000, gpu: null, gpu_note: "no GPU: nvidia-smi not found"}
+gpu_note:
+  description: Why a rank has no GPU figures (no nvidia-smi, nvidia-smi failed), empty when GPUs were read.
+  returned: always
+  type: str
+hostname:
+  description: This node's host name (how the progress files name it).
+  returned: always
+  type: str
+read_at:
+  description: Wall clock of the read, seconds since the epoch.
+  returned: always
+  type: float
+log_tails:
+  description: "{path: [last lines]} of the node's launcher log, its ranks' progress files and torchrun's per-rank logs."
+  returned: logs is true
+  type: dict
+'''
+
+import glob
+import os
+import pwd
+import socket
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
+from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi as ns
+from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
+
+
+ARGUMENT_SPEC = dict(
+    job_id=dict(type='str', required=True),
+    node=dict(type='str', required=True),
+    job_dir=dict(type='path', required=True),
+    owner=dict(type='str'),
+    sample_seconds=dict(type='float', default=1.0),
+    window=dict(type='float', default=60.0),
+    nvidia_smi=dict(type='str', default='nvidia-smi'),
+    textfile=dict(type='path'),
+    logs=dict(type='bool', default=False),
+    log_lines=dict(type='int', default=20),
+)
+
+
+def read_gpus(module, binary):
+    """({index: figures}, note) from nvidia-smi; note says why there are none."""
+    path = binary if os.sep in binary else module.get_bin_path(binary, opt_dirs=['/usr/bin', '/usr/local/bin'])
+    if not path or not os.access(path, os.X_OK):
+        return {}, 'no GPU: nvidia-smi not found'
+    reader = ns.Reader(module, path, 20)
+    try:
+        rows, _dropped, error = reader.query(jm.GPU_FIELDS)
+    except ns.ParseError as exc:
+        return {}, 'no GPU figures: %s' % exc
+    if rows is None:
+        return {}, 'no GPU figures: %s' % error
+    return jm.gpu_rows_by_index(rows), ''
+
+
+def write_textfile(module, path, text):
+    try:
+        with open(path) as handle:
+            if handle.read() == text:
+                return False
+    except (IOError, OSError):
+        pass
+    if module.check_mode:
+        return True
+    folder = os.path.dirname(path) or '.'
+    if not os.path.isdir(folder):
+        module.fail_json(msg='textfile %s: its directory %s does not exist (node_exporter\'s '
+                             '--collector.textfile.directory)' % (path, folder))
+    tmp = '%s.%d.tmp' % (path, os.getpid())
+    with open(tmp, 'w') as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o644)
+    os.rename(tmp, path)
+    return True
+
+
+def log_tails(job_dir, node, hostname, ranks, lines):
+    out = {}
+    paths = [os.path.join(job_dir, 'logs', '%s.log' % node)]
+    paths += [os.path.join(job_dir, jm.PROGRESS_DIR, 'rank-%d.log' % r['rank']) for r in ranks]
+    for name in {node, hostname}:
+        paths += sorted(glob.glob(os.path.join(job_dir, 'logs', 'ranks', name, '*', 'attempt_*', '*', '*.log')))
+    for path in paths:
+        if os.path.isfile(path) and path not in out:
+            out[path] = pr.tail(path, lines)
+    return out
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    uid = os.geteuid()
+    if p['owner']:
+        try:
+            uid = pwd.getpwnam(p['owner']).pw_uid
+        except KeyError:
+            module.fail_json(msg='node %s: owner %s is not an account here' % (p['node'], p['owner']))
+    if not os.path.isdir(p['job_dir']):
+        module.fail_json(msg='node %s: job_dir %s does not exist (is job %s on this cluster, and the shared '
+                             'storage mounted here?)' % (p['node'], p['job_dir'], p['job_id']))
+    if p['sample_seconds'] < 0 or p['sample_seconds'] > 30:
+        module.fail_json(msg='node %s: sample_seconds must be 0 to 30, got %s' % (p['node'], p['sample_seconds']))
+    hostname = socket.gethostname()
+    procs = jm.rank_processes(p['job_id'], uid)
+    pids = [item['pid'] for item in procs.values()]
+    cpu = {}
+    if p['sample_seconds'] > 0 and pids:
+        cpu = jm.cpu_sample(pids, sleep=time.sleep, interval=p['sample_seconds'],
+                            ticks_per_s=os.sysconf('SC_CLK_TCK'))
+    mem = {pid: jm.memory(pid) for pid in pids}
+    gpus, gpu_note = read_gpus(module, p['nvidia_smi'])
+    now = time.time()
+    progress = {rank: jm.parse_progress(text) for rank, text in jm.read_progress_files(p['job_dir']).items()}
+    rows = jm.node_ranks(p['node'], hostname, procs, progress, cpu, mem, gpus, now, p['window'], gpu_note)
+    result = dict(changed=False, ranks=rows, gpu_note=gpu_note, hostname=hostname, read_at=now)
+    if p['textfile']:
+        result['changed'] = write_textfile(module, p['textfile'], jm.textfile_records(rows, p['job_id'], now))
+        result['textfile'] = p['textfile']
+    if p['logs']:
+        result['log_tails'] = log_tails(p['job_dir'], p['node'], hostname, rows, p['log_lines'])
+    module.exit_json(**result)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,114 @@
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Progress of one rank, in the form `train.yml -e training_state=status` reads, and TensorBoard.
+
+Every rank appends to <progress dir>/rank-<RANK>.log (the job directory's progress/ by default):
+
+    # gpucluster-progress rank=1 host=node-2 pid=4242 world=4
+    step=12 loss=0.4321 time=1764000000.125 wait=0.012
+    # done step=100 time=1764000060.5 peak_rss_kib=412000
+
+time is the wall clock when the step ended, wait the seconds the rank waited for the others at the
+step's synchronisation point. Rank 0 also writes TensorBoard event files (loss, steps per second)
+when the tensorboard package is installed. Import it from a script that sits beside this file.
+"""
+
+import os
+import resource
+import socket
+import time
+
+
+class Progress:
+    def __init__(self, rank, world, progress_dir='progress', tensorboard_dir='tensorboard'):
+        self.rank = rank
+        self.world = world
+        self.handle = None
+        self.writer = None
+        self.last = None
+        if progress_dir:
+            os.makedirs(progress_dir, exist_ok=True)
+            # line buffered: every step line reaches the shared storage when it is written; a run
+            # of the same job id starts the file again
+            self.handle = open(os.path.join(progress_dir, 'rank-%d.log' % rank), 'w', buffering=1)
+            self.handle.write('# gpucluster-progress rank=%d host=%s pid=%d world=%d\n'
+                              % (rank, socket.gethostname(), os.getpid(), world))
+        if rank == 0 and tensorboard_dir:
+            try:
+                from torch.utils.tensorboard import SummaryWriter  # pylint: disable=import-outside-toplevel
+            except ImportError:
+                print('tensorboard is not installed in this environment: no event files', flush=True)
+            else:
+                self.writer = SummaryWriter(log_dir=tensorboard_dir)
+
+    def scalar(self, tag, value, step):
+        if self.writer is not None:
+            self.writer.add_scalar(tag, value, step)
+
+    def step(self, step, loss, wait=None):
+        now = time.time()
+        if self.handle:
+            self.handle.write('step=%d loss=%.6f time=%.3f%s\n'
+                              % (step, loss, now, '' if wait is None else ' wait=%.4f' % wait))
+        if self.writer is not None:
+            self.writer.add_scalar('train/loss', loss, step)
+            if self.last is not None and now > self.last[1]:
+                self.writer.add_scalar('train/steps_per_second', (step - self.last[0]) / (now - self.last[1]), step)
+            if wait is not None:
+                self.writer.add_scalar('train/wait_seconds', wait, step)
+        self.last = (step, now)
+
+    def sync_point(self, dist, tensor, step, first_step, args):
+        """Before the step's work: the delay injected on purpose (args), then the all-reduce of the
+        previous step's loss, the step's synchronisation point; returns the seconds waited there
+        (for the slowest rank) and logs the mean loss of the previous step."""
+        slow_down(self.rank, args.slow_rank, args.slow_seconds, args.slow_host)
+        waited = time.time()
+        dist.all_reduce(tensor)
+        waited = time.time() - waited
+        if step > first_step:
+            self.scalar('train/loss_mean_all_ranks', tensor.item() / self.world, step - 1)
+        return waited
+
+    def finish(self, dist, last_loss, steps, backend):
+        """The end of a run: the last loss averaged over the ranks, the done line, the final line
+        (rank 0) and the process group torn down."""
+        dist.all_reduce(last_loss)
+        self.done(steps)
+        if self.rank == 0:
+            print('final loss %.6f steps %d world %d backend %s'
+                  % (last_loss.item() / self.world, steps, self.world, backend), flush=True)
+        dist.barrier()
+        dist.destroy_process_group()
+
+    def done(self, step):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+        if self.handle:
+            self.handle.write('# done step=%d time=%.3f peak_rss_kib=%d\n' % (step, time.time(), peak))
+            self.handle.close()
+            self.handle = None
+        if self.writer is not None:
+            self.writer.flush()
+            self.writer.close()
+            self.writer = None
+
+
+def add_arguments(parser):
+    """The examples' options for checkpoints, progress, TensorBoard and slowing ranks on purpose."""
+    parser.add_argument('--checkpoint-dir', default=None, help='save checkpoints here (on shared storage)')
+    parser.add_argument('--resume-from', default=None, help='checkpoint directory to resume from (its latest)')
+    parser.add_argument('--save-every', type=int, default=0, help='save a checkpoint every N steps (0: only at the end)')
+    parser.add_argument('--step-delay', type=float, default=0.0, help='seconds to sleep after each step')
+    parser.add_argument('--slow-rank', type=int, default=-1, help='rank that sleeps --slow-seconds before each step')
+    parser.add_argument('--slow-host', default='', help='host whose ranks sleep --slow-seconds before each step')
+    parser.add_argument('--slow-seconds', type=float, default=0.0)
+    parser.add_argument('--progress-dir', default='progress', help='per-rank progress files ("" for none)')
+    parser.add_argument('--tensorboard-dir', default='tensorboard', help='TensorBoard event files of rank 0 ("" for none)')
+    parser.add_argument('--seed', type=int, default=1234)
+
+
+def slow_down(rank, slow_rank, seconds, slow_host=''):
+    """The delay a test injects before each step on one rank (--slow-rank R) or on every rank of
+    one host (--slow-host NAME), --slow-seconds S."""
+    if seconds and (rank == slow_rank or (slow_host and socket.gethostname() == slow_host)):
+        time.sleep(seconds)

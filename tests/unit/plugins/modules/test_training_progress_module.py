@@ -1,0 +1,96 @@
+"""training_progress run as Ansible runs it, on a real process of a job and recorded progress files,
+with an nvidia-smi stand-in that answers the recorded H100 query (and without one)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
+MODULE = os.path.join(ROOT, 'plugins', 'modules', 'training_progress.py')
+COLLECTIONS = os.path.join(ROOT, '.build', 'collections')
+FIX = os.path.join(ROOT, 'tests', 'unit', 'fixtures')
+H100_QUERY = os.path.join(FIX, 'nvidia_smi', 'h100-sxm-x1-driver580', 'query-gpu.csv')
+
+FAKE_SMI = textwrap.dedent('''\
+    #!%s
+    import sys
+    if sys.argv[1:2] and sys.argv[1].startswith('--query-gpu='):
+        sys.stdout.write(open(%r).read()); sys.exit(0)
+    sys.exit(2)
+''')
+
+
+def run(tmp_path, check=False, **args):
+    payload = {'ANSIBLE_MODULE_ARGS': dict(args, _ansible_check_mode=check, _ansible_tmpdir=str(tmp_path))}
+    (tmp_path / 'args.json').write_text(json.dumps(payload))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([COLLECTIONS, os.environ.get('PYTHONPATH', '')]))
+    proc = subprocess.run([sys.executable, MODULE, str(tmp_path / 'args.json')], capture_output=True, text=True,
+                          env=env, check=False)
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail('module printed no JSON (rc %d): %s %s' % (proc.returncode, proc.stdout, proc.stderr))
+
+
+@pytest.fixture
+def job(tmp_path):
+    """A job directory with the recorded progress of ranks 0-2 (rank 0 from this host, 1-2 from
+    another) and a running process of the job that carries RANK=0."""
+    job_dir = tmp_path / 'job'
+    (job_dir / 'progress').mkdir(parents=True)
+    for rank in (0, 1, 2):
+        with open(os.path.join(FIX, 'job_monitor', 'slow-rank-2', 'rank-%d.log' % rank)) as handle:
+            text = handle.read()
+        host = socket.gethostname() if rank == 0 else 'another-node'
+        text = text.replace(text.splitlines()[0], '# gpucluster-progress rank=%d host=%s pid=1 world=3' % (rank, host))
+        (job_dir / 'progress' / ('rank-%d.log' % rank)).write_text(text.replace('# done', '# note'))
+    env = dict(os.environ, GPUCLUSTER_JOB_ID='t-1', RANK='0', LOCAL_RANK='0')
+    env.pop('CUDA_VISIBLE_DEVICES', None)
+    proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], env=env)
+    yield job_dir, proc.pid
+    proc.kill()
+    proc.wait()
+
+
+def test_a_rank_of_this_node_with_its_gpu_and_a_textfile(tmp_path, job):
+    job_dir, pid = job
+    smi = tmp_path / 'nvidia-smi'
+    smi.write_text(FAKE_SMI % (sys.executable, H100_QUERY))
+    smi.chmod(0o755)
+    prom = tmp_path / 'training.prom'
+    out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0.2,
+              nvidia_smi=str(smi), textfile=str(prom), logs=True, log_lines=2)
+    assert out.get('failed') is not True, out
+    assert [r['rank'] for r in out['ranks']] == [0]  # ranks 1 and 2 ran on another node
+    row = out['ranks'][0]
+    assert row['alive'] and row['pid'] == pid and row['state'] in ('S', 'R')
+    assert row['last_step'] == 60 and row['rss_kib'] > 1000 and isinstance(row['cpu_pct'], float)
+    assert row['gpu']['index'] == 0 and row['gpu']['memory_total_mib'] == 81559 and out['gpu_note'] == ''
+    families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
+    assert families['gpucluster_training_rank_step'].samples[0].labels == {'job': 't-1', 'node': 'node-a', 'rank': '0'}
+    assert families['gpucluster_training_rank_gpu_memory_used_bytes'].samples[0].labels['gpu'] == '0'
+    tails = out['log_tails']
+    rank0 = tails[str(job_dir / 'progress' / 'rank-0.log')]
+    assert len(rank0) == 2 and rank0[0].startswith('step=60 ') and rank0[1].startswith('# note')
+
+
+def test_without_nvidia_smi_it_says_so_and_a_missing_job_dir_is_named(tmp_path, job):
+    job_dir, _pid = job
+    out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0,
+              nvidia_smi=str(tmp_path / 'no-nvidia-smi'))
+    assert out['gpu_note'] == 'no GPU: nvidia-smi not found'
+    assert out['ranks'][0]['gpu'] is None and out['ranks'][0]['cpu_pct'] is None
+    out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(tmp_path / 'nowhere'))
+    assert out['failed'] and 'node node-a: job_dir' in out['msg'] and 'nowhere' in out['msg']
+
+
+def test_a_rank_whose_process_ended_is_reported_exited(tmp_path, job):
+    job_dir, _pid = job
+    out = run(tmp_path, job_id='other-job', node='node-a', job_dir=str(job_dir), sample_seconds=0)
+    assert [(r['rank'], r['alive'], r['exit']) for r in out['ranks']] == [(0, False, 'exited')]
