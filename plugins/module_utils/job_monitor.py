@@ -396,9 +396,9 @@ def rank_line(r):
         parts.append('compute %.3f s/step, wait %.3f' % (r['compute_s'], r['wait_s']))
     if r.get('alive'):
         parts.append('cpu %s%%' % _fmt(r.get('cpu_pct'), '%.0f'))
-        parts.append('rss %s MiB (peak %s)' % (_fmt(r.get('rss_kib'), '%d', '?') if r.get('rss_kib') is None
-                                                else r['rss_kib'] // 1024,
-                                                '?' if r.get('peak_rss_kib') is None else r['peak_rss_kib'] // 1024))
+        rss = _fmt(r.get('rss_kib'), '%d', '?') if r.get('rss_kib') is None else r['rss_kib'] // 1024
+        peak = '?' if r.get('peak_rss_kib') is None else r['peak_rss_kib'] // 1024
+        parts.append('rss %s MiB (peak %s)' % (rss, peak))
     gpu = r.get('gpu')
     if gpu:
         parts.append('gpu %s: %s%% util, %s/%s MiB' % (gpu.get('index'), _fmt(gpu.get('utilization_pct'), '%d'),

@@ -20,8 +20,7 @@ description:
     temporary file and renamed, so the collector never reads half a file).
   - With O(logs) the last lines of the node's launcher log, of each rank's progress file and of
     torchrun's per-rank logs of this node are returned too.
-author:
-  - gpucluster.multinode maintainers
+author: gpucluster.multinode contributors (!UNKNOWN)
 options:
   job_id:
     description: Id of the job.
@@ -65,8 +64,10 @@ attributes:
   check_mode:
     support: full
     details: Only reads; with O(textfile) in check mode it reports whether the file would change.
+    description: Can run in check mode and return changed status prediction without writing.
   diff_mode:
     support: none
+    description: Returns no diff (the textfile is rewritten whole on each read).
 '''
 
 EXAMPLES = r'''
