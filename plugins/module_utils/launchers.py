@@ -406,10 +406,18 @@ class Job:
         return pr.job_processes(self.job_id, self.uid, self.proc, self.leaders())
 
     def ssh_refusals(self):
-        """'head cannot reach NODE over SSH as USER: WHY' for every node the head cannot reach."""
+        """A line for every node the head cannot log in to over SSH and run `true` on, naming the stage
+        that did not finish (launch_failures.probe_refusals); a node that connected and authenticated
+        but whose login session or command was slow is probed once more (within a second bound)."""
         targets = [n['name'] for n in self.nodes]
         rc, out, err = self.runner.run(['bash', '-c', lf.ssh_probe_script(targets, SSH_CONNECT_TIMEOUT)])
-        return lf.probe_refusals(lf.parse_ssh_probe(out), targets, self.user)
+        results = lf.parse_ssh_probe(out)
+        again = lf.probe_retry_targets(results, targets)
+        if again:
+            rc, out, err = self.runner.run(['bash', '-c', lf.ssh_probe_script(again, SSH_CONNECT_TIMEOUT)])
+            results.update(lf.parse_ssh_probe(out))
+        return lf.probe_refusals(results, targets, self.user, uid=self.uid,
+                                 limit=lf.probe_attempt_limit(SSH_CONNECT_TIMEOUT))
 
     def check(self):
         """(problems, versions, command line) of this node's part; changes nothing."""
