@@ -77,6 +77,9 @@ def write_file(path, content, mode=0o644):
 # ----- the launchers ---------------------------------------------------------------------------
 class Launcher:
     name = None
+    # The versions that must be the same on every node for this launcher (env_versions keys): Ray,
+    # for one, does not matter to any of them.
+    compared = ('python', 'torch', 'torch_cuda', 'torch_nccl', 'nccl_wheel')
     uses_ssh = False        # the head reaches every node over SSH (checked before the start)
     per_node = False        # every node starts its own part (an agent)
 
@@ -118,6 +121,7 @@ class Launcher:
 
 class DeepSpeed(Launcher):
     name = 'deepspeed'
+    compared = Launcher.compared + ('deepspeed',)
     uses_ssh = True
 
     def command(self):
@@ -457,6 +461,7 @@ class Job:
                 problems.append('cannot read the versions of %s: %s' % (python, error))
             elif not versions.get('torch'):
                 problems.append('torch is not installed in %s' % self.p['env_path'])
+            versions = dict((k, versions.get(k)) for k in launcher.compared)
         cmd = launcher.command()
         return problems, versions, tr.join(cmd) if cmd else ''
 
