@@ -43,9 +43,11 @@ python3 -m pip download --quiet --only-binary=:all: --dest "$RAY_WHEELS" 'ray[de
     || fail "pip download ray"
 
 step "lab $LAB: three nodes on $SUBNET"
-ansible-playbook lab/lab.yml -e lab_name="$LAB" -e lab_subnet="$SUBNET" -e lab_nodes=3 \
-    -e lab_inventory_dir="$PWD/$STATE/inv-all" -e "{\"lab_extra_volumes\": [\"$RAY_WHEELS:/opt/ray-wheelhouse:ro\"]}" \
-    >> "$LOG" 2>&1 || fail "lab.yml"
+# An inventory variable, not -e: the lab role adds its own wheelhouse to lab_extra_volumes.
+printf 'all:\n  hosts:\n    localhost:\n      ansible_connection: local\n      ansible_python_interpreter: "{{ ansible_playbook_python }}"\n      lab_extra_volumes: ["%s:/opt/ray-wheelhouse:ro"]\n' \
+    "$RAY_WHEELS" > "$STATE/lab-vars.yml"
+ansible-playbook lab/lab.yml -i "$STATE/lab-vars.yml" -e lab_name="$LAB" -e lab_subnet="$SUBNET" -e lab_nodes=3 \
+    -e lab_inventory_dir="$PWD/$STATE/inv-all" >> "$LOG" 2>&1 || fail "lab.yml"
 
 # The same variables for both inventories: Ray on, its wheels offline, and the lab's own settings.
 python3 - "$STATE" <<'EOF' || fail "inventories"
