@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration,
 
 HEAD, WORKER = 'bat-head', 'bat-worker-1'
 PARALLEL = int(os.environ.get('GPUCLUSTER_BATTERY_PARALLEL', '6'))
-CASE_TIMEOUT = 420
+CASE_TIMEOUT = int(os.environ.get('GPUCLUSTER_BATTERY_CASE_TIMEOUT', '420'))  # seconds; more on a busy machine
 
 
 def case(name, playbook, expected, extra=None, host_vars=None, edit=None, args=(), rc=2, step=None):
