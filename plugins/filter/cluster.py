@@ -153,6 +153,11 @@ def site_steps(plays, variables=None):
     steps = []
     for play in plays or []:
         roles = [r if isinstance(r, dict) else {'role': r} for r in play.get('roles') or []]
+        # A play whose role is included by a task (its when then reads the inventory, not the role's defaults).
+        for task in play.get('tasks') or []:
+            included = task.get('ansible.builtin.include_role') or task.get('include_role')
+            if isinstance(included, dict) and included.get('name'):
+                roles.append({'role': included['name'], 'when': task.get('when')})
         names = [str(r.get('role') or r.get('name') or '') for r in roles]
         if not roles or any(n.split('.')[-1] == 'preflight' for n in names):
             continue

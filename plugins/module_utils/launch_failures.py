@@ -85,12 +85,31 @@ def unreachable_nodes(text, nodes):
     return [dict(node=n, **v) for n, v in found.items()]
 
 
+# What `ssh -v` prints as a login goes through its stages (OpenSSH 7 to 9, recorded from 9.2 in
+# tests/unit/fixtures/ssh): the TCP connection, the authentication, the login session (sshd opens
+# it through PAM: pam_systemd waits there for systemd-logind and the account's user manager, a slow
+# NSS/LDAP lookup or PAM module waits there too) and the command.
+PROBE_STAGES = (
+    ('connect', 'debug1: Connection established.'),
+    ('authentication', 'Authenticated to '),
+    ('session', 'debug1: Sending command: '),
+    ('command', 'debug1: Exit status '),
+)
+_PROBE_NOISE = ('debug', 'OpenSSH_', 'Authenticated to ', 'Transferred: ', 'Bytes per second')
+
+
+def probe_attempt_limit(connect_timeout):
+    """Seconds one probe of one node may take (the bound of its `timeout`)."""
+    return int(connect_timeout) * 2 + 5
+
+
 def ssh_probe_script(targets, connect_timeout=5):
-    """A bash script that runs `ssh TARGET true` to every target at once (BatchMode, the pinned
+    """A bash script that runs `ssh -v TARGET true` to every target at once (BatchMode, the pinned
     host keys only, ConnectTimeout, the whole bounded by `timeout`), printing one line per target:
-    TARGET<TAB>exit code<TAB>what ssh said (lines, CR LF or LF, joined by ' | ')."""
-    opts = ' '.join(shlex.quote(o) for o in SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % int(connect_timeout)))
-    limit = int(connect_timeout) * 2 + 5
+    TARGET<TAB>exit code<TAB>what ssh said (lines, CR LF or LF, joined by ' | '), its -v lines
+    included: probe_stage reads from them how far the login went."""
+    opts = ' '.join(shlex.quote(o) for o in ('-v',) + SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % int(connect_timeout)))
+    limit = probe_attempt_limit(connect_timeout)
     lines = []
     for target in targets:
         t = shlex.quote(str(target))
@@ -101,27 +120,80 @@ def ssh_probe_script(targets, connect_timeout=5):
 
 
 def parse_ssh_probe(text):
-    """{target: {rc, message}} from the output of ssh_probe_script."""
+    """{target: {rc, message, stage}} from the output of ssh_probe_script: message keeps what ssh
+    said without its -v lines, stage is the first stage of PROBE_STAGES that did not finish
+    (None when the command ran to its end)."""
     out = {}
     for line in (text or '').splitlines():
         parts = line.split('\t', 2)
         if len(parts) < 2 or not parts[1].strip().lstrip('-').isdigit():
             continue
-        out[parts[0]] = {'rc': int(parts[1]), 'message': (parts[2] if len(parts) > 2 else '').strip()}
+        said = [x.strip() for x in (parts[2] if len(parts) > 2 else '').split(' | ') if x.strip()]
+        out[parts[0]] = {'rc': int(parts[1]), 'stage': probe_stage(said),
+                         'message': ' | '.join(x for x in said if not x.startswith(_PROBE_NOISE))}
     return out
 
 
-def probe_refusals(results, targets, user):
-    """Lines 'head cannot reach NODE over SSH as USER: WHY' for every target the probe did not reach
-    (a target missing from the output counts: its ssh never reported)."""
+def probe_stage(lines):
+    """The first stage of PROBE_STAGES whose marker is missing from ssh -v's lines, or None when
+    every stage finished. Without any -v line (another ssh, or none ran) a stage cannot be told:
+    'connect'."""
+    for stage, marker in PROBE_STAGES:
+        if not any(x.startswith(marker) for x in lines):
+            return stage
+    return None
+
+
+def probe_retry_targets(results, targets):
+    """The targets worth a second probe: connected and authenticated, but the login session or
+    the command did not finish in time (a user manager that is still stopping, a slow PAM or NSS
+    lookup). Unreachable, refused and rejected targets are not retried."""
+    return [t for t in targets
+            if (results.get(str(t)) or {}).get('rc') == 124
+            and results[str(t)].get('stage') in ('session', 'command')]
+
+
+def probe_refusals(results, targets, user, uid=None, limit=None):
+    """One line per target the probe did not log in to and run `true` on, naming the stage that
+    did not finish: 'head cannot reach NODE over SSH as USER: WHY' when the TCP connection did not
+    (a target missing from the output counts: its ssh never reported), and for a node that
+    answered, what did not finish after it (authentication, the login session, the command) with
+    where to look on that node."""
     lines = []
+    within = ' within %d s' % limit if limit else ' within the time limit'
+    manager = 'user@%s' % (uid if uid is not None else '$(id -u %s)' % user)
     for target in targets:
         got = results.get(str(target))
         if got is None:
             lines.append('head cannot reach %s over SSH as %s: no answer from ssh' % (target, user))
-        elif got['rc'] == 124:
-            lines.append('head cannot reach %s over SSH as %s: no answer within the time limit' % (target, user))
-        elif got['rc'] != 0:
-            why = got['message'] or 'ssh exited with exit code %d' % got['rc']
+            continue
+        if got['rc'] == 0:
+            continue
+        # every stage's marker but a non-zero exit: the command itself failed
+        stage = got.get('stage', 'connect') or 'command'
+        why = got['message'] or ('no answer%s' % within if got['rc'] == 124
+                                 else 'ssh exited with exit code %d' % got['rc'])
+        if stage == 'connect':
+            if got['rc'] == 124:
+                why = 'no answer%s' % within
             lines.append('head cannot reach %s over SSH as %s: %s' % (target, user, why))
+        elif stage == 'authentication':
+            lines.append('head reached %s over SSH, but the SSH handshake or the authentication as %s did not '
+                         'finish (%s): run site.yml --tags ssh_trust (keys, pinned host keys) and see '
+                         '`journalctl -u ssh` on %s' % (target, user, why.rstrip('.'), target))
+        elif stage == 'session':
+            late = ('did not start%s (tried twice)' % within if got['rc'] == 124
+                    else 'did not start (%s)' % why)
+            lines.append('head reached %s over SSH and authenticated as %s, but the login session %s: '
+                         'sshd waits there on systemd-logind and the account\'s user manager, or on a slow '
+                         'PAM or NSS lookup; see `journalctl -u %s` and `loginctl user-status %s` on %s '
+                         '(ssh_trust_linger keeps the user manager running between jobs)'
+                         % (target, user, late, manager, user, target))
+        else:
+            late = ('did not finish%s (tried twice)' % within if got['rc'] == 124
+                    else 'failed (%s)' % why)
+            lines.append('head logged in to %s over SSH as %s, but the command `true` %s: the account\'s '
+                         'login shell or its start-up files (~/.bashrc, /etc/bash.bashrc) stop it there; '
+                         'try `sudo -u %s bash -c true` and see `journalctl -u %s` on %s'
+                         % (target, user, late, user, manager, target))
     return lines

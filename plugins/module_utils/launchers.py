@@ -77,6 +77,9 @@ def write_file(path, content, mode=0o644):
 # ----- the launchers ---------------------------------------------------------------------------
 class Launcher:
     name = None
+    # The versions that must be the same on every node for this launcher (env_versions keys): Ray,
+    # for one, does not matter to any of them.
+    compared = ('python', 'torch', 'torch_cuda', 'torch_nccl', 'nccl_wheel')
     uses_ssh = False        # the head reaches every node over SSH (checked before the start)
     per_node = False        # every node starts its own part (an agent)
 
@@ -118,6 +121,7 @@ class Launcher:
 
 class DeepSpeed(Launcher):
     name = 'deepspeed'
+    compared = Launcher.compared + ('deepspeed',)
     uses_ssh = True
 
     def command(self):
@@ -406,10 +410,18 @@ class Job:
         return pr.job_processes(self.job_id, self.uid, self.proc, self.leaders())
 
     def ssh_refusals(self):
-        """'head cannot reach NODE over SSH as USER: WHY' for every node the head cannot reach."""
+        """A line for every node the head cannot log in to over SSH and run `true` on, naming the stage
+        that did not finish (launch_failures.probe_refusals); a node that connected and authenticated
+        but whose login session or command was slow is probed once more (within a second bound)."""
         targets = [n['name'] for n in self.nodes]
         rc, out, err = self.runner.run(['bash', '-c', lf.ssh_probe_script(targets, SSH_CONNECT_TIMEOUT)])
-        return lf.probe_refusals(lf.parse_ssh_probe(out), targets, self.user)
+        results = lf.parse_ssh_probe(out)
+        again = lf.probe_retry_targets(results, targets)
+        if again:
+            rc, out, err = self.runner.run(['bash', '-c', lf.ssh_probe_script(again, SSH_CONNECT_TIMEOUT)])
+            results.update(lf.parse_ssh_probe(out))
+        return lf.probe_refusals(results, targets, self.user, uid=self.uid,
+                                 limit=lf.probe_attempt_limit(SSH_CONNECT_TIMEOUT))
 
     def check(self):
         """(problems, versions, command line) of this node's part; changes nothing."""
@@ -449,6 +461,7 @@ class Job:
                 problems.append('cannot read the versions of %s: %s' % (python, error))
             elif not versions.get('torch'):
                 problems.append('torch is not installed in %s' % self.p['env_path'])
+            versions = dict((k, versions.get(k)) for k in launcher.compared)
         cmd = launcher.command()
         return problems, versions, tr.join(cmd) if cmd else ''
 

@@ -472,11 +472,12 @@ def port_listeners(port, address=None, proc='/proc'):
                 continue
             inode = target[8:-1] if target.startswith('socket:[') else None
             if inode in sockets:
+                # one entry per process, every socket of it seen (sshd holds 0.0.0.0:22 and [::]:22)
+                if inode not in seen and not any(f['pid'] == pid for f in found):
+                    found.append({'pid': pid, 'uid': sockets[inode]['uid'], 'cmdline': read_cmdline(pid, proc),
+                                  'job_id': read_environ(pid, proc).get(JOB_ENV),
+                                  'address': sockets[inode]['address']})
                 seen.add(inode)
-                found.append({'pid': pid, 'uid': sockets[inode]['uid'], 'cmdline': read_cmdline(pid, proc),
-                              'job_id': read_environ(pid, proc).get(JOB_ENV),
-                              'address': sockets[inode]['address']})
-                break
     for inode, item in sockets.items():
         if inode not in seen:  # its owner is not visible (another user or namespace)
             found.append({'pid': None, 'uid': item['uid'], 'cmdline': '', 'job_id': None,

@@ -183,6 +183,34 @@ def check_env(env):
     return {str(k): str(v) for k, v in (env or {}).items()}
 
 
+# Which values of the job's environment are kept out of every task output (AnsibleModule's
+# no_log_values). A value there is masked wherever it appears in the result, so masking a short
+# setting such as DS_ACCELERATOR=cpu would turn the version 2.13.0+cpu into 2.13.0+********: the
+# settings of the launchers and libraries are shown, secrets are not.
+SECRET_WORDS = frozenset(('TOKEN', 'KEY', 'SECRET', 'PASSWORD', 'PASSWD', 'PASS', 'CREDENTIAL', 'CREDENTIALS',
+                          'AUTH', 'COOKIE', 'PRIVATE', 'SESSION', 'SIGNATURE'))
+SETTING_PREFIXES = ('DS_', 'NCCL_', 'GLOO_', 'TORCH_', 'TORCHELASTIC_', 'PYTORCH_', 'OMP_', 'MKL_', 'CUDA_',
+                    'NVIDIA_', 'UCX_', 'FI_', 'TOKENIZERS_', 'HF_HOME', 'TRANSFORMERS_CACHE', 'PYTHON')
+SECRET_MIN_LENGTH = 6
+
+
+def secret_env_values(env):
+    """The values of env to mask: every value whose name has a secret word in it (HF_TOKEN,
+    WANDB_API_KEY, AWS_SECRET_ACCESS_KEY), and every value of SECRET_MIN_LENGTH characters or more
+    of a name that is not a known setting (secure by default); never a value of a known setting
+    (DS_ACCELERATOR, NCCL_*, GLOO_*, ...) unless its name has a secret word."""
+    out = set()
+    for key, value in (env or {}).items():
+        key, value = str(key).upper(), str(value)
+        if not value:
+            continue
+        secret = bool(SECRET_WORDS.intersection(key.split('_')))
+        setting = key.startswith(SETTING_PREFIXES)
+        if secret or (not setting and len(value) >= SECRET_MIN_LENGTH):
+            out.add(value)
+    return out
+
+
 def env_file_text(env):
     """The job's environment file: one `export NAME='value'` line per variable, values quoted for
     the shell (a newline or ';' in a value stays inside the quotes)."""

@@ -62,6 +62,9 @@ options:
     description:
       - Extra environment variables of the job (for example C(DS_ACCELERATOR=cpu) on CPU nodes, or
         tokens). Written to C(<job_dir>/job.env) mode C(0600), sourced by every node; never returned.
+      - A value whose name has a secret word in it (C(HF_TOKEN), C(WANDB_API_KEY)), and any value of six
+        characters or more of a name that is not a launcher or library setting (C(DS_*), C(NCCL_*),
+        C(GLOO_*), C(TORCH_*), ...), is masked wherever it would appear in the task's output.
     type: dict
     default: {}
   master_addr:
@@ -289,16 +292,20 @@ slurm_state:
   returned: launcher is slurm and state is status
   type: str
 versions:
-  description: Versions of the environment on this node (the keys of module_utils/env_versions).
+  description:
+    - Versions of the environment on this node that the launcher needs the same on every node (keys of
+      module_utils/env_versions) - python, torch, its CUDA and NCCL, the NCCL wheel, and deepspeed for the
+      deepspeed launcher; Ray matters to none of them.
   returned: state is checked
   type: dict
-  sample: {python: 3.11.2, torch: 2.13.0+cpu, torch_cuda: null, torch_nccl: null, nccl_wheel: null, deepspeed: 0.19.8, ray: null}
+  sample: {python: 3.11.2, torch: 2.13.0+cpu, torch_cuda: null, torch_nccl: null, nccl_wheel: null, deepspeed: 0.19.8}
 '''
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers
+from ansible_collections.gpucluster.multinode.plugins.module_utils import training
 
 
 def main():
@@ -314,7 +321,8 @@ def main():
             script=dict(type='path', required=True),
             script_args=dict(type='list', elements='str', default=[]),
             env_path=dict(type='path', required=True),
-            env=dict(type='dict', default={}, no_log=True),
+            # masked below: secrets only (training.secret_env_values), so versions such as 2.13.0+cpu stay readable
+            env=dict(type='dict', default={}, no_log=False),
             env_files=dict(type='list', elements='path', default=[cluster_defaults.NCCL_PROFILE]),
             master_addr=dict(type='str', required=True),
             master_port=dict(type='int', default=cluster_defaults.MASTER_PORT),
@@ -336,6 +344,8 @@ def main():
         ),
         supports_check_mode=True,
     )
+    for value in training.secret_env_values(module.params['env']):
+        module.no_log_values.add(value)
     state = module.params['state']
     try:
         job = launchers.Job(module.params, launchers.Runner(module))

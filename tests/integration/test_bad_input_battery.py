@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration,
 
 HEAD, WORKER = 'bat-head', 'bat-worker-1'
 PARALLEL = int(os.environ.get('GPUCLUSTER_BATTERY_PARALLEL', '6'))
-CASE_TIMEOUT = 420
+CASE_TIMEOUT = int(os.environ.get('GPUCLUSTER_BATTERY_CASE_TIMEOUT', '420'))  # seconds; more on a busy machine
 
 
 def case(name, playbook, expected, extra=None, host_vars=None, edit=None, args=(), rc=2, step=None):
@@ -131,6 +131,34 @@ CASES = [
          extra={'nfs_client_probe_timeout': 0}, args=['--tags', 'nfs'], step='shared_storage'),
     case('nfs-client-mode-choice', 'site', "host bat-head: value of nfs_client_mode must be one of: mount, check, got: mirror",
          extra={'nfs_client_mode': 'mirror'}, args=['--tags', 'nfs'], step='shared_storage'),
+    case('site-nfs-check-not-mounted', 'site',
+         'host bat-head: nfs_client_path /data/missing is not a mount point (findmnt found nothing)',
+         extra={'nfs_client_mode': 'check', 'nfs_client_path': '/data/missing'}, step='shared_storage'),
+    case('nfs-check-file-not-mounted', 'site', 'host bat-worker-1: nfs_client_path /etc is not a mount point',
+         extra={'nfs_client_path': '/etc'}, args=['--tags', 'nfs'], step='shared_storage'),
+    # Ports the collection listens on, held on the head by another process (sshd holds 22).
+    case('site-master-port-held', 'site',
+         'host bat-head: cluster_master_port 22 is held on the head: port 22 is in use by pid',
+         host_vars={HEAD: {'cluster_master_port': 22}}),
+    case('site-tests-master-port-held', 'site',
+         'host bat-head: cluster_tests_master_port 22 is held on the head: port 22 is in use by pid',
+         extra={'cluster_tests_master_port': 22}, args=['--tags', 'network']),
+    case('site-bandwidth-port-held', 'site',
+         'host bat-head: cluster_tests_bandwidth_port 22 is held on the head: port 22 is in use by pid',
+         extra={'cluster_tests_bandwidth_port': 22}, args=['--tags', 'python_env']),
+    # Report directories: made as mkdir -p would, or refused before any test starts.
+    case('network-test-report-dir-under-a-file', 'network_test',
+         'controller: cluster_tests_report_dir /dev/null/reports cannot be made or written',
+         extra={'cluster_tests_report_dir': '/dev/null/reports'}),
+    case('dist-check-report-dir-under-a-file', 'dist_check',
+         'controller: cluster_tests_report_dir /dev/null/reports cannot be made or written',
+         extra={'cluster_tests_report_dir': '/dev/null/reports'}),
+    case('health-report-dir-under-a-file', 'health',
+         'host bat-head: health_report_dir /etc/hostname/reports cannot be written',
+         extra={'health_report_dir': '/etc/hostname/reports'}),
+    case('health-local-report-dir-under-a-file', 'health',
+         'controller: health_local_report_dir /dev/null/reports',
+         extra={'health_local_report_dir': '/dev/null/reports'}),
     case('nvidia-branch-word', 'site', 'host bat-head: nvidia_driver_branch latest is not a driver branch number',
          extra={'nvidia_driver_branch': 'latest'}, args=['--tags', 'nvidia_driver'], step='nvidia_driver'),
     case('nvidia-version-other-branch', 'site', 'host bat-worker-1: nvidia_driver_version 550.54.15 is not in nvidia_driver_branch 580',

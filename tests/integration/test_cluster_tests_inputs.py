@@ -76,8 +76,12 @@ def iperf3_servers():
 def test_the_matrix_of_three_nodes_has_every_pair_and_no_server_is_left(tmp_path):
     # Loopback links on a busy machine differ a lot; this test is about the matrix and the servers,
     # so only a link under 1% of the median counts as slow (slow links: the cluster_tests scenario).
-    rc, out = play(tmp_path, 'bandwidth.yml', {'cluster_tests_bandwidth_relative_threshold': 0.01})
+    # The report directory does not exist yet: it is made (as mkdir -p would) before the test.
+    reports = tmp_path / 'reports' / 'not' / 'yet'
+    rc, out = play(tmp_path, 'bandwidth.yml', {'cluster_tests_bandwidth_relative_threshold': 0.01,
+                                               'cluster_tests_report_dir': str(reports)})
     assert rc == 0, out
+    assert json.loads((reports / 'bandwidth.json').read_text())['lines']
     assert 'bandwidth matrix, Gbit/s (row sends to column), 3 node(s), 3 link(s) measured, 3 round(s)' in out
     for node in ('n1', 'n2', 'n3'):
         assert "'node %s: links 2, min " % node in out

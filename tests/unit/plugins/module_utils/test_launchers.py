@@ -375,3 +375,64 @@ def test_the_ssh_probe_script_reports_every_node_at_once_with_ssh_crlf_lines(tmp
         'head cannot reach slow over SSH as train: Connection timed out during banner exchange | '
         'Connection to 10.1.0.9 port 22 timed out',
         'head cannot reach dropped over SSH as train: ssh: connect to host 10.1.0.8 port 22: Connection timed out']
+
+
+def test_the_probe_names_the_stage_that_did_not_finish_from_real_ssh_v_output():
+    """Recorded on the lab (OpenSSH 9.2, logind sessions): a node that answers, a login refused, an
+    address nothing answers at, a user manager slow to start (the login session waits on it) and a
+    ~/.bashrc that sleeps (the command waits on it)."""
+    from ansible_collections.gpucluster.multinode.plugins.module_utils import launch_failures as lf
+    results = lf.parse_ssh_probe(fixture('ssh', 'probe_stages_openssh92.txt'))
+    assert {t: (r['rc'], r['stage']) for t, r in results.items()} == {
+        '10.213.74.11': (0, None), 'nobody@10.213.74.12': (255, 'authentication'),
+        '10.213.74.99': (255, 'connect'), '10.213.74.10': (124, 'session'), '10.213.74.12': (124, 'command')}
+    assert not any('debug1' in r['message'] for r in results.values())
+    targets = ['10.213.74.11', 'nobody@10.213.74.12', '10.213.74.99', '10.213.74.10', '10.213.74.12']
+    assert lf.probe_retry_targets(results, targets) == ['10.213.74.10', '10.213.74.12']
+    lines = lf.probe_refusals(results, targets, 'train', uid=2000, limit=15)
+    assert lines[0] == ('head reached nobody@10.213.74.12 over SSH, but the SSH handshake or the authentication as '
+                        'train did not finish (nobody@10.213.74.12: Permission denied (publickey,password)): run '
+                        'site.yml --tags ssh_trust (keys, pinned host keys) and see `journalctl -u ssh` on '
+                        'nobody@10.213.74.12')
+    assert lines[1] == ('head cannot reach 10.213.74.99 over SSH as train: '
+                        'ssh: connect to host 10.213.74.99 port 22: No route to host')
+    assert lines[2].startswith('head reached 10.213.74.10 over SSH and authenticated as train, but the login session '
+                               'did not start within 15 s (tried twice): ')
+    assert '`journalctl -u user@2000` and `loginctl user-status train` on 10.213.74.10' in lines[2]
+    assert 'cannot reach' not in lines[2] + lines[3]
+    assert lines[3].startswith('head logged in to 10.213.74.12 over SSH as train, but the command `true` did not '
+                               'finish within 15 s (tried twice): ')
+    assert len(lines) == 4
+
+
+def session_line(name, rc):
+    """A probe line as ssh -v prints it for a node that authenticated; rc 124: the session did not start."""
+    said = ['debug1: Connecting to %s port 22.' % name, 'debug1: Connection established.',
+            'Authenticated to %s ([10.99.0.12]:22) using "publickey".' % name, 'debug1: Entering interactive session.']
+    if rc == 0:
+        said += ['debug1: Sending command: true', 'debug1: Exit status 0']
+    return '%s\t%d\t%s\n' % (name, rc, ' | '.join(said))
+
+
+def test_a_slow_login_session_is_probed_once_more_and_a_second_success_is_no_refusal(lab):
+    answers = iter([''.join(session_line(n['name'], 124 if n['name'] == 'bravo-2' else 0) for n in NODES),
+                    session_line('bravo-2', 0)])
+    runner = FakeRunner({'ssh-probe': lambda argv: (0, next(answers), '')})
+    problems, _, _ = job(lab, runner=runner).check()
+    assert problems == []
+    assert len(runner.calls) == 2
+    assert "'bravo-2'" not in runner.calls[1][2] and ' bravo-2 true' in runner.calls[1][2]
+    assert ' alpha true' not in runner.calls[1][2] and ' delta true' not in runner.calls[1][2]
+
+
+def test_a_login_session_slow_twice_is_refused_naming_the_session_stage_and_the_user_manager(lab):
+    runner = FakeRunner({'ssh-probe': lambda argv: (0, ''.join(
+        session_line(n['name'], 124 if n['name'] == 'bravo-2' else 0) for n in NODES if ' %s true' % n['name'] in argv[2]), '')})
+    j = job(lab, runner=runner)
+    problems, _, _ = j.check()
+    assert len(runner.calls) == 2
+    assert problems == [
+        'head reached bravo-2 over SSH and authenticated as %s, but the login session did not start within 15 s '
+        '(tried twice): sshd waits there on systemd-logind and the account\'s user manager, or on a slow PAM or NSS '
+        'lookup; see `journalctl -u user@%d` and `loginctl user-status %s` on bravo-2 (ssh_trust_linger keeps the '
+        'user manager running between jobs)' % (j.user, j.uid, j.user)]

@@ -205,6 +205,25 @@ def test_port_listeners_names_pid_job_and_an_invisible_owner(proc):
     assert pr.port_listeners(5002, proc=str(proc)) == []
 
 
+def test_a_process_listening_on_ipv4_and_ipv6_is_one_holder_and_no_invisible_one(proc):
+    """sshd holds 0.0.0.0:22 and [::]:22: one entry, not a second 'process this account cannot see'."""
+    (proc / 'net').mkdir()
+    (proc / 'net' / 'tcp').write_text(
+        '  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n'
+        '   0: 00000000:0016 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 7001 1 0 100 0 0 10 0\n')
+    (proc / 'net' / 'tcp6').write_text(
+        '  sl  local_address                         remote_address                        st tx_queue rx_queue tr '
+        'tm->when retrnsmt   uid  timeout inode\n'
+        '   0: 00000000000000000000000000000000:0016 00000000000000000000000000000000:0000 0A 00000000:00000000 '
+        '00:00000000 00000000     0        0 7002 1 0 100 0 0 10 0\n')
+    fake_proc(proc, 39, uid=0, cmdline=('sshd: /usr/sbin/sshd -D [listener] 0 of 10-100 startups',),
+              sockets=['7001', '7002'])
+    holders = pr.port_listeners(22, proc=str(proc))
+    assert [(h['pid'], h['address']) for h in holders] == [(39, '0.0.0.0')]
+    assert pr.describe_listeners(22, holders) == (
+        'port 22 is in use by pid 39 (sshd: /usr/sbin/sshd -D [listener] 0 of 10-100 startups)')
+
+
 def test_port_listeners_on_the_real_proc_finds_this_process():
     sock = socket.socket()
     sock.bind(('127.0.0.1', 0))

@@ -32,6 +32,15 @@ def test_ray_is_shown_only_where_installed():
     assert '  ray 2.50.0  python 3.11.7' in python_env.versions_line('n1', info)
 
 
+def test_a_new_node_without_ray_is_no_python_env_mismatch_but_another_torch_is():
+    """Ray comes from the ray role (site.yml's ray step): python_env compares what it installs."""
+    info = versions('cpu-deepspeed-0.19.8.txt')
+    grown = {'alpha': dict(info, ray='2.60.0'), 'bravo-2': dict(info, ray='2.60.0'), 'echo': dict(info)}
+    assert python_env.version_mismatches(grown) == []
+    grown['echo']['torch'] = '2.12.0+cpu'
+    assert python_env.version_mismatches(grown) == ['torch differs: 2.12.0+cpu on echo; 2.13.0+cpu on alpha, bravo-2']
+
+
 def test_differing_nodes_are_named():
     info = versions('cpu-deepspeed-0.19.8.txt')
     other = dict(info, deepspeed='0.18.0')

@@ -282,3 +282,11 @@ def test_mpirun_reports_name_the_failed_rank_and_its_node():
                                                                      'exit_code': 137}
     assert tr.mpirun_failure(_openmpi('mpirun-rank-exit3.txt')) == {'rank': 1, 'node': None, 'exit_code': 3}
     assert tr.mpirun_failure('step 1 loss 0.5\n') is None
+
+
+def test_secret_env_values_masks_secrets_and_long_unknown_values_but_never_a_setting():
+    from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
+    env = {'DS_ACCELERATOR': 'cpu', 'NCCL_SOCKET_IFNAME': 'enp26s0np0', 'GLOO_SOCKET_IFNAME': 'eth0',
+           'TOKENIZERS_PARALLELISM': 'false', 'HF_TOKEN': 'hf_S3cretTokenValue', 'WANDB_API_KEY': 'abc',
+           'MY_ENDPOINT': 'https://user:pw@example.com/x', 'RUN_TAG': 'a1', 'NCCL_IB_AUTH_KEY': 'k3y-v4lue'}
+    assert tr.secret_env_values(env) == {'hf_S3cretTokenValue', 'abc', 'https://user:pw@example.com/x', 'k3y-v4lue'}

@@ -82,3 +82,15 @@ def test_bad_input_is_refused_naming_the_node_and_option(tmp_path, base):
     out, _ = run(tmp_path, state='watched', **dict(base, node='w', nodes=base['nodes'] + [
         {'name': 'w', 'address': '127.0.0.2', 'slots': 1}]))
     assert out['failed'] is True and 'runs on the head (solo) only' in out['msg']
+
+
+def test_checked_shows_versions_unmasked_and_only_what_the_launcher_compares_with_the_secret_masked(tmp_path, base):
+    """DS_ACCELERATOR=cpu must not turn 2.13.0+cpu into 2.13.0+********; the token stays out."""
+    args = dict(base, env={'DS_ACCELERATOR': 'cpu', 'WANDB_API_KEY': SECRET})
+    out, raw = run(tmp_path, state='checked', **args)
+    assert out.get('failed') is not True, out.get('msg')
+    assert out['versions'] == {'python': '3.11.2', 'torch': '2.13.0+cpu', 'torch_cuda': None, 'torch_nccl': None,
+                               'nccl_wheel': None}
+    assert '********' not in json.dumps(out['versions']) and SECRET not in raw
+    assert out['invocation']['module_args']['env']['DS_ACCELERATOR'] == 'cpu'
+    assert out['invocation']['module_args']['env']['WANDB_API_KEY'] == 'VALUE_SPECIFIED_IN_NO_LOG_PARAMETER'
