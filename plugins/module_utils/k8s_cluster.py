@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
+
 DNS_LABEL_RE = re.compile(r'^[a-z]([-a-z0-9]*[a-z0-9])?$')
 DNS_SUBDOMAIN_RE = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')
 QUANTITY_RE = re.compile(r'^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$')
@@ -266,7 +268,7 @@ def check(data, where='cluster file'):
     job['deepspeed_config'] = config
     job['env'] = c.str_map(train.get('env'), 'train.env', ENV_NAME_RE, 'an environment variable name')
     job['peer_wait'] = c.integer(train.get('peer_wait', 300), 'train.peer_wait', 5, 86400)
-    job['master_port'] = c.integer(train.get('master_port', 29500), 'train.master_port', 1024, 65535)
+    job['master_port'] = c.integer(train.get('master_port', cluster_defaults.MASTER_PORT), 'train.master_port', 1024, 65535)
     job['agent_port'] = c.integer(train.get('agent_port', 29400), 'train.agent_port', 1024, 65535)
     if job['agent_port'] == job['master_port']:
         c.fail('train.agent_port', 'must differ from train.master_port (%d)' % job['master_port'])

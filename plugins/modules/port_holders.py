@@ -13,10 +13,10 @@ description:
   - Reads C(/proc/net/tcp) and C(/proc/net/tcp6) and each process's sockets (as C(ss -ltnp) would)
     and says, for every port of O(ports), which processes listen on it.
   - A port held only by processes of one of the collection's jobs (their environment carries
-    C(GPUCLUSTER_JOB_ID)) is a warning, not a refusal: that job is running and will free it.
+    C(GPUCLUSTER_JOB_ID)) is a warning, not a refusal; that job is running and will free it.
   - Read-only; the preflight of C(site.yml) runs it on the head before any step changes a node.
 version_added: 0.1.0
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
 options:
   ports:
     description: The ports to look at, each with the variable that sets it (named in the lines).
@@ -36,11 +36,7 @@ options:
     description: The node's inventory name, for the lines.
     type: str
     required: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment: [gpucluster.multinode.attributes.read_only]
 notes:
   - Run it as root to see every process; a socket whose owner cannot be seen is named by its uid.
 '''
@@ -68,7 +64,9 @@ refusals:
   returned: always
   type: list
   elements: str
-  sample: ["host alpha: cluster_master_port 22 is held on the head: port 22 is in use by pid 412 (sshd: /usr/sbin/sshd -D); stop that process or choose another port"]
+  sample:
+    - "host alpha: cluster_master_port 22 is held on the head: port 22 is in use by pid 412 (sshd: /usr/sbin/sshd -D);
+      stop that process or choose another port"
 notices:
   description: One line per port held only by a running job of the collection (also given as warnings).
   returned: always

@@ -147,10 +147,10 @@ CASES = [
          'host bat-head: cluster_tests_bandwidth_port 22 is held on the head: port 22 is in use by pid',
          extra={'cluster_tests_bandwidth_port': 22}, args=['--tags', 'python_env']),
     # Report directories: made as mkdir -p would, or refused before any test starts.
-    case('network-test-report-dir-under-a-file', 'network_test',
+    case('bandwidth-report-dir-under-a-file', 'bandwidth',
          'controller: cluster_tests_report_dir /dev/null/reports cannot be made or written',
          extra={'cluster_tests_report_dir': '/dev/null/reports'}),
-    case('dist-check-report-dir-under-a-file', 'dist_check',
+    case('smoke-report-dir-under-a-file', 'smoke',
          'controller: cluster_tests_report_dir /dev/null/reports cannot be made or written',
          extra={'cluster_tests_report_dir': '/dev/null/reports'}),
     case('health-report-dir-under-a-file', 'health',

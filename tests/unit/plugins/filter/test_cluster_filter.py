@@ -98,6 +98,7 @@ def test_site_steps_are_read_from_the_plays_in_their_order():
     from ansible_collections.gpucluster.multinode.plugins.filter.cluster import site_steps
     plays = _site_plays()
     steps = site_steps(plays, {})
+
     def roles(play):
         return [r['role'] for r in play.get('roles') or []] + [
             t['ansible.builtin.include_role']['name'] for t in play.get('tasks') or [] if 'ansible.builtin.include_role' in t]
