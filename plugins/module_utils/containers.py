@@ -26,6 +26,8 @@ SSH_RUNTIMES = ('podman', 'apptainer', 'singularity')
 JOB_LABEL = 'gpucluster.job'
 NODE_LABEL = 'gpucluster.node'
 CDI_ALL_GPUS = 'nvidia.com/gpu=all'
+# where nvidia-ctk writes the CDI spec podman reads
+CDI_SPECS = ('/etc/cdi/nvidia.yaml', '/var/run/cdi/nvidia.yaml')
 INFINIBAND = '/dev/infiniband'
 # the variables every container of a job gets from the host (the rest comes from the env files)
 BASE_ENV = (JOB_ENV, 'MASTER_ADDR', 'MASTER_PORT')
@@ -61,7 +63,8 @@ def check_spec(spec):
         if not path.startswith('/') or ':' in path or ',' in path:
             raise ContainerError('container mount %r must be an absolute path without ":" or ","; it is mounted '
                                  'at the same path inside' % path)
-    return dict(runtime=runtime, image=image, mounts=mounts, gpus=bool(spec.get('gpus')),
+    gpus = spec.get('gpus')
+    return dict(runtime=runtime, image=image, mounts=mounts, gpus=None if gpus is None else bool(gpus),
                 devices=[str(d) for d in spec.get('devices') or []], memlock=spec.get('memlock', True) is not False,
                 extra_args=[str(a) for a in spec.get('extra_args') or []], digest=str(spec.get('digest') or ''),
                 home=str(spec.get('home') or ''))
@@ -281,3 +284,18 @@ def describe_mismatch(item, image):
     return ('node %s: image %s is %s but %s has %s; load the same image on every node '
             '(site.yml --tags container)' % (item['node'], image, item['digest'], item['reference'],
                                               item['reference_digest']))
+
+
+def archive_image_id(path):
+    """The image id (config digest) an OCI archive holds (what ``podman load`` will show), read from
+    its index and manifest without loading it; {id, name}."""
+    import tarfile
+    try:
+        with tarfile.open(path) as tar:
+            index = json.load(tar.extractfile('index.json'))
+            entry = index['manifests'][0]
+            manifest = json.load(tar.extractfile('blobs/' + entry['digest'].replace(':', '/')))
+    except (IOError, OSError, KeyError, IndexError, ValueError, tarfile.TarError, AttributeError, TypeError) as exc:
+        raise ContainerError('%s is not an OCI archive of one image (%s: %s)' % (path, type(exc).__name__, exc)) from exc
+    return {'id': manifest['config']['digest'],
+            'name': (entry.get('annotations') or {}).get('org.opencontainers.image.ref.name')}

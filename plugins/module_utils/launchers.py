@@ -396,6 +396,13 @@ class Job:
         self.env_file = os.path.join(self.job_dir, 'job.env')
         self.ds_env_file = os.path.join(self.job_dir, 'deepspeed_env')
         self.sbatch = os.path.join(self.job_dir, 'job.sbatch')
+        if self.container:
+            if self.container['gpus'] is None:
+                # auto: the GPUs where the node offers them (a CDI spec for podman, the driver for apptainer)
+                self.container['gpus'] = any(os.path.exists(path) for path in (
+                    cn.CDI_SPECS if self.container['runtime'] == 'podman' else ('/dev/nvidiactl',)))
+            if self.container['runtime'] == 'podman' and not self.container['home'] and os.path.isdir(self.home):
+                self.container['home'] = self.home
         self.launcher = LAUNCHERS[p['launcher']](self)
 
     def result(self, **kw):
@@ -482,8 +489,10 @@ class Job:
                 problems.append('slurm_partition %s does not exist (partitions: %s)'
                                 % (self.p['slurm_partition'], ', '.join(known) or 'none'))
         versions = {}
-        if self.container:
+        if self.container and launcher.name != 'slurm':
             versions = {'image': self.image_info.get('id') if self.image_info else None}
+        elif self.container:
+            versions = {}
         elif os.path.exists(python):
             ds = self.env.get('DS_ACCELERATOR')
             versions, error = self.runner.versions(python, {'DS_ACCELERATOR': ds} if ds else None)

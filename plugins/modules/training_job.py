@@ -168,9 +168,10 @@ options:
         elements: path
         default: []
       gpus:
-        description: Give the container every GPU (CDI C(nvidia.com/gpu=all), C(--nv)).
+        description:
+          - Give the container every GPU (CDI C(nvidia.com/gpu=all), C(--nv)). Unset - where the node offers
+            them (a CDI spec in C(/etc/cdi) or C(/var/run/cdi) for podman, C(/dev/nvidiactl) for apptainer).
         type: bool
-        default: false
       devices:
         description: More devices for C(podman run --device).
         type: list
@@ -398,7 +399,7 @@ def main():
                 image=dict(type='str', default=''),
                 digest=dict(type='str', default=''),
                 mounts=dict(type='list', elements='path', default=[]),
-                gpus=dict(type='bool', default=False),
+                gpus=dict(type='bool'),
                 devices=dict(type='list', elements='str', default=[]),
                 memlock=dict(type='bool', default=True),
                 home=dict(type='path'),

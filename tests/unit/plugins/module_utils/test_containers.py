@@ -238,3 +238,14 @@ def test_status_lists_the_jobs_containers(lab):
     out = job(lab, 'torchrun', runner=runner, container=PODMAN).status()
     assert out['running'] is True and out['containers'][0]['node'] == 'mol-ctr-head'
     assert os.path.basename(out['log']) == 'alpha.log'
+
+
+def test_archive_image_id_is_the_id_podman_shows_after_loading_it(tmp_path):
+    # podman save --format oci-archive of the lab's base image (its layer blob left out of the fixture)
+    found = cn.archive_image_id(os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'containers',
+                                             'oci_archive_without_layer.tar'))
+    inspected = cn.parse_inspect(fixture('containers', 'podman_image_inspect.json'))
+    assert found == {'id': inspected['id'], 'name': 'localhost/gpucluster-base:bookworm'}
+    (tmp_path / 'x.tar').write_text('not a tar')
+    with pytest.raises(cn.ContainerError, match='x.tar is not an OCI archive of one image'):
+        cn.archive_image_id(str(tmp_path / 'x.tar'))
