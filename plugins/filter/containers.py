@@ -31,12 +31,11 @@ options:
 '''
 
 EXAMPLES = r'''
-- name: Refuse nodes whose image differs from the head's
-  ansible.builtin.assert:
-    that: __lines | length == 0
-    fail_msg: "{{ __lines }}"
-  vars:
-    __lines: "{{ {'head': 'sha256:aa..', 'w1': 'sha256:bb..'} | gpucluster.multinode.container_digest_mismatches('train:1') }}"
+- name: Show the nodes whose image differs from the head's
+  ansible.builtin.debug:
+    msg: "{{ {'head': 'sha256:aa..', 'w1': 'sha256:bb..', 'w2': none} | gpucluster.multinode.container_digest_mismatches('train:1') }}"
+  # -> node w1: image train:1 is sha256:bb.. but head has sha256:aa..; load the same image ...
+  #    node w2: image train:1 is missing (head has sha256:aa..); load it there ...
 '''
 
 RETURN = r'''

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.processes import JOB_ENV
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import join, q
 
 RUNTIMES = ('podman', 'apptainer', 'singularity', 'enroot')
 # what an SSH launcher (torchrun, deepspeed, mpirun) can start on a node; enroot runs through pyxis
@@ -37,14 +37,6 @@ IMAGE_ID_RE = re.compile(r'^(sha256:)?[0-9a-f]{64}$')
 
 class ContainerError(ValueError):
     """A problem with the container settings, worded for the user."""
-
-
-def q(value):
-    return shlex.quote(str(value))
-
-
-def join(argv):
-    return ' '.join(q(a) for a in argv)
 
 
 def check_spec(spec):
