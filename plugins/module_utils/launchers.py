@@ -226,7 +226,7 @@ class Mpirun(Launcher):
         if j.container:
             # Open MPI starts each rank on its host; the rank's bash then runs it in the image
             at = len(argv) - 2 - len(j.p['script_args'])
-            argv[at:at] = cn.mpirun_rank_prefix(j.container, j.job_id, j.shell_prefix(), env_files=j.p['env_files'],
+            argv[at:at] = cn.mpirun_rank_prefix(j.container, j.job_id, j.shell_prefix(), env_files=j.env_files_here(),
                                                 rootless=j.uid != 0, infiniband=os.path.isdir(cn.INFINIBAND))
         return argv
 
@@ -540,9 +540,13 @@ class Job:
                     'site.yml --tags container' % (spec['image'], self.image_info['id'], spec['digest'])]
         return []
 
+    def env_files_here(self):
+        """The env files this node has (the others are skipped by the shell prefix; a mount of one would fail)."""
+        return [path for path in self.p['env_files'] if os.path.exists(path)]
+
     def in_container(self, cmd):
         """This node's launch command inside the job's image."""
-        return cn.wrap(self.container, self.job_id, self.me, cmd, self.shell_prefix(), env_files=self.p['env_files'],
+        return cn.wrap(self.container, self.job_id, self.me, cmd, self.shell_prefix(), env_files=self.env_files_here(),
                        workdir=self.job_dir, rootless=self.uid != 0, infiniband=os.path.isdir(cn.INFINIBAND))
 
     def containers(self):

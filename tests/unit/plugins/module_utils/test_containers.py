@@ -249,3 +249,14 @@ def test_archive_image_id_is_the_id_podman_shows_after_loading_it(tmp_path):
     (tmp_path / 'x.tar').write_text('not a tar')
     with pytest.raises(cn.ContainerError, match='x.tar is not an OCI archive of one image'):
         cn.archive_image_id(str(tmp_path / 'x.tar'))
+
+
+def test_an_env_file_the_node_lacks_is_not_mounted(lab, tmp_path):
+    present = tmp_path / 'nccl.sh'
+    present.write_text('export NCCL_SOCKET_IFNAME=eth0\n')
+    spawn = Spawn()
+    job(lab, 'torchrun', runner=podman_runner(), container=PODMAN,
+        env_files=[str(present), '/etc/profile.d/no-such-file.sh']).start(spawn=spawn)
+    words = shlex.split(spawn.calls[0]['line'])
+    assert pairs(words, '--volume')[-1] == '%s:%s:ro' % (present, present)
+    assert not any('no-such-file' in v for v in pairs(words, '--volume'))
