@@ -126,9 +126,9 @@ def preflight_step_lines(lines, host, step, role):
 
 
 # The forms of a role's when: in site.yml that site_steps reads (on/off switches of a step):
-#   <var> | default(<true|false>) | bool       and       <var> | default('<text>') == '<text>'
+#   <var> | default(<true|false>) | bool       and       <var> | default('<text>') ==|!= '<text>'
 _WHEN_BOOL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\((true|false|True|False)\)\s*\|\s*bool\s*$")
-_WHEN_EQ = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\('([^']*)'\)\s*==\s*'([^']*)'\s*$")
+_WHEN_EQ = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\('([^']*)'\)\s*(==|!=)\s*'([^']*)'\s*$")
 
 
 def _step_enabled(when, variables, play):
@@ -140,9 +140,10 @@ def _step_enabled(when, variables, play):
         return boolean(value, strict=False)
     found = _WHEN_EQ.match(str(when))
     if found:
-        return str(variables.get(found.group(1), found.group(2))) == found.group(3)
+        equal = str(variables.get(found.group(1), found.group(2))) == found.group(4)
+        return equal if found.group(3) == '==' else not equal
     raise AnsibleFilterError("site_steps: play '%s' has a role condition the preflight cannot read: %s "
-                             "(use '<var> | default(true) | bool' or \"<var> | default('x') == 'y'\")" % (play, when))
+                             "(use '<var> | default(true) | bool' or \"<var> | default('x') == 'y'\" (or !=))" % (play, when))
 
 
 def site_steps(plays, variables=None):

@@ -93,6 +93,14 @@ def health_quick_records(groups, hostvars, probes, prepare=None, hosts=None, tok
         raise AnsibleFilterError('health_quick_records: %s' % exc)
 
 
+def health_container_image_records(images, head, image):
+    """Records of the container.image check: {node: image id ('' missing, None unread)} against the head's."""
+    try:
+        return health_checks.check_container_image(dict(_plain(images)), head, str(image))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError('health_container_image_records: %s' % exc)
+
+
 def health_deep_records(nodes, bandwidth=None, smoke=None, collective=None, errors=None, tests=None,
                         thresholds=None):
     """Records of the deep tier from the cluster_tests results (see module_utils/health_checks.py)."""
@@ -156,6 +164,7 @@ class FilterModule:
         return {
             'health_nodes': health_nodes,
             'health_quick_records': health_quick_records,
+            'health_container_image_records': health_container_image_records,
             'health_deep_records': health_deep_records,
             'health_summary': health_summary,
             'health_failed': health_failed,

@@ -18,6 +18,7 @@ import pwd
 import re
 import time
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import launch_failures as lf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
@@ -124,12 +125,23 @@ class DeepSpeed(Launcher):
     compared = Launcher.compared + ('deepspeed',)
     uses_ssh = True
 
+    def __init__(self, job):
+        super().__init__(job)
+        if job.container:
+            # pdsh would start the ranks on the other hosts, outside the image: in containers every
+            # node runs its own launcher (--no_ssh, its --node_rank in the hostfile)
+            self.per_node, self.uses_ssh = True, False
+
     def command(self):
         j = self.job
-        if not j.is_head:
+        if not j.is_head and not j.container:
             return None
-        return tr.deepspeed_command(j.bin, j.hostfile, j.p['master_addr'], j.p['master_port'], j.p['script'],
+        argv = tr.deepspeed_command(j.bin, j.hostfile, j.p['master_addr'], j.p['master_port'], j.p['script'],
                                     j.p['script_args'], launcher=j.p['deepspeed_launcher'], num_nodes=len(j.nodes))
+        if j.container:
+            at = len(argv) - 1 - len(j.p['script_args'])
+            argv[at:at] = ['--no_ssh', '--node_rank', str([n['name'] for n in j.nodes].index(j.me))]
+        return argv
 
     def ds_env_text(self):
         """The job's DS_ENV_FILE: what pdsh exports on every node (one KEY=VALUE per line)."""
@@ -153,12 +165,16 @@ class DeepSpeed(Launcher):
 
     def files(self):
         j = self.job
+        if j.container:
+            return {j.hostfile: (hf.render(j.nodes, 'deepspeed'), 0o644)}
         if not j.is_head:
             return {}
         return {j.hostfile: (hf.render(j.nodes, 'deepspeed'), 0o644),
                 j.ds_env_file: (self.ds_env_text(), 0o600)}
 
     def start_env(self, env):
+        if self.job.container:
+            return env
         env['DS_ENV_FILE'] = self.job.ds_env_file
         # pdsh's ssh: no prompt, pinned keys, a bounded connect
         env['PDSH_SSH_ARGS_APPEND'] = ' '.join(lf.SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % SSH_CONNECT_TIMEOUT))
@@ -209,8 +225,14 @@ class Mpirun(Launcher):
             return None
         names = tr.forwarded_env_names(list(j.base_env()) + list(j.env))
         ssh_args = ' '.join(lf.SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % SSH_CONNECT_TIMEOUT))
-        return tr.mpirun_command(j.bin, j.hostfile, hf.world_size(j.nodes), names, j.p['script'], j.p['script_args'],
+        argv = tr.mpirun_command(j.bin, j.hostfile, hf.world_size(j.nodes), names, j.p['script'], j.p['script_args'],
                                  mpirun=self.binary(), node_prefix=j.shell_prefix(), ssh_args=ssh_args)
+        if j.container:
+            # Open MPI starts each rank on its host; the rank's bash then runs it in the image
+            at = len(argv) - 2 - len(j.p['script_args'])
+            argv[at:at] = cn.mpirun_rank_prefix(j.container, j.job_id, j.shell_prefix(), env_files=j.env_files_here(),
+                                                rootless=j.uid != 0, infiniband=os.path.isdir(cn.INFINIBAND))
+        return argv
 
     def files(self):
         j = self.job
@@ -245,9 +267,17 @@ class Slurm(Launcher):
 
     def script(self):
         j = self.job
+        prefix = j.shell_prefix()
+        if j.container:
+            # scontrol is on the hosts, not in the image: the batch script writes every NodeAddr first
+            addr_file = os.path.join(j.job_dir, 'node_addrs')
+            prefix = cn.slurm_node_prefix(addr_file) + prefix
         launch = tr.slurm_launch_line('torchrun', j.bin, {n['name']: n['slots'] for n in j.nodes}, j.job_id,
                                       j.p['script'], j.p['script_args'], log_dir=j.rank_log_dir,
-                                      node_prefix=j.shell_prefix())
+                                      node_prefix=prefix)
+        if j.container:
+            launch = (cn.slurm_node_addr_lines(os.path.join(j.job_dir, 'hostfile'), addr_file)
+                      + cn.slurm_container_line(j.container, j.job_id, launch, env_files=j.p['env_files']))
         return tr.sbatch_script(j.job_id, len(j.nodes), j.p['slurm_gpus_per_node'], j.p['slurm_time'], j.log_dir,
                                 os.path.join(j.job_dir, 'hostfile'), j.p['master_port'], launch,
                                 partition=j.p['slurm_partition'], cpus_per_task=j.p['slurm_cpus_per_task'],
@@ -327,7 +357,11 @@ class Job:
             self.env = tr.check_env(p['env'])
             if p['launcher'] == 'slurm':
                 tr.check_slurm_settings(p['slurm_time'], p['slurm_partition'])
-        except tr.TrainingError as exc:
+            self.container = cn.check_spec(p.get('container'))
+            if self.container and self.container['runtime'] == 'enroot' and p['launcher'] != 'slurm':
+                raise cn.ContainerError('container runtime enroot runs under Slurm only (through pyxis), not with '
+                                        'launcher %s; use podman or apptainer' % p['launcher'])
+        except (tr.TrainingError, cn.ContainerError) as exc:
             raise JobError('node %s: %s' % (p['node'], exc))
         names = [n['name'] for n in p['nodes']]
         if not names:
@@ -366,6 +400,13 @@ class Job:
         self.env_file = os.path.join(self.job_dir, 'job.env')
         self.ds_env_file = os.path.join(self.job_dir, 'deepspeed_env')
         self.sbatch = os.path.join(self.job_dir, 'job.sbatch')
+        if self.container:
+            if self.container['gpus'] is None:
+                # auto: the GPUs where the node offers them (a CDI spec for podman, the driver for apptainer)
+                self.container['gpus'] = any(os.path.exists(path) for path in (
+                    cn.CDI_SPECS if self.container['runtime'] == 'podman' else ('/dev/nvidiactl',)))
+            if self.container['runtime'] == 'podman' and not self.container['home'] and os.path.isdir(self.home):
+                self.container['home'] = self.home
         self.launcher = LAUNCHERS[p['launcher']](self)
 
     def result(self, **kw):
@@ -428,11 +469,17 @@ class Job:
         problems = []
         launcher = self.launcher
         binary = launcher.binary()
-        if launcher.starts_here() and not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-            problems.append('launcher %s is not installed (%s not found)' % (launcher.name, binary))
         python = os.path.join(self.bin, 'python')
-        if not os.path.exists(python):
-            problems.append('env_path %s holds no Python environment (%s missing)' % (self.p['env_path'], python))
+        if self.container:
+            # the launcher and its Python are in the image: the image is checked instead
+            problems.extend(self.image_problems())
+            if launcher.name in ('mpirun', 'slurm') and launcher.starts_here() and not self.runner.which(binary):
+                problems.append('launcher %s is not installed on the host (%s not found)' % (launcher.name, binary))
+        else:
+            if launcher.starts_here() and not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+                problems.append('launcher %s is not installed (%s not found)' % (launcher.name, binary))
+            if not os.path.exists(python):
+                problems.append('env_path %s holds no Python environment (%s missing)' % (self.p['env_path'], python))
         if not os.path.isfile(self.p['script']):
             problems.append('script %s does not exist' % self.p['script'])
         if self.processes():
@@ -454,7 +501,11 @@ class Job:
                 problems.append('slurm_partition %s does not exist (partitions: %s)'
                                 % (self.p['slurm_partition'], ', '.join(known) or 'none'))
         versions = {}
-        if os.path.exists(python):
+        if self.container and launcher.name != 'slurm':
+            versions = {'image': self.image_info.get('id') if self.image_info else None}
+        elif self.container:
+            versions = {}
+        elif os.path.exists(python):
             ds = self.env.get('DS_ACCELERATOR')
             versions, error = self.runner.versions(python, {'DS_ACCELERATOR': ds} if ds else None)
             if error:
@@ -463,7 +514,66 @@ class Job:
                 problems.append('torch is not installed in %s' % self.p['env_path'])
             versions = dict((k, versions.get(k)) for k in launcher.compared)
         cmd = launcher.command()
+        if cmd and self.container and launcher.name != 'mpirun':
+            cmd = self.in_container(cmd)
         return problems, versions, tr.join(cmd) if cmd else ''
+
+    # ----- containers --------------------------------------------------------------------------
+    image_info = None
+
+    def image_problems(self):
+        """The runtime is installed and this node has the job's image (the pinned one, when pinned)."""
+        spec = self.container
+        if self.p['launcher'] == 'slurm' and not self.is_head:
+            return []
+        runtime = 'apptainer' if spec['runtime'] == 'apptainer' and not self.runner.which('apptainer') \
+            and self.runner.which('singularity') else spec['runtime']
+        if spec['runtime'] == 'enroot':
+            # pyxis asks enroot on the compute nodes; a squashfs image must be on the shared storage
+            if spec['image'].startswith('/') and not os.path.isfile(spec['image']):
+                return ['container image %s does not exist' % spec['image']]
+            return []
+        if not self.runner.which(runtime):
+            return ['container runtime %s is not installed (run site.yml --tags container)' % spec['runtime']]
+        if spec['runtime'] != 'podman':
+            if not os.path.isfile(spec['image']):
+                return ['container image %s does not exist (a SIF file every node sees)' % spec['image']]
+            return []
+        rc, out, err = self.runner.run(cn.inspect_argv(spec['image']))
+        if rc != 0:
+            why = ((err or out).strip().splitlines() or ['no such image'])[-1]
+            return ['container image %s is not loaded here (podman: %s); load it on every node with site.yml '
+                    '--tags container' % (spec['image'], why)]
+        try:
+            self.image_info = cn.parse_inspect(out)
+        except cn.ContainerError as exc:
+            return [str(exc)]
+        if spec['digest'] and not cn.image_matches(self.image_info, spec['digest']):
+            return ['container image %s here is %s, not the pinned %s; load the same image on every node with '
+                    'site.yml --tags container' % (spec['image'], self.image_info['id'], spec['digest'])]
+        return []
+
+    def env_files_here(self):
+        """The env files this node has (the others are skipped by the shell prefix; a mount of one would fail)."""
+        return [path for path in self.p['env_files'] if os.path.exists(path)]
+
+    def in_container(self, cmd):
+        """This node's launch command inside the job's image."""
+        return cn.wrap(self.container, self.job_id, self.me, cmd, self.shell_prefix(), env_files=self.env_files_here(),
+                       workdir=self.job_dir, rootless=self.uid != 0, infiniband=os.path.isdir(cn.INFINIBAND))
+
+    def containers(self):
+        """[{id, name, state, node}] of the job's containers on this node (podman), by the job's label."""
+        if not self.container or self.container['runtime'] != 'podman' or not self.runner.which('podman'):
+            return []
+        rc, out, err = self.runner.run(cn.ps_argv(self.job_id))
+        if rc != 0:
+            self.fail('node %s: podman cannot list the containers of job %s: %s'
+                      % (self.me, self.job_id, (err or out).strip()[-300:]))
+        try:
+            return cn.parse_ps(out)
+        except cn.ContainerError as exc:
+            self.fail('node %s: %s' % (self.me, exc))
 
     # ----- start -------------------------------------------------------------------------------
     def prepare(self):
@@ -491,6 +601,8 @@ class Job:
         if cmd is None:
             return self.result(changed=False, command='', started=False,
                                msg='the %s launcher on the head starts the ranks of %s' % (self.launcher.name, self.me))
+        if self.container and self.launcher.name != 'mpirun':
+            cmd = self.in_container(cmd)
         if self.runner.check_mode:
             return self.result(changed=True, command=tr.join(cmd), started=False)
         self.prepare()
@@ -499,7 +611,9 @@ class Job:
         except OSError:
             pass
         env = self.launcher.start_env(self.base_env())
-        line = self.shell_prefix() + 'exec ' + tr.join(cmd)
+        # in a container the env files are sourced inside (the host's copies are mounted there)
+        line = ('exec ' if self.container and self.launcher.name != 'mpirun' else self.shell_prefix() + 'exec ') \
+            + tr.join(cmd)
         record = spawn(line, env, self.job_dir, self.log, self.state_dir, job_id=self.job_id,
                        exit_files=[os.path.join(self.exit_dir, self.me)])
         return self.result(changed=True, command=tr.join(cmd), pid=record['pid'], started=True)
@@ -564,15 +678,27 @@ class Job:
         procs = self.processes()
         out = self.result(changed=False, running=bool(procs), pids=[p['pid'] for p in procs],
                           exit_code=pr.read_exit_code(self.state_dir), log_tail=pr.tail(self.log, self.p['log_lines']))
+        if self.container:
+            out['containers'] = self.containers()
+            out['running'] = out['running'] or any(c['state'] == 'running' for c in out['containers'])
         self.launcher.read_status(out)
         return out
 
     def stop(self, sleep=time.sleep, clock=time.time):
         procs = self.processes()
         sid = self.launcher.slurm_id() if self.launcher.name == 'slurm' and self.is_head else None
+        boxes = self.containers()
         if self.runner.check_mode:
-            return self.result(changed=bool(procs) or bool(sid), running=bool(procs),
-                               stopped_pids=[p['pid'] for p in procs])
+            return self.result(changed=bool(procs) or bool(sid) or bool(boxes), running=bool(procs),
+                               stopped_pids=[p['pid'] for p in procs], removed_containers=[c['name'] for c in boxes])
+        if boxes:
+            # the job's containers by its label: podman stops them (SIGTERM, SIGKILL after the grace) and removes them
+            rc, out, err = self.runner.run(cn.rm_argv([c['id'] for c in boxes], self.p['stop_timeout']))
+            left = self.containers()
+            if left:
+                self.fail('node %s: %d container(s) of job %s are left: %s (podman rm: %s)'
+                          % (self.me, len(left), self.job_id, ', '.join(c['name'] for c in left),
+                             (err or out).strip()[-300:]), removed_containers=[])
         if sid:
             rc, out, err = self.runner.run(['scancel', sid])
             if rc != 0:
@@ -588,5 +714,6 @@ class Job:
                       % (self.me, len(outcome['left']), self.job_id, ', '.join(str(p['pid']) for p in outcome['left']),
                          '; the kernel refused to signal %s' % refused if refused else ' (they survived SIGKILL)'),
                       stopped_pids=outcome['signalled'], refused=outcome['refused'])
-        return self.result(changed=bool(outcome['signalled']) or bool(sid), running=False,
-                           stopped_pids=outcome['signalled'], refused=outcome['refused'])
+        return self.result(changed=bool(outcome['signalled']) or bool(sid) or bool(boxes), running=False,
+                           stopped_pids=outcome['signalled'], refused=outcome['refused'],
+                           removed_containers=[c['name'] for c in boxes])

@@ -141,6 +141,59 @@ options:
     description: Seconds between SIGTERM and SIGKILL when stopping.
     type: int
     default: 10
+  container:
+    description:
+      - Run every node's part of the job in a container image (C(runtime=none), the default, runs on the host).
+      - C(podman) wraps each node's launch command in C(podman run) with host network and IPC, the GPUs
+        through CDI (O(container.gpus)), C(/dev/infiniband) where the node has it, unlimited memlock,
+        O(container.mounts) at the same path, the env files read-only at their own path and the labels
+        C(gpucluster.job=<job_id>) and C(gpucluster.node=<node>). With C(deepspeed) every node then runs
+        its own launcher (C(--no_ssh --node_rank)); with C(mpirun) Open MPI starts on the hosts and each
+        rank runs in a container. O(state=stopped) removes the job's containers by the job label.
+      - C(apptainer) and C(singularity) wrap it in C(apptainer exec --nv --bind); O(container.image) is a
+        SIF file every node sees. C(enroot) runs under C(slurm) only, through pyxis (C(srun --container-image)).
+    type: dict
+    suboptions:
+      runtime:
+        description: Container runtime.
+        type: str
+        choices: [none, podman, apptainer, singularity, enroot]
+        default: none
+      image:
+        description: Image reference (podman), SIF path (apptainer), squashfs path or image (enroot).
+        type: str
+        default: ''
+      digest:
+        description: Image id or digest the node's image must have (podman); the check refuses another.
+        type: str
+        default: ''
+      mounts:
+        description: Host paths mounted at the same path (the shared storage).
+        type: list
+        elements: path
+        default: []
+      gpus:
+        description:
+          - Give the container every GPU (CDI C(nvidia.com/gpu=all), C(--nv)). Unset - where the node offers
+            them (a CDI spec in C(/etc/cdi) or C(/var/run/cdi) for podman, C(/dev/nvidiactl) for apptainer).
+        type: bool
+      devices:
+        description: More devices for C(podman run --device).
+        type: list
+        elements: str
+        default: []
+      memlock:
+        description: C(--ulimit memlock=-1:-1) (RDMA needs it; the account's hard limit must allow it).
+        type: bool
+        default: true
+      home:
+        description: The account's home, mounted at the same path and set as C(HOME) (podman).
+        type: path
+      extra_args:
+        description: More arguments of the runtime, before the image.
+        type: list
+        elements: str
+        default: []
 attributes:
   check_mode:
     support: full
@@ -278,6 +331,16 @@ log_tail:
   returned: state is status
   type: list
   elements: str
+containers:
+  description: The job's containers on this node (podman, by the job label), with id, name, state and node.
+  returned: state is status and a container runtime is set
+  type: list
+  elements: dict
+removed_containers:
+  description: Names of the job's containers the stop removed on this node.
+  returned: state is stopped
+  type: list
+  elements: str
 stopped_pids:
   description: Pids that were signalled.
   returned: state is stopped
@@ -341,6 +404,17 @@ def main():
             step_regex=dict(type='str', default='step [0-9]+ loss'),
             log_lines=dict(type='int', default=20),
             stop_timeout=dict(type='int', default=10),
+            container=dict(type='dict', options=dict(
+                runtime=dict(type='str', default='none', choices=['none', 'podman', 'apptainer', 'singularity', 'enroot']),
+                image=dict(type='str', default=''),
+                digest=dict(type='str', default=''),
+                mounts=dict(type='list', elements='path', default=[]),
+                gpus=dict(type='bool'),
+                devices=dict(type='list', elements='str', default=[]),
+                memlock=dict(type='bool', default=True),
+                home=dict(type='path'),
+                extra_args=dict(type='list', elements='str', default=[]),
+            )),
         ),
         supports_check_mode=True,
     )

@@ -602,3 +602,36 @@ def setting_errors(settings):
                       'hung mount only if it ends before its task is stopped' % (settings['health_storage_timeout'],
                                                                                  settings['health_probe_timeout']))
     return errors
+
+
+def check_container_image(images, head, image):
+    """The training image of every node against the head's (container.image), one record per node.
+
+    images: {node: image id, '' when the image is missing there, None when it could not be read}.
+    The head's id is the reference (it builds and saves the image); without it, the most common one."""
+    read = dict((n, v) for n, v in images.items() if v is not None)
+    present = [v for v in read.values() if v]
+    if not present:
+        return [record(n, 'container.image', 'fail' if v == '' else 'unknown', None, 'the same image on every node',
+                       'image %s is on no node' % image,
+                       'build and load it: ansible-playbook playbooks/site.yml --tags container')
+                for n, v in images.items()]
+    ref = read.get(head) or _majority(present, None)
+    agree = sorted(n for n, v in read.items() if v == ref)
+    out = []
+    thr = '== %s (%d of %d nodes)' % (ref, len(agree), len(images))
+    for node, value in images.items():
+        remedy = ('load the image of %s on %s: ansible-playbook playbooks/site.yml --tags container --limit %s,%s'
+                  % (agree[0], node, agree[0], node))
+        if value is None:
+            out.append(record(node, 'container.image', 'unknown', None, thr, 'the image could not be read here',
+                              'check that podman runs for the training account on %s' % node))
+        elif value == ref:
+            out.append(record(node, 'container.image', 'ok', value, thr))
+        elif value == '':
+            out.append(record(node, 'container.image', 'fail', 'missing', thr,
+                              'image %s is missing here; %s on %s' % (image, ref, ', '.join(agree)), remedy))
+        else:
+            out.append(record(node, 'container.image', 'fail', value, thr,
+                              'image %s is %s here, %s on %s' % (image, value, ref, ', '.join(agree)), remedy))
+    return out

@@ -106,8 +106,8 @@ def test_site_steps_are_read_from_the_plays_in_their_order():
         (p['tags'][0], r.split('.')[-1]) for p in plays[1:] for r in roles(p)]
     nfs_server = [s for s in steps if s['role'] == 'nfs_server'][0]
     assert nfs_server['group'] == 'head' and nfs_server['tags'] == ['shared_storage', 'nfs']
-    # Ray is a step only where the inventory enables it (the role's own default is not read).
-    assert [s['role'] for s in steps if not s['enabled']] == ['ray']
+    # Containers and Ray are steps only where the inventory enables them (the roles' own defaults are not read).
+    assert [s['role'] for s in steps if not s['enabled']] == ['container', 'ray']
     assert [s['enabled'] for s in site_steps(plays, {'ray_enabled': True}) if s['role'] == 'ray'] == [True]
 
 
@@ -115,7 +115,9 @@ def test_site_steps_read_the_on_off_switches_with_the_variables():
     from ansible_collections.gpucluster.multinode.plugins.filter.cluster import site_steps
     steps = site_steps(_site_plays(), {'node_tools_enabled': 'false', 'nfs_client_mode': 'check'})
     off = sorted(s['role'] for s in steps if not s['enabled'])
-    assert off == ['nfs_server', 'node_tools', 'ray']
+    assert off == ['container', 'nfs_server', 'node_tools', 'ray']
+    on = site_steps(_site_plays(), {'container_runtime': 'podman'})
+    assert [s['enabled'] for s in on if s['role'] == 'container'] == [True]
 
 
 def test_site_steps_refuse_a_condition_they_cannot_read():

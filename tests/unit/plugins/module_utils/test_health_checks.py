@@ -268,3 +268,24 @@ def test_a_bad_setting_is_named(change, message):
     errors = health_checks.setting_errors(dict(SETTINGS, **change))
     assert len(errors) == 1, errors
     assert message in errors[0]
+
+
+# ----- container.image ---------------------------------------------------------------------------
+def test_container_image_names_the_node_with_another_image_and_the_remedy():
+    from ansible_collections.gpucluster.multinode.plugins.module_utils import health_checks as hc
+    a, b = 'sha256:' + 'a' * 64, 'sha256:' + 'b' * 64
+    recs = hc.check_container_image({'head': a, 'w1': a, 'w2': b, 'w3': '', 'w4': None}, 'head', 'train:1')
+    by = {r['node']: r for r in recs}
+    assert [by[n]['status'] for n in ('head', 'w1', 'w2', 'w3', 'w4')] == ['ok', 'ok', 'fail', 'fail', 'unknown']
+    assert by['w2']['detail'] == 'image train:1 is %s here, %s on head, w1' % (b, a)
+    assert by['w2']['remedy'] == ('load the image of head on w2: ansible-playbook playbooks/site.yml --tags container '
+                                  '--limit head,w2')
+    assert by['w3']['value'] == 'missing' and by['head']['threshold'] == '== %s (2 of 5 nodes)' % a
+
+
+def test_container_image_without_the_heads_image_takes_the_most_common_and_none_anywhere_fails():
+    from ansible_collections.gpucluster.multinode.plugins.module_utils import health_checks as hc
+    a, b = 'sha256:' + 'a' * 64, 'sha256:' + 'b' * 64
+    by = {r['node']: r for r in hc.check_container_image({'head': '', 'w1': b, 'w2': b, 'w3': a}, 'head', 'i')}
+    assert by['head']['status'] == 'fail' and by['w1']['status'] == 'ok' and by['w3']['status'] == 'fail'
+    assert all(r['status'] == 'fail' for r in hc.check_container_image({'head': '', 'w1': ''}, 'head', 'i'))

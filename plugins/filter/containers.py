@@ -1,0 +1,66 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Container image filters: the nodes whose image differs from the reference node's."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r'''
+---
+name: container_digest_mismatches
+short_description: One line per node whose container image differs from the reference node's
+version_added: "0.1.0"
+description:
+  - Takes C({node: image id or digest}) in node order (a node without the image maps to null) and
+    returns one line per node whose image differs from the reference node's (the first node unless
+    O(reference) names another), naming the node, the image and both digests, with the remedy.
+  - An empty list means every node has the same image.
+positional: _input, image
+options:
+  _input:
+    description: Image id or digest per node, the reference node first.
+    type: dict
+    required: true
+  image:
+    description: The image reference the lines name.
+    type: str
+    required: true
+  reference:
+    description: The node whose image is the reference (default the first one).
+    type: str
+'''
+
+EXAMPLES = r'''
+- name: Show the nodes whose image differs from the head's
+  ansible.builtin.debug:
+    msg: "{{ {'head': 'sha256:aa..', 'w1': 'sha256:bb..', 'w2': none} | gpucluster.multinode.container_digest_mismatches('train:1') }}"
+  # -> node w1: image train:1 is sha256:bb.. but head has sha256:aa..; load the same image ...
+  #    node w2: image train:1 is missing (head has sha256:aa..); load it there ...
+'''
+
+RETURN = r'''
+_value:
+  description: One line per node whose image differs (or is missing), naming both digests and the remedy.
+  type: list
+  elements: str
+'''
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
+
+
+def container_digest_mismatches(digests, image, reference=None):
+    if not isinstance(digests, dict):
+        raise AnsibleFilterError('container_digest_mismatches takes a dict {node: digest}, got %s'
+                                 % type(digests).__name__)
+    if reference is not None and reference not in digests:
+        raise AnsibleFilterError('container_digest_mismatches: reference node %s is not among %s'
+                                 % (reference, ', '.join(digests)))
+    found = cn.digest_mismatches({str(k): (v or None) for k, v in digests.items()}, reference)
+    return [cn.describe_mismatch(item, image) for item in found]
+
+
+class FilterModule:
+    def filters(self):
+        return {'container_digest_mismatches': container_digest_mismatches}

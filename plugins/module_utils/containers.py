@@ -1,0 +1,293 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Training inside one container image: the command lines that put a node's launch command into
+the image, and the readers of what the runtime reports.
+
+A wrapping layer: the launchers build their command as for a host environment, and the functions
+here turn it into ``podman run`` (SSH clusters), ``apptainer exec`` (Apptainer or Singularity) or
+the ``srun --container-image`` line of pyxis/enroot (Slurm). Every container of a job carries the
+label ``gpucluster.job=<job id>``; a stop finds them by that label, never by a name pattern.
+
+Pure functions: the module runs them on each node, the unit tests on plain data.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils.processes import JOB_ENV
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import join, q
+
+RUNTIMES = ('podman', 'apptainer', 'singularity', 'enroot')
+# what an SSH launcher (torchrun, deepspeed, mpirun) can start on a node; enroot runs through pyxis
+SSH_RUNTIMES = ('podman', 'apptainer', 'singularity')
+JOB_LABEL = 'gpucluster.job'
+NODE_LABEL = 'gpucluster.node'
+CDI_ALL_GPUS = 'nvidia.com/gpu=all'
+# where nvidia-ctk writes the CDI spec podman reads
+CDI_SPECS = ('/etc/cdi/nvidia.yaml', '/var/run/cdi/nvidia.yaml')
+INFINIBAND = '/dev/infiniband'
+# the variables every container of a job gets from the host (the rest comes from the env files)
+BASE_ENV = (JOB_ENV, 'MASTER_ADDR', 'MASTER_PORT')
+MPI_RANK_ENV = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE')
+IMAGE_ID_RE = re.compile(r'^(sha256:)?[0-9a-f]{64}$')
+
+
+class ContainerError(ValueError):
+    """A problem with the container settings, worded for the user."""
+
+
+def check_spec(spec):
+    """The container settings of a job, checked; None when the job runs on the host."""
+    if not spec or (spec.get('runtime') or 'none') == 'none':
+        return None
+    runtime = spec.get('runtime')
+    if runtime not in RUNTIMES:
+        raise ContainerError('container runtime %r is not one of %s' % (runtime, ', '.join(RUNTIMES + ('none',))))
+    image = str(spec.get('image') or '')
+    if not image:
+        raise ContainerError('container image is empty: name the image (podman), the SIF file (apptainer) '
+                             'or the squashfs file or image (enroot)')
+    mounts = [str(m) for m in spec.get('mounts') or []]
+    for path in mounts:
+        if not path.startswith('/') or ':' in path or ',' in path:
+            raise ContainerError('container mount %r must be an absolute path without ":" or ","; it is mounted '
+                                 'at the same path inside' % path)
+    gpus = spec.get('gpus')
+    return dict(runtime=runtime, image=image, mounts=mounts, gpus=None if gpus is None else bool(gpus),
+                devices=[str(d) for d in spec.get('devices') or []], memlock=spec.get('memlock', True) is not False,
+                extra_args=[str(a) for a in spec.get('extra_args') or []], digest=str(spec.get('digest') or ''),
+                home=str(spec.get('home') or ''))
+
+
+def container_name(job_id, node):
+    """The container of a node's part of a job (a name for people; stop goes by the label)."""
+    return 'gpucluster-%s-%s' % (job_id, re.sub(r'[^A-Za-z0-9_.-]', '-', node))
+
+
+def labels(job_id, node=None):
+    out = ['--label', '%s=%s' % (JOB_LABEL, job_id)]
+    if node:
+        out += ['--label', '%s=%s' % (NODE_LABEL, node)]
+    return out
+
+
+def podman_run_argv(spec, job_id, inner, node=None, env_names=(), env_files=(), workdir=None, rootless=True,
+                    infiniband=False):
+    """``podman run`` of ``inner`` (an argv) in the image: host network and IPC (NCCL sees the host's
+    interfaces and /dev/shm), the GPUs through CDI, /dev/infiniband where the node has it, unlimited
+    memlock, each mount at the same path, the env files read-only at their own path, the job's
+    variables, and the job's label (and the node's, with a name) so a stop finds it by the job id."""
+    argv = ['podman', 'run', '--rm']
+    if node:
+        argv += ['--name', container_name(job_id, node)]
+    argv += labels(job_id, node)
+    argv += ['--network', 'host', '--ipc', 'host', '--security-opt', 'label=disable']
+    if rootless:
+        argv += ['--userns', 'keep-id']
+    if spec['memlock']:
+        argv += ['--ulimit', 'memlock=-1:-1']
+    if spec['gpus']:
+        argv += ['--device', CDI_ALL_GPUS]
+    if infiniband:
+        argv += ['--device', INFINIBAND]
+    for device in spec['devices']:
+        argv += ['--device', device]
+    for path in spec['mounts']:
+        argv += ['--volume', '%s:%s' % (path, path)]
+    if spec['home']:
+        argv += ['--volume', '%s:%s' % (spec['home'], spec['home']), '--env', 'HOME=%s' % spec['home']]
+    for path in outside_mounts(spec, env_files):
+        argv += ['--volume', '%s:%s:ro' % (path, path)]
+    for name in list(BASE_ENV) + [n for n in env_names if n not in BASE_ENV]:
+        argv += ['--env', name]
+    if workdir:
+        argv += ['--workdir', workdir]
+    return argv + spec['extra_args'] + [spec['image']] + list(inner)
+
+
+def outside_mounts(spec, paths):
+    """The paths not already under one of the mounts (env files from /etc/profile.d, say)."""
+    return [p for p in paths if not any(p == m or p.startswith(m.rstrip('/') + '/') for m in spec['mounts'])]
+
+
+def apptainer_exec_argv(spec, inner, infiniband=False, env_files=()):
+    """``apptainer exec`` (or ``singularity exec``) of ``inner``: the host's network, IPC and
+    processes are the container's already; --nv brings the GPUs, --bind the mounts at the same path
+    (/dev is the host's, InfiniBand included); the environment passes through."""
+    argv = [spec['runtime'] if spec['runtime'] == 'singularity' else 'apptainer', 'exec']
+    if spec['gpus']:
+        argv.append('--nv')
+    binds = ['%s:%s' % (p, p) for p in spec['mounts']]
+    if infiniband:
+        binds.append('%s:%s' % (INFINIBAND, INFINIBAND))
+    binds += ['%s:%s:ro' % (p, p) for p in outside_mounts(spec, env_files)]
+    if binds:
+        argv += ['--bind', ','.join(binds)]
+    return argv + spec['extra_args'] + [spec['image']] + list(inner)
+
+
+def pyxis_srun_args(spec, job_id, env_files=()):
+    """The options pyxis adds to srun so each task runs in the enroot image: the image (a squashfs
+    file on shared storage, or a registry reference), the mounts at the same path, a container name
+    carrying the job id (pyxis removes it when the Slurm job ends), the account's own uid."""
+    argv = ['--container-image=%s' % spec['image'], '--container-name=%s' % container_name(job_id, 'slurm'),
+            '--no-container-remap-root']
+    mounts = ['%s:%s' % (p, p) for p in spec['mounts']] + ['%s:%s:ro' % (p, p) for p in outside_mounts(spec, env_files)]
+    if mounts:
+        argv.append('--container-mounts=%s' % ','.join(mounts))
+    return argv + spec['extra_args']
+
+
+def wrap(spec, job_id, node, argv, shell_prefix, env_names=(), env_files=(), workdir=None, rootless=True,
+         infiniband=False):
+    """This node's launch command in the image: the runtime's line around ``bash -c`` of the job's
+    shell prefix (its env files, sourced inside, so the NCCL interface is the host's) and the argv."""
+    inner = ['/bin/bash', '-c', shell_prefix + 'exec ' + join(argv)]
+    if spec['runtime'] == 'podman':
+        return podman_run_argv(spec, job_id, inner, node=node, env_names=env_names, env_files=env_files,
+                               workdir=workdir, rootless=rootless, infiniband=infiniband)
+    if spec['runtime'] in ('apptainer', 'singularity'):
+        return apptainer_exec_argv(spec, inner, infiniband=infiniband, env_files=env_files)
+    raise ContainerError('container runtime enroot runs under Slurm only (launcher slurm, through pyxis); '
+                         'use podman or apptainer with %s' % ', '.join(('torchrun', 'deepspeed', 'mpirun')))
+
+
+def mpirun_rank_prefix(spec, job_id, shell_prefix, env_names=(), env_files=(), rootless=True, infiniband=False):
+    """What mpirun's per-rank bash runs before ``python script``: the rank's container (Open MPI
+    starts the ranks on the hosts; each rank is a container of the job, with the rank variables)."""
+    inner = ['/bin/bash', '-c', shell_prefix + 'exec "$0" "$@"']
+    names = list(MPI_RANK_ENV) + [n for n in env_names if n not in MPI_RANK_ENV]
+    if spec['runtime'] == 'podman':
+        return podman_run_argv(spec, job_id, inner, env_names=names, env_files=env_files, rootless=rootless,
+                               infiniband=infiniband)
+    if spec['runtime'] in ('apptainer', 'singularity'):
+        return apptainer_exec_argv(spec, inner, infiniband=infiniband, env_files=env_files)
+    raise ContainerError('container runtime enroot runs under Slurm only (launcher slurm, through pyxis)')
+
+
+def slurm_node_addr_lines(hostfile, addr_file):
+    """sbatch lines that write each node's NodeAddr to a file on the shared storage (the batch
+    host has scontrol; the image need not), and the node_addr function the containers use."""
+    return ('while read -r n; do echo "$n $(node_addr "$n")"; done < %s > %s\n' % (q(hostfile), q(addr_file)))
+
+
+def slurm_node_prefix(addr_file):
+    """Inside the container: node_addr reads the file the batch script wrote."""
+    return 'node_addr() { awk -v n="$1" %s %s; }; ' % (q('$1 == n {print $2}'), q(addr_file))
+
+
+def slurm_container_line(spec, job_id, launch_line, env_files=(), infiniband=False):
+    """The srun line of slurm_launch_line with each task in the image: pyxis options for enroot,
+    ``apptainer exec`` in the job step for Apptainer and Singularity, ``podman run`` for podman."""
+    head, sep, body = launch_line.partition(' bash -c ')
+    if not sep or not head.startswith('srun '):
+        raise ContainerError('not an srun line: %r' % launch_line[:80])
+    if spec['runtime'] == 'enroot':
+        return '%s %s bash -c %s' % (head, join(pyxis_srun_args(spec, job_id, env_files)), body)
+    if spec['runtime'] in ('apptainer', 'singularity'):
+        argv = apptainer_exec_argv(spec, [], infiniband=infiniband, env_files=env_files)
+        return '%s %s /bin/bash -c %s' % (head, join(argv), body)
+    argv = podman_run_argv(spec, job_id, [], env_names=('SLURMD_NODENAME', 'SLURM_NNODES', 'SLURM_JOB_ID'),
+                           env_files=env_files, infiniband=infiniband)
+    return '%s %s /bin/bash -c %s' % (head, join(argv), body)
+
+
+# ----- what the runtime reports ----------------------------------------------------------------
+def ps_argv(job_id):
+    """podman's list of every container of the job, running or not, by its label."""
+    return ['podman', 'ps', '--all', '--filter', 'label=%s=%s' % (JOB_LABEL, job_id), '--format', 'json']
+
+
+def parse_ps(text):
+    """[{id, name, state, node}] from ``podman ps --format json``."""
+    text = (text or '').strip()
+    if not text:
+        return []
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ContainerError('podman ps did not print JSON: %s' % exc) from exc
+    out = []
+    for item in data or []:
+        names = item.get('Names') or []
+        out.append({'id': item.get('Id', '')[:12], 'name': names[0] if names else '',
+                    'state': item.get('State', ''), 'node': (item.get('Labels') or {}).get(NODE_LABEL)})
+    return out
+
+
+def rm_argv(ids, timeout=10):
+    """Stop (SIGTERM, SIGKILL after ``timeout`` s) and remove the given containers."""
+    return ['podman', 'rm', '--force', '--time', str(int(timeout))] + list(ids)
+
+
+def inspect_argv(image):
+    return ['podman', 'image', 'inspect', '--format', 'json', image]
+
+
+def parse_inspect(text):
+    """{id, digest, repo_digests, names} of the first image in ``podman image inspect`` JSON."""
+    try:
+        data = json.loads(text or '[]')
+    except ValueError as exc:
+        raise ContainerError('podman image inspect did not print JSON: %s' % exc) from exc
+    if not data:
+        return None
+    item = data[0]
+    image_id = item.get('Id', '')
+    return {'id': image_id if image_id.startswith('sha256:') else 'sha256:' + image_id,
+            'digest': item.get('Digest', ''), 'repo_digests': item.get('RepoDigests') or [],
+            'names': item.get('RepoTags') or []}
+
+
+def image_matches(info, wanted):
+    """Whether an inspected image is the wanted one: its id (sha256:<64 hex>), or a digest the
+    image was pulled by (name@sha256:... or sha256:...)."""
+    if not wanted:
+        return True
+    if info is None:
+        return False
+    wanted = wanted.split('@', 1)[-1]
+    if IMAGE_ID_RE.match(wanted):
+        wanted = wanted if wanted.startswith('sha256:') else 'sha256:' + wanted
+    return wanted in ([info['id'], info['digest']] + [d.split('@', 1)[-1] for d in info['repo_digests']])
+
+
+def digest_mismatches(digests, reference_node=None):
+    """Nodes whose image differs from the reference node's (the first one by default).
+
+    digests: {node: digest or None} in node order. Returns [{node, digest, reference, reference_digest}]
+    (digest None: the image is missing on that node)."""
+    nodes = list(digests)
+    if not nodes:
+        return []
+    ref = reference_node or nodes[0]
+    want = digests.get(ref)
+    return [{'node': n, 'digest': digests[n], 'reference': ref, 'reference_digest': want}
+            for n in nodes if n != ref and digests[n] != want]
+
+
+def describe_mismatch(item, image):
+    if item['digest'] is None:
+        return ('node %s: image %s is missing (%s has %s); load it there (site.yml --tags container)'
+                % (item['node'], image, item['reference'], item['reference_digest']))
+    return ('node %s: image %s is %s but %s has %s; load the same image on every node '
+            '(site.yml --tags container)' % (item['node'], image, item['digest'], item['reference'],
+                                              item['reference_digest']))
+
+
+def archive_image_id(path):
+    """The image id (config digest) an OCI archive holds (what ``podman load`` will show), read from
+    its index and manifest without loading it; {id, name}."""
+    import tarfile
+    try:
+        with tarfile.open(path) as tar:
+            index = json.load(tar.extractfile('index.json'))
+            entry = index['manifests'][0]
+            manifest = json.load(tar.extractfile('blobs/' + entry['digest'].replace(':', '/')))
+    except (IOError, OSError, KeyError, IndexError, ValueError, tarfile.TarError, AttributeError, TypeError) as exc:
+        raise ContainerError('%s is not an OCI archive of one image (%s: %s)' % (path, type(exc).__name__, exc)) from exc
+    return {'id': manifest['config']['digest'],
+            'name': (entry.get('annotations') or {}).get('org.opencontainers.image.ref.name')}

@@ -1,0 +1,262 @@
+"""Command lines of a job in a container image (podman, Apptainer/Singularity, enroot through pyxis),
+the Slurm script lines, and the readers of podman's output (recorded on a lab node, podman 4.3)."""
+
+import os
+import shlex
+
+import pytest
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
+from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers as ln
+from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
+
+from test_launchers import FakeRunner, Spawn, fixture, job, lab, probe_ok, proc  # noqa: F401 (fixtures)
+from test_processes import fake_proc, kills  # noqa: F401 (kills is a fixture)
+
+PODMAN = {'runtime': 'podman', 'image': 'localhost/gpucluster-train:1', 'mounts': ['/shared']}
+SIF = {'runtime': 'apptainer', 'image': '/shared/images/train.sif', 'mounts': ['/shared'], 'gpus': True}
+SQSH = {'runtime': 'enroot', 'image': '/shared/images/train.sqsh', 'mounts': ['/shared', '/scratch']}
+PROFILE = '/etc/profile.d/gpucluster-nccl.sh'
+
+
+def pairs(argv, flag):
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]
+
+
+# ----- podman ------------------------------------------------------------------------------------
+def test_podman_line_has_host_network_ipc_gpus_infiniband_memlock_mounts_and_the_job_label():
+    spec = cn.check_spec(dict(PODMAN, gpus=True))
+    argv = cn.wrap(spec, 'tiny-001', 'gpu-worker-1', ['/opt/gpucluster/env/bin/torchrun', '--nnodes', '3', 'train.py'],
+                   'set -a; . /shared/jobs/tiny-001/job.env; set +a; ', env_files=[PROFILE, '/shared/jobs/x.env'],
+                   workdir='/shared/jobs/tiny-001', infiniband=True)
+    assert argv[:3] == ['podman', 'run', '--rm']
+    assert pairs(argv, '--network') == ['host'] and pairs(argv, '--ipc') == ['host']
+    assert pairs(argv, '--device') == ['nvidia.com/gpu=all', '/dev/infiniband']
+    assert pairs(argv, '--ulimit') == ['memlock=-1:-1'] and pairs(argv, '--userns') == ['keep-id']
+    assert pairs(argv, '--label') == ['gpucluster.job=tiny-001', 'gpucluster.node=gpu-worker-1']
+    assert pairs(argv, '--name') == ['gpucluster-tiny-001-gpu-worker-1']
+    # the shared storage at the same path; an env file outside it read-only at its own path
+    assert pairs(argv, '--volume') == ['/shared:/shared', '%s:%s:ro' % (PROFILE, PROFILE)]
+    assert pairs(argv, '--env')[:3] == [pr.JOB_ENV, 'MASTER_ADDR', 'MASTER_PORT']
+    image_at = argv.index(PODMAN['image'])
+    assert argv[image_at + 1:image_at + 3] == ['/bin/bash', '-c']
+    assert argv[image_at + 3].startswith('set -a; . /shared/jobs/tiny-001/job.env')
+    assert argv[image_at + 3].endswith('exec /opt/gpucluster/env/bin/torchrun --nnodes 3 train.py')
+
+
+def test_podman_line_without_gpus_infiniband_or_memlock_asks_for_none_and_root_keeps_its_userns():
+    spec = cn.check_spec(dict(PODMAN, memlock=False))
+    argv = cn.wrap(spec, 'j', 'n', ['python'], '', rootless=False)
+    assert '--device' not in argv and '--ulimit' not in argv and '--userns' not in argv
+
+
+def test_spec_refusals_name_the_setting():
+    assert cn.check_spec(None) is None and cn.check_spec({'runtime': 'none'}) is None
+    with pytest.raises(cn.ContainerError, match="runtime 'docker' is not one of podman, apptainer"):
+        cn.check_spec({'runtime': 'docker', 'image': 'x'})
+    with pytest.raises(cn.ContainerError, match='image is empty'):
+        cn.check_spec({'runtime': 'podman'})
+    with pytest.raises(cn.ContainerError, match="mount 'shared' must be an absolute path"):
+        cn.check_spec({'runtime': 'podman', 'image': 'x', 'mounts': ['shared']})
+    with pytest.raises(cn.ContainerError, match='enroot runs under Slurm only'):
+        cn.wrap(cn.check_spec(SQSH), 'j', 'n', ['python'], '')
+
+
+# ----- Apptainer / Singularity / enroot ----------------------------------------------------------
+def test_apptainer_exec_brings_gpus_with_nv_and_binds_the_mounts_and_env_files():
+    spec = cn.check_spec(SIF)
+    argv = cn.wrap(spec, 'tiny-001', 'n1', ['torchrun', 'train.py'], 'P; ', env_files=[PROFILE], infiniband=True)
+    assert argv[:3] == ['apptainer', 'exec', '--nv']
+    assert pairs(argv, '--bind') == ['/shared:/shared,/dev/infiniband:/dev/infiniband,%s:%s:ro' % (PROFILE, PROFILE)]
+    assert argv[argv.index(SIF['image']) + 1:] == ['/bin/bash', '-c', 'P; exec torchrun train.py']
+    singularity = cn.wrap(cn.check_spec(dict(SIF, runtime='singularity', gpus=False)), 'j', 'n', ['x'], '')
+    assert singularity[:3] == ['singularity', 'exec', '--bind']
+
+
+def test_pyxis_options_carry_the_image_mounts_and_a_name_with_the_job_id():
+    argv = cn.pyxis_srun_args(cn.check_spec(SQSH), 'tiny-001', env_files=[PROFILE])
+    assert argv == ['--container-image=/shared/images/train.sqsh', '--container-name=gpucluster-tiny-001-slurm',
+                    '--no-container-remap-root',
+                    '--container-mounts=/shared:/shared,/scratch:/scratch,%s:%s:ro' % (PROFILE, PROFILE)]
+
+
+SRUN = "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'exec torchrun --nnodes \"$SLURM_NNODES\" train.py'"
+
+
+@pytest.mark.parametrize('spec,middle', [
+    (SQSH, "--container-image=/shared/images/train.sqsh --container-name=gpucluster-tiny-001-slurm "
+           "--no-container-remap-root --container-mounts=/shared:/shared,/scratch:/scratch bash -c"),
+    (SIF, "apptainer exec --nv --bind /shared:/shared /shared/images/train.sif /bin/bash -c"),
+])
+def test_slurm_step_line_runs_each_task_in_the_image(spec, middle):
+    line = cn.slurm_container_line(cn.check_spec(spec), 'tiny-001', SRUN)
+    assert line == ("srun --ntasks-per-node=1 --kill-on-bad-exit=1 %s 'exec torchrun --nnodes \"$SLURM_NNODES\" "
+                    "train.py'" % middle)
+    words = shlex.split(line)
+    assert words[-1] == 'exec torchrun --nnodes "$SLURM_NNODES" train.py'
+
+
+def test_slurm_node_address_comes_from_a_file_the_batch_script_wrote(tmp_path):
+    addrs = tmp_path / 'node_addrs'
+    addrs.write_text('n1 10.0.0.1\nn2 10.0.0.2\n')
+    import subprocess
+    out = subprocess.run(['bash', '-c', cn.slurm_node_prefix(str(addrs)) + 'node_addr n2'],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == '10.0.0.2'
+    assert cn.slurm_node_addr_lines('/j/hostfile', '/j/node_addrs') == \
+        'while read -r n; do echo "$n $(node_addr "$n")"; done < /j/hostfile > /j/node_addrs\n'
+
+
+# ----- podman's output (recorded) ----------------------------------------------------------------
+def test_parse_ps_reads_the_jobs_containers_and_an_empty_list():
+    found = cn.parse_ps(fixture('containers', 'podman_ps_job.json'))
+    assert found == [{'id': 'c01e3f9f39f9', 'name': 'gpucluster-tiny-001-mol-ctr-head', 'state': 'running',
+                      'node': 'mol-ctr-head'}]
+    assert cn.parse_ps('[]\n') == [] and cn.parse_ps('') == []
+    with pytest.raises(cn.ContainerError):
+        cn.parse_ps('Error: something')
+    assert cn.ps_argv('tiny-001') == ['podman', 'ps', '--all', '--filter', 'label=gpucluster.job=tiny-001',
+                                      '--format', 'json']
+
+
+def test_parse_inspect_and_the_digest_a_node_must_have():
+    info = cn.parse_inspect(fixture('containers', 'podman_image_inspect.json'))
+    image_id = 'sha256:9dfd6d3a179af5b2df2578547dc36bede86f77b848d7d56450d80a94db1868f3'
+    manifest = 'sha256:00ed614ba92f11152340eb52eea7d602d341735552de8afef908748848063ff4'
+    assert info['id'] == image_id and info['digest'] == manifest
+    assert cn.image_matches(info, image_id) and cn.image_matches(info, image_id[7:])
+    assert cn.image_matches(info, 'registry.example/train@' + manifest)
+    assert not cn.image_matches(info, 'sha256:' + 'a' * 64) and not cn.image_matches(None, image_id)
+
+
+def test_digest_mismatches_name_the_node_and_both_digests():
+    found = cn.digest_mismatches({'head': 'sha256:aaa', 'w1': 'sha256:aaa', 'w2': 'sha256:bbb', 'w3': None})
+    assert [f['node'] for f in found] == ['w2', 'w3']
+    assert cn.describe_mismatch(found[0], 'img') == (
+        'node w2: image img is sha256:bbb but head has sha256:aaa; load the same image on every node '
+        '(site.yml --tags container)')
+    assert 'image img is missing (head has sha256:aaa)' in cn.describe_mismatch(found[1], 'img')
+
+
+# ----- the launchers in containers ---------------------------------------------------------------
+INSPECT_OK = (0, None, '')
+
+
+def podman_runner(inspect=None, ps=(0, '[]\n', '')):
+    inspect = inspect or (0, fixture('containers', 'podman_image_inspect.json'), '')
+    return FakeRunner({'ssh-probe': probe_ok, 'podman': lambda argv: inspect if argv[1] == 'image' else ps})
+
+
+def test_torchrun_agent_runs_in_the_image_with_the_env_files_sourced_inside(lab):
+    spawn = Spawn()
+    out = job(lab, 'torchrun', 'delta', runner=podman_runner(), container=PODMAN, env_files=[PROFILE]).start(spawn=spawn)
+    words = shlex.split(spawn.calls[0]['line'])
+    assert words[:4] == ['exec', 'podman', 'run', '--rm'] and 'gpucluster.job=tiny-001' in words
+    inner = words[-1]
+    assert '--nproc-per-node 1' in inner and '. %s' % PROFILE in inner and 'job.env' in inner
+    assert out['command'].startswith('podman run')
+
+
+def test_deepspeed_in_containers_runs_a_launcher_per_node_without_ssh(lab):
+    runner = podman_runner()
+    spawn = Spawn()
+    out = job(lab, 'deepspeed', 'charlie', runner=runner, container=PODMAN).start(spawn=spawn)
+    inner = shlex.split(spawn.calls[0]['line'])[-1]
+    assert '--no_ssh --node_rank 2' in inner and out['role'] == 'agent'
+    assert (lab / 'jobs' / 'tiny-001' / 'hostfile').read_text().startswith('alpha slots=2\n')
+    assert 'DS_ENV_FILE' not in spawn.calls[0]['env']
+    assert not any(c[:2] == ['bash', '-c'] for c in runner.calls)   # no SSH probe: nothing goes over SSH
+
+
+def test_mpirun_starts_on_the_host_and_each_rank_in_a_container(lab):
+    spawn = Spawn()
+    job(lab, 'mpirun', runner=podman_runner(), container=PODMAN).start(spawn=spawn)
+    words = shlex.split(spawn.calls[0]['line'].split('; exec ', 1)[1])
+    assert words[0].endswith('mpirun') and '-np' in words
+    at = words.index('podman')
+    assert words[at - 3:at] == ['/bin/bash', '-c', words[at - 1]] and 'OMPI_COMM_WORLD_RANK' in words[at - 1]
+    assert {'RANK', 'LOCAL_RANK', 'WORLD_SIZE'} <= set(pairs(words, '--env'))
+    assert words[-4:] == [str(lab / 'env' / 'bin' / 'python'), str(lab / 'train.py'), '--steps', '5']
+
+
+def test_a_missing_image_or_another_digest_is_refused_naming_the_node(lab):
+    missing = podman_runner(inspect=(125, '', fixture('containers', 'podman_image_inspect_missing.txt')))
+    with pytest.raises(ln.JobError, match='node bravo-2 cannot start job tiny-001: container image '
+                                          'localhost/gpucluster-train:1 is not loaded here'):
+        job(lab, 'torchrun', 'bravo-2', runner=missing, container=PODMAN).start(spawn=Spawn())
+    other = dict(PODMAN, digest='sha256:' + 'b' * 64)
+    problems, versions, _ = job(lab, 'torchrun', 'bravo-2', runner=podman_runner(), container=other).check()
+    assert problems == ['container image localhost/gpucluster-train:1 here is sha256:9dfd6d3a179af5b2df2578547dc36bede'
+                        '86f77b848d7d56450d80a94db1868f3, not the pinned sha256:%s; load the same image on every node '
+                        'with site.yml --tags container' % ('b' * 64)]
+
+
+def test_enroot_with_an_ssh_launcher_is_refused(lab):
+    with pytest.raises(ln.JobError, match='node alpha: container runtime enroot runs under Slurm only'):
+        job(lab, 'torchrun', container=SQSH)
+
+
+def test_slurm_script_with_pyxis_and_apptainer(lab):
+    runner = FakeRunner({'sbatch': (0, '42\n', ''), 'sinfo': (0, 'cpu\n', '')})
+    (lab / 'train.sqsh').write_text('')
+    job(lab, 'slurm', runner=runner, container=dict(SQSH, image=str(lab / 'train.sqsh'))).start()
+    script = (lab / 'jobs' / 'tiny-001' / 'job.sbatch').read_text()
+    addrs = lab / 'jobs' / 'tiny-001' / 'node_addrs'
+    assert 'done < %s > %s\n' % (lab / 'jobs' / 'tiny-001' / 'hostfile', addrs) in script
+    step = [line for line in script.splitlines() if line.startswith('srun ')][0]
+    assert ' --container-image=%s ' % (lab / 'train.sqsh') in step and '--container-mounts=/shared:/shared' in step
+    # inside the image, node_addr reads the file (no scontrol there)
+    assert 'node_addr() { awk' in shlex.split(step)[-1]
+    (lab / 'train.sif').write_text('')
+    job(lab, 'slurm', runner=runner, container=dict(SIF, image=str(lab / 'train.sif'))).start()
+    step = [line for line in (lab / 'jobs' / 'tiny-001' / 'job.sbatch').read_text().splitlines()
+            if line.startswith('srun ')][0]
+    assert 'srun --ntasks-per-node=1 --kill-on-bad-exit=1 apptainer exec --nv --bind /shared:/shared %s /bin/bash -c' \
+        % (lab / 'train.sif') in step
+
+
+def test_stop_removes_the_jobs_containers_by_label_then_its_processes(lab, proc, kills):
+    fake_proc(proc, 800, env={pr.JOB_ENV: 'tiny-001'}, cmdline=('podman', 'run'))
+    listed = [fixture('containers', 'podman_ps_job.json'), '[]\n']
+    runner = FakeRunner({'podman': lambda argv: (0, listed.pop(0), '') if argv[1] == 'ps' else (0, 'c01e3f9f39f9\n', '')})
+    out = job(lab, 'torchrun', runner=runner, container=PODMAN).stop(sleep=lambda s: None)
+    assert ['podman', 'rm', '--force', '--time', '1', 'c01e3f9f39f9'] in runner.calls
+    assert all('label=gpucluster.job=tiny-001' in c for c in runner.calls if c[1] == 'ps')
+    assert out['removed_containers'] == ['gpucluster-tiny-001-mol-ctr-head'] and out['stopped_pids'] == [800]
+
+
+def test_stop_fails_naming_a_container_that_is_left(lab, proc, kills):
+    runner = FakeRunner({'podman': lambda argv: (0, fixture('containers', 'podman_ps_job.json'), '')
+                         if argv[1] == 'ps' else (125, '', 'Error: cannot remove')})
+    with pytest.raises(ln.JobError, match='node alpha: 1 container.s. of job tiny-001 are left: '
+                                          'gpucluster-tiny-001-mol-ctr-head .podman rm: Error: cannot remove.'):
+        job(lab, 'torchrun', runner=runner, container=PODMAN).stop(sleep=lambda s: None)
+
+
+def test_status_lists_the_jobs_containers(lab):
+    runner = FakeRunner({'podman': (0, fixture('containers', 'podman_ps_job.json'), '')})
+    out = job(lab, 'torchrun', runner=runner, container=PODMAN).status()
+    assert out['running'] is True and out['containers'][0]['node'] == 'mol-ctr-head'
+    assert os.path.basename(out['log']) == 'alpha.log'
+
+
+def test_archive_image_id_is_the_id_podman_shows_after_loading_it(tmp_path):
+    # podman save --format oci-archive of the lab's base image (its layer blob left out of the fixture)
+    found = cn.archive_image_id(os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'containers',
+                                             'oci_archive_without_layer.tar'))
+    inspected = cn.parse_inspect(fixture('containers', 'podman_image_inspect.json'))
+    assert found == {'id': inspected['id'], 'name': 'localhost/gpucluster-base:bookworm'}
+    (tmp_path / 'x.tar').write_text('not a tar')
+    with pytest.raises(cn.ContainerError, match='x.tar is not an OCI archive of one image'):
+        cn.archive_image_id(str(tmp_path / 'x.tar'))
+
+
+def test_an_env_file_the_node_lacks_is_not_mounted(lab, tmp_path):
+    present = tmp_path / 'nccl.sh'
+    present.write_text('export NCCL_SOCKET_IFNAME=eth0\n')
+    spawn = Spawn()
+    job(lab, 'torchrun', runner=podman_runner(), container=PODMAN,
+        env_files=[str(present), '/etc/profile.d/no-such-file.sh']).start(spawn=spawn)
+    words = shlex.split(spawn.calls[0]['line'])
+    assert pairs(words, '--volume')[-1] == '%s:%s:ro' % (present, present)
+    assert not any('no-such-file' in v for v in pairs(words, '--volume'))
