@@ -11,9 +11,9 @@ name: container_digest_mismatches
 short_description: One line per node whose container image differs from the reference node's
 version_added: "0.1.0"
 description:
-  - Takes C({node: image id or digest}) in node order (a node without the image maps to null) and
+  - "Takes C({node: image id or digest}) in node order (a node without the image maps to null) and
     returns one line per node whose image differs from the reference node's (the first node unless
-    O(reference) names another), naming the node, the image and both digests, with the remedy.
+    O(reference) names another), naming the node, the image and both digests, with the remedy."
   - An empty list means every node has the same image.
 positional: _input, image
 options:

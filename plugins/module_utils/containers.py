@@ -274,8 +274,8 @@ def describe_mismatch(item, image):
         return ('node %s: image %s is missing (%s has %s); load it there (site.yml --tags container)'
                 % (item['node'], image, item['reference'], item['reference_digest']))
     return ('node %s: image %s is %s but %s has %s; load the same image on every node '
-            '(site.yml --tags container)' % (item['node'], image, item['digest'], item['reference'],
-                                              item['reference_digest']))
+            '(site.yml --tags container)'
+            % (item['node'], image, item['digest'], item['reference'], item['reference_digest']))
 
 
 def archive_image_id(path):

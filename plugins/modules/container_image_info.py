@@ -12,11 +12,10 @@ short_description: The id and digest of a training image on this node, and of th
 version_added: 0.1.0
 description:
   - Reads C(podman image inspect) of O(image) in the storage of the account the module runs as
-    (rootless podman: run it with C(become_user) of the training account) and, when O(archive) is
+    (for rootless podman, run it with C(become_user) of the training account) and, when O(archive) is
     given, the image id that OCI archive holds (read from its index and manifest, without loading it).
   - Changes nothing. An image that is not there is reported as C(present=false), not as a failure.
-author:
-  - gpucluster.multinode maintainers
+author: gpucluster.multinode contributors (!UNKNOWN)
 options:
   image:
     description: Image reference.
@@ -25,11 +24,7 @@ options:
   archive:
     description: OCI archive (C(podman save --format oci-archive)) whose image id is read.
     type: path
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment: [gpucluster.multinode.attributes.read_only]
 '''
 
 EXAMPLES = r'''
