@@ -272,7 +272,7 @@ def test_a_bad_setting_is_named(change, message):
 
 # ----- container.image ---------------------------------------------------------------------------
 def test_container_image_names_the_node_with_another_image_and_the_remedy():
-    from ansible_collections.gpucluster.multinode.plugins.module_utils import health_checks as hc
+    from ansible_collections.gpucluster.multinode.plugins.plugin_utils import health_checks as hc
     a, b = 'sha256:' + 'a' * 64, 'sha256:' + 'b' * 64
     recs = hc.check_container_image({'head': a, 'w1': a, 'w2': b, 'w3': '', 'w4': None}, 'head', 'train:1')
     by = {r['node']: r for r in recs}
@@ -284,7 +284,7 @@ def test_container_image_names_the_node_with_another_image_and_the_remedy():
 
 
 def test_container_image_without_the_heads_image_takes_the_most_common_and_none_anywhere_fails():
-    from ansible_collections.gpucluster.multinode.plugins.module_utils import health_checks as hc
+    from ansible_collections.gpucluster.multinode.plugins.plugin_utils import health_checks as hc
     a, b = 'sha256:' + 'a' * 64, 'sha256:' + 'b' * 64
     by = {r['node']: r for r in hc.check_container_image({'head': '', 'w1': b, 'w2': b, 'w3': a}, 'head', 'i')}
     assert by['head']['status'] == 'fail' and by['w1']['status'] == 'ok' and by['w3']['status'] == 'fail'
