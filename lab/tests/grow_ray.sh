@@ -12,7 +12,7 @@
 # Settings (environment): GROW_LAB_NAME (lab-grow), GROW_LAB_SUBNET (10.213.53.0/24),
 # GROW_KEEP=1 keeps the lab at the end, GROW_BACK_TO_BACK (3). Ray's wheels (~110 MB) are
 # downloaded once into .lab/ray-wheelhouse and mounted on the nodes with the lab's wheelhouse.
-# Heavy: about 25 minutes on a busy 2-core machine (see docs/logind.md).
+# Heavy: 14 minutes (822 s) beside a make test run on a 2-core machine (see docs/logind.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck source=scripts/env.sh
