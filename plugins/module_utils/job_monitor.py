@@ -136,14 +136,6 @@ def parse_status_memory(text):
     return out
 
 
-def _read(path):
-    try:
-        with open(path) as handle:
-            return handle.read()
-    except (IOError, OSError, UnicodeDecodeError):
-        return None
-
-
 def rank_processes(job_id, uid, proc='/proc', leaders=()):
     """{rank: {pid, local_rank, visible_devices, state}} of the job's ranks on this node: the job's
     processes (processes.job_processes) that carry RANK, the topmost one per rank (a data loader
@@ -169,12 +161,12 @@ def rank_processes(job_id, uid, proc='/proc', leaders=()):
 
 def cpu_sample(pids, proc='/proc', sleep=None, interval=1.0, ticks_per_s=100):
     """{pid: cpu %} over interval seconds (100 = one core busy); None for a process that ended."""
-    first = {pid: parse_cpu_ticks(_read(os.path.join(proc, str(pid), 'stat'))) for pid in pids}
+    first = {pid: parse_cpu_ticks(pr._read(os.path.join(proc, str(pid), 'stat'))) for pid in pids}
     if sleep:
         sleep(interval)
     out = {}
     for pid in pids:
-        second = parse_cpu_ticks(_read(os.path.join(proc, str(pid), 'stat')))
+        second = parse_cpu_ticks(pr._read(os.path.join(proc, str(pid), 'stat')))
         if first[pid] is None or second is None:
             out[pid] = None
         else:
@@ -183,7 +175,7 @@ def cpu_sample(pids, proc='/proc', sleep=None, interval=1.0, ticks_per_s=100):
 
 
 def memory(pid, proc='/proc'):
-    return parse_status_memory(_read(os.path.join(proc, str(pid), 'status')))
+    return parse_status_memory(pr._read(os.path.join(proc, str(pid), 'status')))
 
 
 # ----- GPUs ------------------------------------------------------------------------------------
@@ -238,7 +230,7 @@ def read_progress_files(job_dir):
     for name in names:
         match = PROGRESS_RE.match(name)
         if match:
-            out[int(match.group(1))] = _read(os.path.join(folder, name)) or ''
+            out[int(match.group(1))] = pr._read(os.path.join(folder, name)) or ''
     return out
 
 
