@@ -15,7 +15,11 @@ description:
     C(python_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path'))).
   - C(env_path) (C(/opt/gpucluster/env)), C(nccl_profile) (C(/etc/profile.d/gpucluster-nccl.sh)),
     C(master_port) (29500), C(rendezvous_port_count), C(max_slots) (1024), C(ray_port),
-    C(ray_dashboard_port), C(ray_client_server_port), C(ray_client_port_count).
+    C(ray_dashboard_port), C(ray_client_server_port), C(ray_client_port_count), C(bandwidth_port)
+    (5201), C(torch_version) (2.13.0), C(deepspeed_version) (0.19.8), C(ninja_version) (1.13.2).
+  - C(train_image) is the training image the container role builds,
+    C(localhost/gpucluster-train:torch<torch>-ds<deepspeed>), for the pins given in O(torch) and
+    O(deepspeed) (the collection's own when empty).
   - An unknown name fails naming it and the names there are.
 options:
   _terms:
@@ -23,12 +27,24 @@ options:
     type: list
     elements: str
     required: true
+  torch:
+    description: The torch pin for C(train_image) (empty, the collection's).
+    type: str
+    default: ""
+  deepspeed:
+    description: The DeepSpeed pin for C(train_image) (empty, the collection's).
+    type: str
+    default: ""
 '''
 
 EXAMPLES = r'''
 - name: The environment path other roles fall back to
   ansible.builtin.debug:
     msg: "{{ python_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path')) }}"
+
+- name: The training image of the environment's pins
+  ansible.builtin.debug:
+    msg: "{{ lookup('gpucluster.multinode.cluster_default', 'train_image', torch=python_env_torch_version | default('')) }}"
 '''
 
 RETURN = r'''
@@ -41,7 +57,7 @@ _raw:
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils.cluster_defaults import DEFAULTS
+from ansible_collections.gpucluster.multinode.plugins.module_utils.cluster_defaults import DEFAULTS, train_image
 
 
 class LookupModule(LookupBase):
@@ -49,8 +65,11 @@ class LookupModule(LookupBase):
         self.set_options(var_options=variables, direct=kwargs)
         out = []
         for term in terms:
+            if term == 'train_image':
+                out.append(train_image(kwargs.get('torch'), kwargs.get('deepspeed')))
+                continue
             if term not in DEFAULTS:
                 raise AnsibleLookupError('cluster_default: no default named %r (there are %s)'
-                                         % (term, ', '.join(sorted(DEFAULTS))))
+                                         % (term, ', '.join(sorted(list(DEFAULTS) + ['train_image']))))
             out.append(DEFAULTS[term])
         return out

@@ -25,6 +25,20 @@ RAY_PORT = 6379
 RAY_DASHBOARD_PORT = 8265
 RAY_CLIENT_SERVER_PORT = 10001
 RAY_CLIENT_PORT_COUNT = 100
+# iperf3's server port (cluster_tests_bandwidth_port), checked free on the head by preflight.
+BANDWIDTH_PORT = 5201
+# The Python pins of the cluster's environment (python_env) and of the training image (container).
+TORCH_VERSION = '2.13.0'
+DEEPSPEED_VERSION = '0.19.8'
+NINJA_VERSION = '1.13.2'
+# The training image the container role builds: this repository, tagged with the pins.
+TRAIN_IMAGE_REPOSITORY = 'localhost/gpucluster-train'
+
+
+def train_image(torch=None, deepspeed=None):
+    """The default training image reference for these pins (the collection's pins when empty)."""
+    return '%s:torch%s-ds%s' % (TRAIN_IMAGE_REPOSITORY, torch or TORCH_VERSION, deepspeed or DEEPSPEED_VERSION)
+
 
 DEFAULTS = {
     'env_path': ENV_PATH,
@@ -36,6 +50,10 @@ DEFAULTS = {
     'ray_dashboard_port': RAY_DASHBOARD_PORT,
     'ray_client_server_port': RAY_CLIENT_SERVER_PORT,
     'ray_client_port_count': RAY_CLIENT_PORT_COUNT,
+    'bandwidth_port': BANDWIDTH_PORT,
+    'torch_version': TORCH_VERSION,
+    'deepspeed_version': DEEPSPEED_VERSION,
+    'ninja_version': NINJA_VERSION,
 }
 
 

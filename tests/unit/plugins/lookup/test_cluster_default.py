@@ -24,3 +24,10 @@ def test_the_port_ranges_the_firewall_opens_by_default():
 def test_an_unknown_name_fails_naming_it():
     with pytest.raises(AnsibleLookupError, match="no default named 'env'"):
         LookupModule().run(['env'], {})
+
+
+def test_the_training_image_is_named_after_the_pins_given_or_the_collections():
+    assert LookupModule().run(['train_image'], {}) == ['localhost/gpucluster-train:torch2.13.0-ds0.19.8']
+    assert (LookupModule().run(['train_image'], {}, torch='2.12.0', deepspeed='')
+            == ['localhost/gpucluster-train:torch2.12.0-ds0.19.8'])
+    assert LookupModule().run(['torch_version', 'deepspeed_version', 'bandwidth_port'], {}) == ['2.13.0', '0.19.8', 5201]
