@@ -231,7 +231,8 @@ class Mpirun(Launcher):
             # Open MPI starts each rank on its host; the rank's bash then runs it in the image
             at = len(argv) - 2 - len(j.p['script_args'])
             argv[at:at] = cn.mpirun_rank_prefix(j.container, j.job_id, j.shell_prefix(), env_files=j.env_files_here(),
-                                                rootless=j.uid != 0, infiniband=os.path.isdir(cn.INFINIBAND))
+                                                rootless=j.uid != 0, infiniband=os.path.isdir(cn.INFINIBAND),
+                                                workdir=j.job_dir)
         return argv
 
     def files(self):
@@ -664,8 +665,12 @@ class Job:
         while True:
             step, failures = self.watch_once(step_re)
             elapsed = round(clock() - start, 1)
-            if step or failures:
-                return self.result(changed=False, first_step=step, elapsed=elapsed, failures=failures, timed_out=False)
+            if failures:
+                log = self.launcher.watch_log()
+                return self.result(changed=False, first_step=None, elapsed=elapsed, failures=failures, timed_out=False,
+                                   log=log, log_tail=pr.tail(log, self.p['log_lines']))
+            if step:
+                return self.result(changed=False, first_step=step, elapsed=elapsed, failures=[], timed_out=False)
             if self.exit_codes().get(self.me) == 0:
                 return self.result(changed=False, first_step=None, elapsed=elapsed, failures=[], timed_out=False)
             if elapsed >= timeout:

@@ -176,6 +176,8 @@ def test_mpirun_starts_on_the_host_and_each_rank_in_a_container(lab):
     at = words.index('podman')
     assert words[at - 3:at] == ['/bin/bash', '-c', words[at - 1]] and 'OMPI_COMM_WORLD_RANK' in words[at - 1]
     assert {'RANK', 'LOCAL_RANK', 'WORLD_SIZE'} <= set(pairs(words, '--env'))
+    # each rank works in the job directory, as a host rank does (the examples' relative progress/ lands there)
+    assert pairs(words, '--workdir') == [str(lab / 'jobs' / 'tiny-001')]
     assert words[-4:] == [str(lab / 'env' / 'bin' / 'python'), str(lab / 'train.py'), '--steps', '5']
 
 

@@ -333,6 +333,8 @@ def test_watch_names_a_torchrun_agent_that_exited_non_zero(lab):
     out = job(lab, 'torchrun').watch(900, 'step [0-9]+ loss', sleep=later, clock=clock)
     assert out['failures'] == [{'node': 'charlie', 'cause': 'its torchrun agent exited with code 1'}]
     assert out['elapsed'] == 3.0
+    # the failure comes with the head's last lines, for the message that names the node
+    assert out['log_tail'] == ['waiting for the rendezvous'] and out['log'].endswith('.log')
 
 
 def test_watch_returns_the_first_step_and_times_out_bounded(lab):
