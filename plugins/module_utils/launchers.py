@@ -586,6 +586,10 @@ class Job:
             self.fail('node %s: %s' % (self.me, exc))
         if self.is_head or self.launcher.per_node:
             write_file(self.env_file, tr.env_file_text(self.env), 0o600)
+        # a job id run again: the last run's log is kept beside (.previous), the new run's starts empty,
+        # so the wait for the first step and the failure watch read only this run
+        if os.path.isfile(self.log) and os.path.getsize(self.log) > 0:
+            os.replace(self.log, self.log + '.previous')
         for path, (content, mode) in self.launcher.files().items():
             write_file(path, content, mode)
 

@@ -438,3 +438,15 @@ def test_a_login_session_slow_twice_is_refused_naming_the_session_stage_and_the_
         '(tried twice): sshd waits there on systemd-logind and the account\'s user manager, or on a slow PAM or NSS '
         'lookup; see `journalctl -u user@%d` and `loginctl user-status %s` on bravo-2 (ssh_trust_linger keeps the '
         'user manager running between jobs)' % (j.user, j.uid, j.user)]
+
+
+def test_a_job_id_started_again_keeps_the_last_log_aside_and_watches_only_the_new_run(lab):
+    write_log(lab, 'alpha', 'alpha: step 1 loss 2.30\nalpha: final loss 0.5\n')
+    j = job(lab, 'torchrun')
+    j.start(spawn=Spawn())
+    logs = lab / 'jobs' / 'tiny-001' / 'logs'
+    assert (logs / 'alpha.log.previous').read_text().startswith('alpha: step 1 loss')
+    assert not (logs / 'alpha.log').exists() or (logs / 'alpha.log').read_text() == ''
+    clock = Clock()
+    out = job(lab, 'torchrun').watch(5, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)
+    assert out['first_step'] is None and out['timed_out']   # the old run's step is not this run's
