@@ -693,6 +693,16 @@ class Job:
         self.launcher.read_status(out)
         return out
 
+    def remove_containers(self, boxes):
+        """podman stops the job's containers (SIGTERM, SIGKILL after the grace) and removes them; fails
+        naming any that is left."""
+        rc, out, err = self.runner.run(cn.rm_argv([c['id'] for c in boxes], self.p['stop_timeout']))
+        left = self.containers()
+        if left:
+            self.fail('node %s: %d container(s) of job %s are left: %s (podman rm: %s)'
+                      % (self.me, len(left), self.job_id, ', '.join(c['name'] for c in left),
+                         (err or out).strip()[-300:]), removed_containers=[])
+
     def stop(self, sleep=time.sleep, clock=time.time):
         procs = self.processes()
         sid = self.launcher.slurm_id() if self.launcher.name == 'slurm' and self.is_head else None
@@ -701,13 +711,7 @@ class Job:
             return self.result(changed=bool(procs) or bool(sid) or bool(boxes), running=bool(procs),
                                stopped_pids=[p['pid'] for p in procs], removed_containers=[c['name'] for c in boxes])
         if boxes:
-            # the job's containers by its label: podman stops them (SIGTERM, SIGKILL after the grace) and removes them
-            rc, out, err = self.runner.run(cn.rm_argv([c['id'] for c in boxes], self.p['stop_timeout']))
-            left = self.containers()
-            if left:
-                self.fail('node %s: %d container(s) of job %s are left: %s (podman rm: %s)'
-                          % (self.me, len(left), self.job_id, ', '.join(c['name'] for c in left),
-                             (err or out).strip()[-300:]), removed_containers=[])
+            self.remove_containers(boxes)
         if sid:
             rc, out, err = self.runner.run(['scancel', sid])
             if rc != 0:
@@ -717,6 +721,12 @@ class Job:
                 sleep(1)
         outcome = pr.stop_job(self.job_id, self.uid, grace=self.p['stop_timeout'], proc=self.proc,
                               leaders=self.leaders(), sleep=sleep, clock=clock)
+        # a podman run stopped while it was making its container leaves that container behind (created,
+        # never started): the job's label finds it once its processes are gone
+        late = self.containers()
+        if late:
+            self.remove_containers(late)
+            boxes = list(boxes) + late
         if outcome['left']:
             refused = ', '.join('%s (%s)' % (r['pid'], r['reason']) for r in outcome['refused'])
             self.fail('node %s: %d process(es) of job %s are left: %s%s'

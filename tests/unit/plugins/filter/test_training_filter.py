@@ -33,5 +33,10 @@ def test_the_same_image_everywhere_is_no_mismatch_and_host_versions_are_compared
 def test_wrong_input_is_refused_naming_it():
     with pytest.raises(AnsibleFilterError, match='takes {node: versions}, got list'):
         training_launch_mismatches([HEAD_ID], 'img', 'head')
-    with pytest.raises(AnsibleFilterError, match='the head head is not among w-1'):
-        training_launch_mismatches({'w-1': {'image': HEAD_ID}}, 'img', 'head')
+
+
+
+def test_without_the_head_the_first_node_is_the_reference():
+    lines = training_launch_mismatches({'w-1': {'image': HEAD_ID}, 'w-2': {'image': OTHER_ID}}, 'img', 'head')
+    assert lines == ['node w-2: image img is %s but w-1 has %s; load the same image on every node '
+                     '(site.yml --tags container)' % (OTHER_ID, HEAD_ID)]
