@@ -13,6 +13,7 @@ names the node and the option.
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -348,6 +349,18 @@ LAUNCHERS = {cls.name: cls for cls in (DeepSpeed, Torchrun, Mpirun, Slurm)}
 
 
 # ----- the job on this node --------------------------------------------------------------------
+def read_layout(path):
+    """{node: ranks} a job was started with (layout.json in its directory); {} when absent or unreadable."""
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return dict((str(k), v) for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+
+
 class Job:
     def __init__(self, params, runner, proc='/proc'):
         self.p = p = params
@@ -375,6 +388,11 @@ class Job:
                                % (p['nproc_per_node'], node['slots'], node['name']))
         self.nodes = [dict(name=n['name'], address=n['address'], slots=p['nproc_per_node'] or n['slots'])
                       for n in p['nodes']]
+        self.layout_file = os.path.join(p['job_dir'], 'layout.json')
+        if p.get('state') not in ('started', 'checked') and not p['nproc_per_node']:
+            # a running job's ranks per node are those it was started with (training_nproc_per_node then)
+            started = read_layout(self.layout_file)
+            self.nodes = [dict(n, slots=started.get(n['name'], n['slots'])) for n in self.nodes]
         self.me = p['node']
         self.node = self.nodes[names.index(self.me)]
         self.slots = self.node['slots']
@@ -586,6 +604,8 @@ class Job:
             self.fail('node %s: %s' % (self.me, exc))
         if self.is_head or self.launcher.per_node:
             write_file(self.env_file, tr.env_file_text(self.env), 0o600)
+        if self.is_head:
+            write_file(self.layout_file, json.dumps(dict((n['name'], n['slots']) for n in self.nodes)) + '\n', 0o644)
         # a job id run again: the last run's log is kept beside (.previous), the new run's starts empty,
         # so the wait for the first step and the failure watch read only this run
         if os.path.isfile(self.log) and os.path.getsize(self.log) > 0:

@@ -450,3 +450,12 @@ def test_a_job_id_started_again_keeps_the_last_log_aside_and_watches_only_the_ne
     clock = Clock()
     out = job(lab, 'torchrun').watch(5, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)
     assert out['first_step'] is None and out['timed_out']   # the old run's step is not this run's
+
+
+def test_status_reports_the_ranks_the_job_was_started_with(lab):
+    # started with nproc_per_node 1 (world 4, not the inventory's 5): status without it reads layout.json
+    job(lab, 'torchrun', nproc_per_node=1).start(spawn=Spawn())
+    out = job(lab, 'torchrun', state='status').status()
+    assert out['world_size'] == 4 and out['ranks'] == [0, 0] and out['slots'] == 1
+    (lab / 'jobs' / 'tiny-001' / 'layout.json').write_text('not json')
+    assert job(lab, 'torchrun', state='status').status()['world_size'] == 5   # unreadable: the inventory's
