@@ -8,8 +8,12 @@ from __future__ import annotations
 import json
 import os
 
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
 
 
 def training_verdict(results, nodes=None):
@@ -120,7 +124,26 @@ def latest_checkpoint(files):
     return tr.latest_checkpoint(entries)
 
 
+def training_launch_mismatches(versions_by_node, image='', head=None):
+    """What the launcher needs the same on every node and differs, one line each naming the nodes.
+
+    versions_by_node: {node: the versions training_job's check reported}. A job in a container
+    (podman) reports {'image': id}: each node's image id is compared with the head's, naming both
+    ids; a host job reports its Python environment's versions, compared between all nodes."""
+    if not hasattr(versions_by_node, 'items'):
+        raise AnsibleFilterError('training_launch_mismatches takes {node: versions}, got %s'
+                                 % type(versions_by_node).__name__)
+    by_node = dict((str(n), dict(v or {})) for n, v in versions_by_node.items())
+    if any('image' in v for v in by_node.values()):
+        # the head's image is the reference; without the head (it left the play) the first node's
+        found = cn.digest_mismatches(dict((n, v.get('image') or None) for n, v in by_node.items()),
+                                     head if head in by_node else None)
+        return [cn.describe_mismatch(item, image) for item in found]
+    return python_env.version_mismatches(by_node)
+
+
 class FilterModule:
     def filters(self):
         return {'training_verdict': training_verdict, 'json_object_or_none': json_object_or_none,
-                'latest_checkpoint': latest_checkpoint, 'training_layout': training_layout}
+                'latest_checkpoint': latest_checkpoint, 'training_layout': training_layout,
+                'training_launch_mismatches': training_launch_mismatches}

@@ -155,14 +155,16 @@ def wrap(spec, job_id, node, argv, shell_prefix, env_names=(), env_files=(), wor
                          'use podman or apptainer with %s' % ', '.join(('torchrun', 'deepspeed', 'mpirun')))
 
 
-def mpirun_rank_prefix(spec, job_id, shell_prefix, env_names=(), env_files=(), rootless=True, infiniband=False):
+def mpirun_rank_prefix(spec, job_id, shell_prefix, env_names=(), env_files=(), rootless=True, infiniband=False,
+                       workdir=None):
     """What mpirun's per-rank bash runs before ``python script``: the rank's container (Open MPI
-    starts the ranks on the hosts; each rank is a container of the job, with the rank variables)."""
+    starts the ranks on the hosts; each rank is a container of the job, with the rank variables),
+    in workdir (the job directory, as the ranks of a host job: relative paths land there)."""
     inner = ['/bin/bash', '-c', shell_prefix + 'exec "$0" "$@"']
     names = list(MPI_RANK_ENV) + [n for n in env_names if n not in MPI_RANK_ENV]
     if spec['runtime'] == 'podman':
         return podman_run_argv(spec, job_id, inner, env_names=names, env_files=env_files, rootless=rootless,
-                               infiniband=infiniband)
+                               infiniband=infiniband, workdir=workdir)
     if spec['runtime'] in ('apptainer', 'singularity'):
         return apptainer_exec_argv(spec, inner, infiniband=infiniband, env_files=env_files)
     raise ContainerError('container runtime enroot runs under Slurm only (launcher slurm, through pyxis)')

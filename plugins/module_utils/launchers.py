@@ -13,6 +13,7 @@ names the node and the option.
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -231,7 +232,8 @@ class Mpirun(Launcher):
             # Open MPI starts each rank on its host; the rank's bash then runs it in the image
             at = len(argv) - 2 - len(j.p['script_args'])
             argv[at:at] = cn.mpirun_rank_prefix(j.container, j.job_id, j.shell_prefix(), env_files=j.env_files_here(),
-                                                rootless=j.uid != 0, infiniband=os.path.isdir(cn.INFINIBAND))
+                                                rootless=j.uid != 0, infiniband=os.path.isdir(cn.INFINIBAND),
+                                                workdir=j.job_dir)
         return argv
 
     def files(self):
@@ -347,6 +349,18 @@ LAUNCHERS = {cls.name: cls for cls in (DeepSpeed, Torchrun, Mpirun, Slurm)}
 
 
 # ----- the job on this node --------------------------------------------------------------------
+def read_layout(path):
+    """{node: ranks} a job was started with (layout.json in its directory); {} when absent or unreadable."""
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return dict((str(k), v) for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+
+
 class Job:
     def __init__(self, params, runner, proc='/proc'):
         self.p = p = params
@@ -374,6 +388,11 @@ class Job:
                                % (p['nproc_per_node'], node['slots'], node['name']))
         self.nodes = [dict(name=n['name'], address=n['address'], slots=p['nproc_per_node'] or n['slots'])
                       for n in p['nodes']]
+        self.layout_file = os.path.join(p['job_dir'], 'layout.json')
+        if p.get('state') not in ('started', 'checked') and not p['nproc_per_node']:
+            # a running job's ranks per node are those it was started with (training_nproc_per_node then)
+            started = read_layout(self.layout_file)
+            self.nodes = [dict(n, slots=started.get(n['name'], n['slots'])) for n in self.nodes]
         self.me = p['node']
         self.node = self.nodes[names.index(self.me)]
         self.slots = self.node['slots']
@@ -585,6 +604,12 @@ class Job:
             self.fail('node %s: %s' % (self.me, exc))
         if self.is_head or self.launcher.per_node:
             write_file(self.env_file, tr.env_file_text(self.env), 0o600)
+        if self.is_head:
+            write_file(self.layout_file, json.dumps(dict((n['name'], n['slots']) for n in self.nodes)) + '\n', 0o644)
+        # a job id run again: the last run's log is kept beside (.previous), the new run's starts empty,
+        # so the wait for the first step and the failure watch read only this run
+        if os.path.isfile(self.log) and os.path.getsize(self.log) > 0:
+            os.replace(self.log, self.log + '.previous')
         for path, (content, mode) in self.launcher.files().items():
             write_file(path, content, mode)
 
@@ -664,8 +689,12 @@ class Job:
         while True:
             step, failures = self.watch_once(step_re)
             elapsed = round(clock() - start, 1)
-            if step or failures:
-                return self.result(changed=False, first_step=step, elapsed=elapsed, failures=failures, timed_out=False)
+            if failures:
+                log = self.launcher.watch_log()
+                return self.result(changed=False, first_step=None, elapsed=elapsed, failures=failures, timed_out=False,
+                                   log=log, log_tail=pr.tail(log, self.p['log_lines']))
+            if step:
+                return self.result(changed=False, first_step=step, elapsed=elapsed, failures=[], timed_out=False)
             if self.exit_codes().get(self.me) == 0:
                 return self.result(changed=False, first_step=None, elapsed=elapsed, failures=[], timed_out=False)
             if elapsed >= timeout:
@@ -684,6 +713,16 @@ class Job:
         self.launcher.read_status(out)
         return out
 
+    def remove_containers(self, boxes):
+        """podman stops the job's containers (SIGTERM, SIGKILL after the grace) and removes them; fails
+        naming any that is left."""
+        rc, out, err = self.runner.run(cn.rm_argv([c['id'] for c in boxes], self.p['stop_timeout']))
+        left = self.containers()
+        if left:
+            self.fail('node %s: %d container(s) of job %s are left: %s (podman rm: %s)'
+                      % (self.me, len(left), self.job_id, ', '.join(c['name'] for c in left),
+                         (err or out).strip()[-300:]), removed_containers=[])
+
     def stop(self, sleep=time.sleep, clock=time.time):
         procs = self.processes()
         sid = self.launcher.slurm_id() if self.launcher.name == 'slurm' and self.is_head else None
@@ -692,13 +731,7 @@ class Job:
             return self.result(changed=bool(procs) or bool(sid) or bool(boxes), running=bool(procs),
                                stopped_pids=[p['pid'] for p in procs], removed_containers=[c['name'] for c in boxes])
         if boxes:
-            # the job's containers by its label: podman stops them (SIGTERM, SIGKILL after the grace) and removes them
-            rc, out, err = self.runner.run(cn.rm_argv([c['id'] for c in boxes], self.p['stop_timeout']))
-            left = self.containers()
-            if left:
-                self.fail('node %s: %d container(s) of job %s are left: %s (podman rm: %s)'
-                          % (self.me, len(left), self.job_id, ', '.join(c['name'] for c in left),
-                             (err or out).strip()[-300:]), removed_containers=[])
+            self.remove_containers(boxes)
         if sid:
             rc, out, err = self.runner.run(['scancel', sid])
             if rc != 0:
@@ -708,6 +741,12 @@ class Job:
                 sleep(1)
         outcome = pr.stop_job(self.job_id, self.uid, grace=self.p['stop_timeout'], proc=self.proc,
                               leaders=self.leaders(), sleep=sleep, clock=clock)
+        # a podman run stopped while it was making its container leaves that container behind (created,
+        # never started): the job's label finds it once its processes are gone
+        late = self.containers()
+        if late:
+            self.remove_containers(late)
+            boxes = list(boxes) + late
         if outcome['left']:
             refused = ', '.join('%s (%s)' % (r['pid'], r['reason']) for r in outcome['refused'])
             self.fail('node %s: %d process(es) of job %s are left: %s%s'

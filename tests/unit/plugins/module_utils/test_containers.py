@@ -176,6 +176,8 @@ def test_mpirun_starts_on_the_host_and_each_rank_in_a_container(lab):
     at = words.index('podman')
     assert words[at - 3:at] == ['/bin/bash', '-c', words[at - 1]] and 'OMPI_COMM_WORLD_RANK' in words[at - 1]
     assert {'RANK', 'LOCAL_RANK', 'WORLD_SIZE'} <= set(pairs(words, '--env'))
+    # each rank works in the job directory, as a host rank does (the examples' relative progress/ lands there)
+    assert pairs(words, '--workdir') == [str(lab / 'jobs' / 'tiny-001')]
     assert words[-4:] == [str(lab / 'env' / 'bin' / 'python'), str(lab / 'train.py'), '--steps', '5']
 
 
@@ -217,12 +219,22 @@ def test_slurm_script_with_pyxis_and_apptainer(lab):
 
 def test_stop_removes_the_jobs_containers_by_label_then_its_processes(lab, proc, kills):
     fake_proc(proc, 800, env={pr.JOB_ENV: 'tiny-001'}, cmdline=('podman', 'run'))
-    listed = [fixture('containers', 'podman_ps_job.json'), '[]\n']
+    listed = [fixture('containers', 'podman_ps_job.json'), '[]\n', '[]\n']
     runner = FakeRunner({'podman': lambda argv: (0, listed.pop(0), '') if argv[1] == 'ps' else (0, 'c01e3f9f39f9\n', '')})
     out = job(lab, 'torchrun', runner=runner, container=PODMAN).stop(sleep=lambda s: None)
     assert ['podman', 'rm', '--force', '--time', '1', 'c01e3f9f39f9'] in runner.calls
     assert all('label=gpucluster.job=tiny-001' in c for c in runner.calls if c[1] == 'ps')
     assert out['removed_containers'] == ['gpucluster-tiny-001-mol-ctr-head'] and out['stopped_pids'] == [800]
+
+
+def test_stop_removes_a_container_made_while_it_stopped_the_processes(lab, proc, kills):
+    # podman run was making its container when the stop listed none: it is found after the processes are gone
+    fake_proc(proc, 801, env={pr.JOB_ENV: 'tiny-001'}, cmdline=('podman', 'run'))
+    listed = ['[]\n', fixture('containers', 'podman_ps_job.json'), '[]\n']
+    runner = FakeRunner({'podman': lambda argv: (0, listed.pop(0), '') if argv[1] == 'ps' else (0, 'c01e3f9f39f9\n', '')})
+    out = job(lab, 'torchrun', runner=runner, container=PODMAN).stop(sleep=lambda s: None)
+    assert ['podman', 'rm', '--force', '--time', '1', 'c01e3f9f39f9'] in runner.calls and listed == []
+    assert out['removed_containers'] == ['gpucluster-tiny-001-mol-ctr-head'] and out['stopped_pids'] == [801]
 
 
 def test_stop_fails_naming_a_container_that_is_left(lab, proc, kills):

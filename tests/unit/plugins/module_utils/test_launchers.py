@@ -333,6 +333,8 @@ def test_watch_names_a_torchrun_agent_that_exited_non_zero(lab):
     out = job(lab, 'torchrun').watch(900, 'step [0-9]+ loss', sleep=later, clock=clock)
     assert out['failures'] == [{'node': 'charlie', 'cause': 'its torchrun agent exited with code 1'}]
     assert out['elapsed'] == 3.0
+    # the failure comes with the head's last lines, for the message that names the node
+    assert out['log_tail'] == ['waiting for the rendezvous'] and out['log'].endswith('.log')
 
 
 def test_watch_returns_the_first_step_and_times_out_bounded(lab):
@@ -436,3 +438,24 @@ def test_a_login_session_slow_twice_is_refused_naming_the_session_stage_and_the_
         '(tried twice): sshd waits there on systemd-logind and the account\'s user manager, or on a slow PAM or NSS '
         'lookup; see `journalctl -u user@%d` and `loginctl user-status %s` on bravo-2 (ssh_trust_linger keeps the '
         'user manager running between jobs)' % (j.user, j.uid, j.user)]
+
+
+def test_a_job_id_started_again_keeps_the_last_log_aside_and_watches_only_the_new_run(lab):
+    write_log(lab, 'alpha', 'alpha: step 1 loss 2.30\nalpha: final loss 0.5\n')
+    j = job(lab, 'torchrun')
+    j.start(spawn=Spawn())
+    logs = lab / 'jobs' / 'tiny-001' / 'logs'
+    assert (logs / 'alpha.log.previous').read_text().startswith('alpha: step 1 loss')
+    assert not (logs / 'alpha.log').exists() or (logs / 'alpha.log').read_text() == ''
+    clock = Clock()
+    out = job(lab, 'torchrun').watch(5, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)
+    assert out['first_step'] is None and out['timed_out']   # the old run's step is not this run's
+
+
+def test_status_reports_the_ranks_the_job_was_started_with(lab):
+    # started with nproc_per_node 1 (world 4, not the inventory's 5): status without it reads layout.json
+    job(lab, 'torchrun', nproc_per_node=1).start(spawn=Spawn())
+    out = job(lab, 'torchrun', state='status').status()
+    assert out['world_size'] == 4 and out['ranks'] == [0, 0] and out['slots'] == 1
+    (lab / 'jobs' / 'tiny-001' / 'layout.json').write_text('not json')
+    assert job(lab, 'torchrun', state='status').status()['world_size'] == 5   # unreadable: the inventory's

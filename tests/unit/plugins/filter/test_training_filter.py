@@ -1,0 +1,42 @@
+"""What the launch refuses when the nodes differ: the image in containers, the versions on hosts."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpucluster.multinode.plugins.filter.training import training_launch_mismatches
+
+HEAD_ID = 'sha256:' + 'a' * 64
+OTHER_ID = 'sha256:' + 'b' * 64
+
+
+def test_a_worker_with_another_image_is_named_with_both_ids():
+    lines = training_launch_mismatches(
+        {'w-1': {'image': HEAD_ID}, 'head': {'image': HEAD_ID}, 'w-2': {'image': OTHER_ID}},
+        'localhost/gpucluster-train:lab', 'head')
+    assert lines == ['node w-2: image localhost/gpucluster-train:lab is %s but head has %s; load the same image '
+                     'on every node (site.yml --tags container)' % (OTHER_ID, HEAD_ID)]
+
+
+def test_a_worker_without_the_image_is_named():
+    lines = training_launch_mismatches({'head': {'image': HEAD_ID}, 'w-1': {'image': None}}, 'img', 'head')
+    assert lines == ['node w-1: image img is missing (head has %s); load it there (site.yml --tags container)' % HEAD_ID]
+
+
+def test_the_same_image_everywhere_is_no_mismatch_and_host_versions_are_compared_between_nodes():
+    assert training_launch_mismatches({'head': {'image': HEAD_ID}, 'w-1': {'image': HEAD_ID}}, 'img', 'head') == []
+    host = {'head': {'torch': '2.13.0+cpu', 'python': '3.11.2'}, 'w-1': {'torch': '2.12.0+cpu', 'python': '3.11.2'}}
+    assert training_launch_mismatches(host, '', 'head') == ['torch differs: 2.12.0+cpu on w-1; 2.13.0+cpu on head']
+
+
+def test_wrong_input_is_refused_naming_it():
+    with pytest.raises(AnsibleFilterError, match='takes {node: versions}, got list'):
+        training_launch_mismatches([HEAD_ID], 'img', 'head')
+
+
+
+def test_without_the_head_the_first_node_is_the_reference():
+    lines = training_launch_mismatches({'w-1': {'image': HEAD_ID}, 'w-2': {'image': OTHER_ID}}, 'img', 'head')
+    assert lines == ['node w-2: image img is %s but w-1 has %s; load the same image on every node '
+                     '(site.yml --tags container)' % (OTHER_ID, HEAD_ID)]
