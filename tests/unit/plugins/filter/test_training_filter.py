@@ -35,7 +35,6 @@ def test_wrong_input_is_refused_naming_it():
         training_launch_mismatches([HEAD_ID], 'img', 'head')
 
 
-
 def test_without_the_head_the_first_node_is_the_reference():
     lines = training_launch_mismatches({'w-1': {'image': HEAD_ID}, 'w-2': {'image': OTHER_ID}}, 'img', 'head')
     assert lines == ['node w-2: image img is %s but w-1 has %s; load the same image on every node '
