@@ -173,6 +173,17 @@ CASES = [
          extra={'nccl_env_mode': 'rdma'}, step='nccl_env'),
     case('nccl-ifname-absent', 'site', 'host bat-head: nccl_env_socket_ifname ib9 is not an interface of this node',
          extra={'nccl_env_socket_ifname': 'ib9'}, args=['--tags', 'nccl_env'], step='nccl_env'),
+    # The container step (site.yml runs it where container_runtime is set): refused in the preflight.
+    case('site-container-runtime-choice', 'site',
+         'host bat-head: value of container_runtime must be one of: none, podman, apptainer, singularity, enroot, got: docker',
+         extra={'container_runtime': 'docker'}, step='container'),
+    case('site-container-runtime-without-package', 'site', 'host bat-head: container_runtime enroot has no package for',
+         extra={'container_runtime': 'enroot', 'container_image': '/shared/images/train.sqsh',
+                'container_image_source': 'present'}, step='container'),
+    case('site-container-archive-missing', 'site',
+         'host bat-worker-1: container_image_archive /shared/images/none.oci.tar does not exist',
+         extra={'container_runtime': 'podman', 'container_image_source': 'archive',
+                'container_image_archive': '/shared/images/none.oci.tar'}, step='container'),
     case('nccl-mode-choice', 'site', "host bat-head: value of nccl_env_mode must be one of: tcp, rdma, got: udp",
          extra={'nccl_env_mode': 'udp'}, args=['--tags', 'nccl_env'], step='nccl_env'),
 ]
