@@ -57,8 +57,7 @@ def container_digest_mismatches(digests, image, reference=None):
     if reference is not None and reference not in digests:
         raise AnsibleFilterError('container_digest_mismatches: reference node %s is not among %s'
                                  % (reference, ', '.join(digests)))
-    found = cn.digest_mismatches({str(k): (v or None) for k, v in digests.items()}, reference)
-    return [cn.describe_mismatch(item, image) for item in found]
+    return cn.mismatch_lines(digests, image, reference)
 
 
 class FilterModule:

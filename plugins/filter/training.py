@@ -136,9 +136,8 @@ def training_launch_mismatches(versions_by_node, image='', head=None):
     by_node = dict((str(n), dict(v or {})) for n, v in versions_by_node.items())
     if any('image' in v for v in by_node.values()):
         # the head's image is the reference; without the head (it left the play) the first node's
-        found = cn.digest_mismatches(dict((n, v.get('image') or None) for n, v in by_node.items()),
-                                     head if head in by_node else None)
-        return [cn.describe_mismatch(item, image) for item in found]
+        return cn.mismatch_lines(dict((n, v.get('image')) for n, v in by_node.items()), image,
+                                 head if head in by_node else None)
     return python_env.version_mismatches(by_node)
 
 

@@ -271,6 +271,13 @@ def digest_mismatches(digests, reference_node=None):
             for n in nodes if n != ref and digests[n] != want]
 
 
+def mismatch_lines(digests, image, reference_node=None):
+    """One line per node whose image differs from the reference node's (or is missing: a false value),
+    naming both digests and the remedy."""
+    found = digest_mismatches(dict((str(n), d or None) for n, d in digests.items()), reference_node)
+    return [describe_mismatch(item, image) for item in found]
+
+
 def describe_mismatch(item, image):
     if item['digest'] is None:
         return ('node %s: image %s is missing (%s has %s); load it there (site.yml --tags container)'

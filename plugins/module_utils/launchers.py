@@ -681,6 +681,11 @@ class Job:
             return None, failures
         return (step.group(0) if step else None), []
 
+    def watch_log_tail(self):
+        """{log, log_tail}: the log the watch reads (the head's) and its last lines."""
+        log = self.launcher.watch_log()
+        return {'log': log, 'log_tail': pr.tail(log, self.p['log_lines'])}
+
     def watch(self, timeout, step_regex, poll=1.0, sleep=time.sleep, clock=time.time):
         """Wait (on the head) for the first step line, but return as soon as a node fails or cannot be
         reached: {first_step, elapsed, failures: [{node, cause}], timed_out}."""
@@ -690,17 +695,15 @@ class Job:
             step, failures = self.watch_once(step_re)
             elapsed = round(clock() - start, 1)
             if failures:
-                log = self.launcher.watch_log()
                 return self.result(changed=False, first_step=None, elapsed=elapsed, failures=failures, timed_out=False,
-                                   log=log, log_tail=pr.tail(log, self.p['log_lines']))
+                                   **self.watch_log_tail())
             if step:
                 return self.result(changed=False, first_step=step, elapsed=elapsed, failures=[], timed_out=False)
             if self.exit_codes().get(self.me) == 0:
                 return self.result(changed=False, first_step=None, elapsed=elapsed, failures=[], timed_out=False)
             if elapsed >= timeout:
-                log = self.launcher.watch_log()
                 return self.result(changed=False, first_step=None, elapsed=elapsed, failures=[], timed_out=True,
-                                   log=log, log_tail=pr.tail(log, self.p['log_lines']))
+                                   **self.watch_log_tail())
             sleep(poll)
 
     def status(self):
