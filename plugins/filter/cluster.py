@@ -29,16 +29,32 @@ def cluster_nodes(groups):
     return contract.ordered_nodes(groups)
 
 
-def cluster_job_nodes(groups, hostvars, by='name'):
+def cluster_job_nodes(groups, hostvars, by='name', hosts=None):
     """Nodes of a job, head first: name, address, slots (module_utils/hostfile.slots_of:
     node_slots, else gpu_slots, else detected GPUs, else 1) and host (the inventory name).
 
-    With by='address' the name is the cluster address (for hostfiles on clusters without names)."""
+    With by='address' the name is the cluster address (for hostfiles on clusters without names).
+    With hosts (the play's hosts, ansible_play_hosts_all: what --limit kept), only the cluster
+    nodes among them; the head must be one of them (a job is launched from it, as rank 0)."""
+    names = contract.ordered_nodes(groups)
+    if hosts is not None:
+        if isinstance(hosts, str) or not isinstance(hosts, (list, tuple, set)):
+            raise AnsibleFilterError('cluster_job_nodes: hosts must be a list of inventory names, got %r' % (hosts,))
+        head = (groups.get('head') or [None])[0]
+        if head is not None and head not in hosts:
+            raise AnsibleFilterError('--limit leaves out the head %s; a job is launched from the head (rank 0, '
+                                     'the master address): keep it in the limit' % head)
+        names = [n for n in names if n in hosts]
     try:
-        nodes = hostfile.hosts_from_inventory(contract.ordered_nodes(groups), hostvars)
+        nodes = hostfile.hosts_from_inventory(names, hostvars)
     except hostfile.HostfileError as exc:
         raise AnsibleFilterError(str(exc)) from exc
     return [dict(n, host=n['name'], name=n['address'] if by == 'address' else n['name']) for n in nodes]
+
+
+def cluster_left_out(groups, hosts):
+    """The cluster nodes (head first, natural order) that are not among hosts (what --limit left out)."""
+    return [n for n in contract.ordered_nodes(groups) if n not in (hosts or [])]
 
 
 def _gpu_count(facts):
@@ -181,6 +197,7 @@ class FilterModule:
             'cluster_manifest': cluster_manifest,
             'cluster_nodes': cluster_nodes,
             'cluster_job_nodes': cluster_job_nodes,
+            'cluster_left_out': cluster_left_out,
             'cluster_summary': cluster_summary,
             'unreachable_line': unreachable_line,
             'preflight_selected_steps': preflight_selected_steps,

@@ -141,8 +141,25 @@ def training_launch_mismatches(versions_by_node, image='', head=None):
     return python_env.version_mismatches(by_node)
 
 
+def training_layout_nodes(nodes, layout, job_id=''):
+    """The nodes a job was started on: those of nodes (cluster_job_nodes, head first) named in its
+    layout ({node: ranks}, layout.json written at its start), in the same order.
+
+    A name in the layout that is not a node of the inventory any more is an error naming it."""
+    if not hasattr(layout, 'keys') or not layout:
+        raise AnsibleFilterError('job %s: its layout must be a JSON object of node: ranks, got %r' % (job_id, layout))
+    known = [n['name'] for n in nodes or []]
+    unknown = [str(name) for name in layout if name not in known]
+    if unknown:
+        raise AnsibleFilterError('job %s was started on %s, which %s not a node of the inventory (%s)'
+                                 % (job_id, ', '.join(unknown), 'is' if len(unknown) == 1 else 'are',
+                                    ', '.join(known)))
+    return [n for n in nodes if n['name'] in layout]
+
+
 class FilterModule:
     def filters(self):
         return {'training_verdict': training_verdict, 'json_object_or_none': json_object_or_none,
                 'latest_checkpoint': latest_checkpoint, 'training_layout': training_layout,
-                'training_launch_mismatches': training_launch_mismatches}
+                'training_launch_mismatches': training_launch_mismatches,
+                'training_layout_nodes': training_layout_nodes}

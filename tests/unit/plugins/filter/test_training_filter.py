@@ -39,3 +39,16 @@ def test_without_the_head_the_first_node_is_the_reference():
     lines = training_launch_mismatches({'w-1': {'image': HEAD_ID}, 'w-2': {'image': OTHER_ID}}, 'img', 'head')
     assert lines == ['node w-2: image img is %s but w-1 has %s; load the same image on every node '
                      '(site.yml --tags container)' % (OTHER_ID, HEAD_ID)]
+
+
+def test_status_and_stop_read_the_nodes_the_job_was_started_on_not_the_inventory():
+    from ansible_collections.gpucluster.multinode.plugins.filter.training import training_layout_nodes
+    nodes = [{'name': 'head', 'host': 'head', 'address': '10.0.0.1', 'slots': 1},
+             {'name': 'w1', 'host': 'w1', 'address': '10.0.0.2', 'slots': 1},
+             {'name': 'w2', 'host': 'w2', 'address': '10.0.0.3', 'slots': 1}]
+    # started with --limit '!w2': layout.json holds head and w1 only
+    assert [n['host'] for n in training_layout_nodes(nodes, {'head': 1, 'w1': 1}, 'j1')] == ['head', 'w1']
+    with pytest.raises(AnsibleFilterError, match='job j1 was started on w9, which is not a node of the inventory'):
+        training_layout_nodes(nodes, {'head': 1, 'w9': 1}, 'j1')
+    with pytest.raises(AnsibleFilterError, match='layout must be a JSON object'):
+        training_layout_nodes(nodes, None, 'j1')
