@@ -1,10 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""Hostfiles for the launchers: DeepSpeed, Open MPI, MPICH, plain lists and Slurm node lists.
+"""Hostfiles for the launchers: DeepSpeed, Open MPI, MPICH, plain lists, Slurm node lists and a
+torchrun table.
 
-The same code serves the ``hostfile`` module (hosts given as parameters) and the
-``hostfile`` filter (hosts taken from the inventory and the gathered GPU facts).
+Node code: the ``hostfile`` module (hosts given as parameters) and the launchers of
+``training_job`` and ``collective`` render with it; the controller's filters
+(``cluster_job_nodes``, ``hostfile_hosts``) read the inventory with hosts_from_inventory().
 
 Slots per host (how many ranks a launcher starts there), resolved in ONE place, slots_of():
 ``node_slots`` in the inventory wins, then ``gpu_slots`` (the GPUs the node has), then the
@@ -13,8 +15,8 @@ a host with no GPU, or whose GPU count is unknown, gets ``default_slots`` (1 unl
 a CPU-only lab still gets a usable hostfile (and asks for 2 ranks with ``node_slots: 2``
 without claiming a GPU). The module takes ``slots`` per host instead.
 
-One renderer, render(), writes every hostfile (deepspeed, Open MPI, MPICH, plain, Slurm) with
-each host's own slots; world_size() and rank_layout() say how many ranks run where.
+One renderer, render(), writes every hostfile (deepspeed, Open MPI, MPICH, plain, Slurm, torchrun)
+with each host's own slots; world_size() and rank_layout() say how many ranks run where.
 
 Every problem raises HostfileError with one message that names the host and the
 variable at fault.
@@ -30,7 +32,7 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils.inventory_con
     natural_key,
 )
 
-FORMATS = ('deepspeed', 'openmpi', 'mpich', 'plain', 'slurm')
+FORMATS = ('deepspeed', 'openmpi', 'mpich', 'plain', 'slurm', 'torchrun')
 MAX_SLOTS = cluster_defaults.MAX_SLOTS
 _NAME_RE = re.compile(r'^[A-Za-z0-9_.:-]+$')
 _SUFFIX_RE = re.compile(r'^(.*?)(\d+)$')
@@ -351,10 +353,30 @@ def expand_hostlist(text):
 
 # --- rendering --------------------------------------------------------------------------
 
-def render(hosts, fmt='deepspeed', use_address=False):
+TORCHRUN_HEADER = ('# node address torchrun-options (torchrun $(awk -v n="$(hostname -s)" '
+                   '\'$1 == n {$1 = $2 = ""; print}\' FILE) train.py)')
+
+
+def render_torchrun(hosts, master_addr=None, master_port=29500):
+    """One line per node: name, address, then the torchrun options it runs with (--nnodes,
+    --node-rank, --nproc-per-node, --master-addr, --master-port); the head (first) is rank 0 and,
+    unless master_addr is given, the master address."""
+    if isinstance(master_port, bool) or not isinstance(master_port, int) or not 1 <= master_port <= 65535:
+        raise HostfileError('master_port must be a port from 1 to 65535, got %r' % (master_port,))
+    master = master_addr or hosts[0]['address']
+    lines = [TORCHRUN_HEADER]
+    for rank, h in enumerate(hosts):
+        lines.append('%s %s --nnodes=%d --node-rank=%d --nproc-per-node=%d --master-addr=%s --master-port=%d'
+                     % (h['name'], h['address'], len(hosts), rank, h['slots'], master, master_port))
+    return '\n'.join(lines) + '\n'
+
+
+def render(hosts, fmt='deepspeed', use_address=False, master_addr=None, master_port=29500):
     """The hostfile text (with a final newline) for ordered host dicts {name, address, slots}."""
     if fmt not in FORMATS:
         raise HostfileError('format must be one of %s, got %r' % (', '.join(FORMATS), fmt))
+    if fmt == 'torchrun':
+        return render_torchrun(hosts, master_addr, master_port)
     key = 'address' if use_address else 'name'
     labels = [str(h[key]) for h in hosts]
     if fmt == 'slurm':
@@ -369,13 +391,13 @@ def render(hosts, fmt='deepspeed', use_address=False):
 
 
 def build(entries, fmt='deepspeed', head=None, default_slots=1, include=None, exclude=None,
-          use_address=False, slots_label='slots', gpus_label='gpus'):
+          use_address=False, slots_label='slots', gpus_label='gpus', master_addr=None, master_port=29500):
     """normalize + select + render: returns {content, hosts, total_slots}."""
     hosts = normalize(entries, head=head, default_slots=default_slots,
                       slots_label=slots_label, gpus_label=gpus_label)
     hosts = select(hosts, include, exclude)
     return {
-        'content': render(hosts, fmt, use_address),
+        'content': render(hosts, fmt, use_address, master_addr, master_port),
         'hosts': hosts,
         'total_slots': sum(h['slots'] for h in hosts),
     }

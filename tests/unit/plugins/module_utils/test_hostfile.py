@@ -48,7 +48,7 @@ def test_include_and_exclude():
     ({'exclude': ['gpu-worker-3']}, 'exclude names gpu-worker-3, which is not in the host list'),
     ({'include': ['gpu-master', 'gpu-wroker-1']}, 'include names gpu-wroker-1, which is not in the host list'),
     ({'exclude': ['gpu-master', 'gpu-worker-1', 'gpu-worker-2', 'gpu-worker-10']}, 'no hosts left'),
-    ({'fmt': 'hydra'}, "format must be one of deepspeed, openmpi, mpich, plain, slurm, got 'hydra'"),
+    ({'fmt': 'hydra'}, "format must be one of deepspeed, openmpi, mpich, plain, slurm, torchrun, got 'hydra'"),
     ({'default_slots': 0}, 'default_slots must be from 1 to 1024, got 0'),
 ])
 def test_bad_options_fail_with_one_message(kwargs, message):
