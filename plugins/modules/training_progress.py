@@ -114,6 +114,15 @@ textfile_removed:
   description: The textfile this read removed because no rank of the job runs here any more; empty when none.
   returned: textfile is set and no rank of the job runs here
   type: str
+flight:
+  description:
+    - What the NCCL flight recorder's dumps in C(<job_dir>/flight/) say (written by every rank when a
+      collective timed out): per rank its last started and completed collective, the collective the
+      others wait in and the ranks that did not enter it (C(not_entered)), and C(lines) to print.
+      Empty when there are no dumps.
+  returned: always
+  type: dict
+  sample: {not_entered: [1], lines: ["process group 0: rank(s) 0 wait in nccl:all_reduce #5; not entered by rank 1 (last started nccl:broadcast #4)"]}
 log_tails:
   description: "{path: [last lines]} of the node's launcher log, its ranks' progress files and torchrun's per-rank logs."
   returned: logs is true
@@ -128,6 +137,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import flight_recorder as fr
 from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi as ns
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
@@ -243,6 +253,8 @@ def main():
         text = jm.textfile_records(rows, p['job_id'], now, node=p['node'], world=jm.world_size(progress))
         result['changed'] = write_textfile(module, p['textfile'], text)
         result['textfile'] = p['textfile']
+    # the NCCL flight recorder's dumps, where a collective timed out (<job_dir>/flight/)
+    result['flight'] = fr.read_job(p['job_dir'])
     if p['logs']:
         result['log_tails'] = log_tails(p['job_dir'], p['node'], hostname, rows, p['log_lines'])
     module.exit_json(**result)

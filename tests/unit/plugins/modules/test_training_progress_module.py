@@ -115,3 +115,16 @@ def test_the_textfile_is_removed_once_no_rank_runs_here(tmp_path, job):
     assert out['changed'] and out['textfile_removed'] == str(prom) and not prom.exists()
     out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0, textfile=str(prom))
     assert not out['changed'] and out['textfile_removed'] == '' and not prom.exists()
+
+
+def test_the_flight_recorder_dumps_of_the_job_are_read(tmp_path, job):
+    job_dir, _pid = job
+    out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0)
+    assert out['flight'] == {}
+    (job_dir / 'flight').mkdir()
+    for rank in (0, 1):
+        src = os.path.join(FIX, 'flight', 'gloo-rank1-stopped', 'rank_%d' % rank)
+        (job_dir / 'flight' / ('rank_%d' % rank)).write_bytes(open(src, 'rb').read())
+    out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0)
+    assert out['flight']['not_entered'] == [1]
+    assert out['flight']['lines'][0].startswith('process group 0: rank(s) 0 wait in gloo:all_reduce #5')
