@@ -117,7 +117,7 @@ textfile_removed:
 flight:
   description:
     - What the NCCL flight recorder's dumps in C(<job_dir>/flight/) say (written by every rank when a
-      collective timed out): per rank its last started and completed collective, the collective the
+      collective timed out), per rank its last started and completed collective, the collective the
       others wait in and the ranks that did not enter it (C(not_entered)), and C(lines) to print.
       Empty when there are no dumps.
   returned: always
