@@ -9,9 +9,10 @@ ROOT=$PWD
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-# System packages the lab and the tests use.
+# System packages the lab and the tests use (prometheus: its promtool tests the shipped alert
+# rules; Debian has no smaller package with it).
 APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs iptables
-              iperf3 pdsh openssh-client python3-venv git make rsync)
+              iperf3 pdsh openssh-client python3-venv git make rsync prometheus)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -121,15 +121,31 @@ def gauge_lines(name, help_text, samples):
     return lines
 
 
+# The numeric value of a check as its own gauge, in base units (Prometheus' naming guide: one
+# unit per metric, ratios 0-1): check -> (metric name, help text, factor from the record's value).
+# A check not listed here has its status only.
+VALUE_METRICS = {
+    'disk_free': ('gpucluster_health_disk_free_ratio', 'Free space of the fullest checked file system (0-1).', 0.01),
+    'inodes_free': ('gpucluster_health_inodes_free_ratio', 'Free inodes of the fullest checked file system (0-1).', 0.01),
+    'clock_offset': ('gpucluster_health_clock_offset_seconds', 'Clock offset against the shared storage server.', 1),
+    'mtu': ('gpucluster_health_mtu_bytes', 'MTU of the interface that holds the cluster address.', 1),
+    'gpu': ('gpucluster_health_gpus', 'Healthy GPUs the node has.', 1),
+    'bandwidth': ('gpucluster_health_bandwidth_bits_per_second', "Median bandwidth of the node's links.", 1e9),
+    'collective': ('gpucluster_health_collective_bus_bandwidth_bytes_per_second',
+                   'Bus bandwidth of the collective test at its largest size.', 1e9),
+}
+
+
 def prometheus_text(records, tier, timestamp_s):
     """node_exporter textfile collector format (text exposition format 0.0.4)."""
     lines = gauge_lines('gpucluster_health_check_status', 'Health check status: 0 ok, 1 warn, 2 fail, 3 unknown.',
                         [([('tier', tier), ('node', r['node']), ('check', r['check'])], PROM_STATUS_VALUE[r['status']])
                          for r in records])
     numeric = [r for r in records if isinstance(r['value'], (int, float)) and not isinstance(r['value'], bool)]
-    lines += gauge_lines('gpucluster_health_check_value', 'Measured value of a numeric health check.',
-                         [([('tier', tier), ('node', r['node']), ('check', r['check'])], float(r['value']))
-                          for r in numeric])
+    for check, (name, help_text, factor) in VALUE_METRICS.items():
+        lines += gauge_lines(name, help_text, [([('tier', tier), ('node', r['node'])],
+                                                float(round(r['value'] * factor, 6)))
+                                               for r in numeric if r['check'] == check])
     c = counts(records)
     lines += gauge_lines('gpucluster_health_checks', 'Checks of the last run by status.',
                          [([('tier', tier), ('status', st)], c[st]) for st in STATUSES])

@@ -402,46 +402,83 @@ def rank_line(r):
 
 
 # ----- node_exporter textfile and summary -------------------------------------------------------
+# Names after Prometheus' naming guide: base units (seconds, bytes), ratios 0-1, timestamps instead
+# of ages (an age written at a read would stay frozen in the file until the next read), and the
+# job in a job_id label (a scrape renames a target's own `job` label to `exported_job`).
 # row key: (metric name after gpucluster_training_rank_, help text, factor to the metric's unit)
+METRIC_PREFIX = 'gpucluster_training_'
 METRICS = {
     'last_step': ('step', 'Last step the rank logged.', 1),
+    'last_step_time': ('last_step_timestamp_seconds', 'When the rank logged its last step (seconds since the epoch).', 1),
     'steps_per_s': ('steps_per_second', 'Steps per second over the window.', 1),
-    'seconds_since_step': ('seconds_since_step', 'Seconds since the rank logged a step.', 1),
+    'step_s': ('step_seconds', 'Seconds per step over the window.', 1),
     'last_loss': ('loss', 'Loss of the last step the rank logged.', 1),
     'compute_s': ('compute_seconds', 'Seconds per step the rank computes (step time less its wait for the others).', 1),
-    'cpu_pct': ('cpu_percent', 'CPU use of the rank process (100 = one core).', 1),
-    'rss_kib': ('resident_bytes', 'Resident memory of the rank process.', 1024),
-    'peak_rss_kib': ('peak_resident_bytes', 'Peak resident memory of the rank process.', 1024),
+    'wait_s': ('wait_seconds', 'Seconds per step the rank waits for the others.', 1),
+    'cpu_pct': ('cpu_ratio', 'CPU use of the rank process over the sample (1 = one core busy).', 0.01),
+    'rss_kib': ('resident_memory_bytes', 'Resident memory of the rank process.', 1024),
+    'peak_rss_kib': ('peak_resident_memory_bytes', 'Peak resident memory of the rank process.', 1024),
     'alive': ('up', 'Whether the rank process runs (1) or not (0).', 1),
 }
 GPU_METRICS = {
-    'utilization_pct': ('gpu_utilization_percent', "Utilisation of the rank's GPU.", 1),
+    'utilization_pct': ('gpu_utilization_ratio', "Utilisation of the rank's GPU (0-1).", 0.01),
     'memory_used_mib': ('gpu_memory_used_bytes', "Memory used on the rank's GPU.", 1048576),
 }
+JOB_METRICS = {
+    'world_size': ('world_size', 'Ranks the job was started with (from the progress files).'),
+    'read': ('last_read_timestamp_seconds', "When this node's figures were read (seconds since the epoch)."),
+}
+
+
+def metric_names():
+    """Every metric name textfile_records can write."""
+    names = [METRIC_PREFIX + 'rank_' + name for name, _, _ in list(METRICS.values()) + list(GPU_METRICS.values())]
+    return names + [METRIC_PREFIX + name for name, _ in JOB_METRICS.values()]
+
+
+def world_size(progress):
+    """The job's world size from the headers of the parsed progress files (the largest one), or None."""
+    sizes = [p['header'].get('world') for p in progress.values()]
+    sizes = [s for s in sizes if isinstance(s, int) and not isinstance(s, bool) and s > 0]
+    return max(sizes) if sizes else None
 
 
 def _value(value, factor):
     if isinstance(value, bool):
         return int(value)
-    return value * factor if isinstance(value, (int, float)) else None
+    if isinstance(value, (int, float)):
+        return round(value * factor, 6) if factor != 1 else value
+    return None
 
 
-def textfile_records(rows, job_id, timestamp_s):
-    """The rows in node_exporter's textfile format, written by health_reports' gauge writer."""
+def textfile_records(rows, job_id, timestamp_s, node=None, world=None):
+    """The rows in node_exporter's textfile format, written by health_reports' gauge writer.
+
+    Every sample carries job_id and node; node defaults to the rows' node."""
     from ansible_collections.gpucluster.multinode.plugins.module_utils.health_reports import gauge_lines
+    node = node or (rows[0]['node'] if rows else '')
     lines = []
     for key, (name, text, factor) in METRICS.items():
-        samples = [([('job', job_id), ('node', r['node']), ('rank', r['rank'])], float(_value(r.get(key), factor)))
+        samples = [([('job_id', job_id), ('node', r['node']), ('rank', r['rank'])], float(_value(r.get(key), factor)))
                    for r in rows if _value(r.get(key), factor) is not None]
-        lines += gauge_lines('gpucluster_training_rank_' + name, text, samples)
+        lines += gauge_lines(METRIC_PREFIX + 'rank_' + name, text, samples)
     for key, (name, text, factor) in GPU_METRICS.items():
-        samples = [([('job', job_id), ('node', r['node']), ('rank', r['rank']), ('gpu', r['gpu'].get('index'))],
+        samples = [([('job_id', job_id), ('node', r['node']), ('rank', r['rank']), ('gpu', r['gpu'].get('index'))],
                     float(_value(r['gpu'].get(key), factor)))
                    for r in rows if r.get('gpu') and _value(r['gpu'].get(key), factor) is not None]
-        lines += gauge_lines('gpucluster_training_rank_' + name, text, samples)
-    lines += gauge_lines('gpucluster_training_last_read_timestamp_seconds', 'When the figures were read.',
-                         [([('job', job_id)], float(timestamp_s))])
+        lines += gauge_lines(METRIC_PREFIX + 'rank_' + name, text, samples)
+    if world:
+        name, text = JOB_METRICS['world_size']
+        lines += gauge_lines(METRIC_PREFIX + name, text, [([('job_id', job_id), ('node', node)], int(world))])
+    name, text = JOB_METRICS['read']
+    lines += gauge_lines(METRIC_PREFIX + name, text, [([('job_id', job_id), ('node', node)], float(timestamp_s))])
     return '\n'.join(lines) + '\n'
+
+
+def ended_here(rows):
+    """Whether no rank of the job runs on this node: it finished, failed or was stopped here (or
+    never ran here). Its textfile is then removed, so its series do not outlive the job."""
+    return not any(r.get('alive') for r in rows)
 
 
 def summary(rows, job_id, state, slowest, finished_s):

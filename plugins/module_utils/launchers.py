@@ -20,6 +20,7 @@ import re
 import time
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
+from ansible_collections.gpucluster.multinode.plugins.module_utils import flight_recorder as fr
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import launch_failures as lf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
@@ -426,6 +427,11 @@ class Job:
                     cn.CDI_SPECS if self.container['runtime'] == 'podman' else ('/dev/nvidiactl',)))
             if self.container['runtime'] == 'podman' and not self.container['home'] and os.path.isdir(self.home):
                 self.container['home'] = self.home
+        # PyTorch's NCCL flight recorder for a job on GPUs: on a collective's timeout every rank dumps
+        # its last collectives to <job_dir>/flight/rank_<RANK>; training_env overrides its variables
+        self.flight_dir = os.path.join(self.job_dir, fr.FLIGHT_DIR) if self.uses_nccl() else None
+        if self.flight_dir:
+            self.env = dict(fr.job_env(self.job_dir), **self.env)
         self.launcher = LAUNCHERS[p['launcher']](self)
 
     def result(self, **kw):
@@ -439,6 +445,18 @@ class Job:
         raise JobError(msg, **self.result(**kw))
 
     # ----- environment -------------------------------------------------------------------------
+    GPU_DEVICE = '/dev/nvidiactl'
+
+    def uses_nccl(self):
+        """Whether the job's ranks run on GPUs (so torch.distributed uses NCCL): the node has the
+        NVIDIA driver's device (the container's GPUs, in a container; GPUs asked from Slurm), and
+        training_env does not set DS_ACCELERATOR=cpu."""
+        if self.env.get('DS_ACCELERATOR') == 'cpu':
+            return False
+        if self.container:
+            return bool(self.container.get('gpus'))
+        return bool(self.p.get('slurm_gpus_per_node')) or os.path.exists(self.GPU_DEVICE)
+
     def base_env(self):
         """The environment of what this node starts (the job's own variables come from job.env)."""
         env = dict(os.environ)
@@ -596,8 +614,9 @@ class Job:
 
     # ----- start -------------------------------------------------------------------------------
     def prepare(self):
-        for path in (self.job_dir, self.log_dir, self.rank_log_dir, self.exit_dir):
-            os.makedirs(path, exist_ok=True)
+        for path in (self.job_dir, self.log_dir, self.rank_log_dir, self.exit_dir, self.flight_dir):
+            if path:
+                os.makedirs(path, exist_ok=True)
         try:
             pr.private_dir(self.state_dir)
         except pr.ProcessError as exc:

@@ -17,7 +17,9 @@ description:
     where there is one) and its progress file C(<job_dir>/progress/rank-<RANK>.log).
   - Nothing is signalled, attached to or slowed down; the progress files are only read.
   - With O(textfile) the figures are written in node_exporter's textfile format (written to a
-    temporary file and renamed, so the collector never reads half a file).
+    temporary file and renamed, so the collector never reads half a file). When no rank of the job
+    runs on this node any more (it finished, failed or was stopped here), the textfile is removed
+    instead, so the job's series end with it.
   - With O(logs) the last lines of the node's launcher log, of each rank's progress file and of
     torchrun's per-rank logs of this node are returned too.
 author: gpucluster.multinode contributors (!UNKNOWN)
@@ -104,6 +106,23 @@ read_at:
   description: Wall clock of the read, seconds since the epoch.
   returned: always
   type: float
+textfile:
+  description: The textfile written by this read; empty when none was written.
+  returned: always
+  type: str
+textfile_removed:
+  description: The textfile this read removed because no rank of the job runs here any more; empty when none.
+  returned: textfile is set and no rank of the job runs here
+  type: str
+flight:
+  description:
+    - What the NCCL flight recorder's dumps in C(<job_dir>/flight/) say (written by every rank when a
+      collective timed out), per rank its last started and completed collective, the collective the
+      others wait in and the ranks that did not enter it (C(not_entered)), and C(lines) to print.
+      Empty when there are no dumps.
+  returned: always
+  type: dict
+  sample: {not_entered: [1], lines: ["process group 0: rank(s) 0 wait in nccl:all_reduce #5; not entered by rank 1 (last started nccl:broadcast #4)"]}
 log_tails:
   description: "{path: [last lines]} of the node's launcher log, its ranks' progress files and torchrun's per-rank logs."
   returned: logs is true
@@ -118,6 +137,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import flight_recorder as fr
 from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi as ns
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
@@ -173,6 +193,18 @@ def write_textfile(module, path, text):
     return True
 
 
+def remove_textfile(module, path):
+    """Remove the textfile of a job that no longer runs here; True when there was one."""
+    if not os.path.lexists(path):
+        return False
+    if not module.check_mode:
+        try:
+            os.unlink(path)
+        except OSError as exc:
+            module.fail_json(msg='textfile %s: cannot remove it: %s' % (path, exc))
+    return True
+
+
 def log_tails(job_dir, node, hostname, ranks, lines):
     out = {}
     paths = [os.path.join(job_dir, 'logs', '%s.log' % node)]
@@ -211,10 +243,18 @@ def main():
     now = time.time()
     progress = {rank: jm.parse_progress(text) for rank, text in jm.read_progress_files(p['job_dir']).items()}
     rows = jm.node_ranks(p['node'], hostname, procs, progress, cpu, mem, gpus, now, p['window'], gpu_note)
-    result = dict(changed=False, ranks=rows, gpu_note=gpu_note, hostname=hostname, read_at=now)
-    if p['textfile']:
-        result['changed'] = write_textfile(module, p['textfile'], jm.textfile_records(rows, p['job_id'], now))
+    result = dict(changed=False, ranks=rows, gpu_note=gpu_note, hostname=hostname, read_at=now, textfile='')
+    if p['textfile'] and jm.ended_here(rows):
+        # no rank runs here any more (finished, failed, stopped): the job's series end with it
+        result['changed'] = remove_textfile(module, p['textfile'])
+        result['textfile'] = ''
+        result['textfile_removed'] = p['textfile'] if result['changed'] else ''
+    elif p['textfile']:
+        text = jm.textfile_records(rows, p['job_id'], now, node=p['node'], world=jm.world_size(progress))
+        result['changed'] = write_textfile(module, p['textfile'], text)
         result['textfile'] = p['textfile']
+    # the NCCL flight recorder's dumps, where a collective timed out (<job_dir>/flight/)
+    result['flight'] = fr.read_job(p['job_dir'])
     if p['logs']:
         result['log_tails'] = log_tails(p['job_dir'], p['node'], hostname, rows, p['log_lines'])
     module.exit_json(**result)

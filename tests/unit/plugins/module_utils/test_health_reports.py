@@ -66,6 +66,20 @@ def test_prometheus_textfile_format():
             float(line.rsplit(' ', 1)[1])
 
 
+def test_prometheus_values_are_in_base_units_one_unit_per_metric():
+    recs = [health_records.record('n1', 'disk_free', 'warn', 12.5, '>= 15'),
+            health_records.record('n1', 'clock_offset', 'ok', -0.25, '< 1'),
+            health_records.record('n1', 'bandwidth', 'ok', 9.4, 'x'),
+            health_records.record('n1', 'version.torch', 'ok', '2.13.0', 'x'),
+            health_records.record('n1', 'name_resolution', 'ok', 3, 'x')]
+    lines = health_reports.prometheus_text(recs, 'quick', 1.0).splitlines()
+    assert 'gpucluster_health_disk_free_ratio{tier="quick",node="n1"} 0.125' in lines
+    assert 'gpucluster_health_clock_offset_seconds{tier="quick",node="n1"} -0.25' in lines
+    assert 'gpucluster_health_bandwidth_bits_per_second{tier="quick",node="n1"} 9400000000.0' in lines
+    # no metric mixes units or holds a percent
+    assert not [x for x in lines if 'check_value' in x or 'percent' in x or 'pct' in x]
+
+
 def test_label_values_are_escaped():
     rec = health_records.record('n"1\\', 'c\nx', 'ok')
     assert 'node="n\\"1\\\\",check="c\\nx"' in health_reports.prometheus_text([rec], 'quick', 0)

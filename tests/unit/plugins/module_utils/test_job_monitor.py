@@ -195,19 +195,50 @@ def test_an_exited_rank_beside_live_ones_is_failed_and_all_finished_is_finished(
 def test_textfile_parses_as_prometheus_text_and_carries_every_rank():
     rows = rows_from('slow-rank-2', {0: 'head', 1: 'head', 2: 'worker-2'})
     rows[0].update(cpu_pct=97.5, rss_kib=300000, peak_rss_kib=320000, gpu=dict(h100_gpus()[0], index=0))
-    text = jm.textfile_records(rows, 'job "a"', 1795589350.0)
+    text = jm.textfile_records(rows, 'job "a"', 1795589350.0, node='head', world=3)
     families = {f.name: f for f in text_string_to_metric_families(text)}
     steps = families['gpucluster_training_rank_step']
     assert sorted((s.labels['node'], s.labels['rank'], s.value) for s in steps.samples) == [
         ('head', '0', 60.0), ('head', '1', 60.0), ('worker-2', '2', 60.0)]
-    assert steps.samples[0].labels['job'] == 'job "a"'
-    assert families['gpucluster_training_rank_resident_bytes'].samples[0].value == 300000 * 1024
+    assert steps.samples[0].labels['job_id'] == 'job "a"'
+    assert families['gpucluster_training_rank_resident_memory_bytes'].samples[0].value == 300000 * 1024
     assert families['gpucluster_training_rank_gpu_memory_used_bytes'].samples[0].labels['gpu'] == '0'
+    # ratios 0-1, not percent
+    assert families['gpucluster_training_rank_cpu_ratio'].samples[0].value == pytest.approx(0.975)
+    assert families['gpucluster_training_rank_gpu_utilization_ratio'].samples[0].value <= 1
+    # the time of the last step, not an age frozen at the read
+    last = families['gpucluster_training_rank_last_step_timestamp_seconds'].samples[0]
+    assert last.value == rows[0]['last_step_time']
+    assert families['gpucluster_training_world_size'].samples[0].value == 3
+    assert families['gpucluster_training_last_read_timestamp_seconds'].samples[0].labels == {
+        'job_id': 'job "a"', 'node': 'head'}
+
+
+def test_textfile_names_follow_the_naming_guide():
+    rows = rows_from('slow-rank-2', {0: 'head', 1: 'head', 2: 'worker-2'})
+    rows[0].update(cpu_pct=97.5, rss_kib=300000, peak_rss_kib=320000, gpu=dict(h100_gpus()[0], index=0))
+    text = jm.textfile_records(rows, 'j', 1795589350.0, world=3)
+    families = list(text_string_to_metric_families(text))
+    assert sorted(f.name for f in families) == sorted(jm.metric_names())
+    for f in families:
+        assert f.documentation and f.type == 'gauge'
+        assert 'percent' not in f.name and 'since' not in f.name
+        assert all('job' not in s.labels for s in f.samples)
+
+
+def test_the_job_ended_here_when_no_rank_of_it_runs_here():
+    rows = rows_from('slow-rank-2', {0: 'head', 1: 'head', 2: 'worker-2'})
+    assert not jm.ended_here(rows)
+    rows[0].update(alive=False, exit='exited')
+    assert not jm.ended_here(rows)
+    for r in rows:
+        r.update(alive=False, exit='finished')
+    assert jm.ended_here(rows) and jm.ended_here([])
 
 
 def test_a_strict_parser_refuses_a_broken_textfile():
     with pytest.raises(ValueError):
-        list(text_string_to_metric_families('gpucluster_training_rank_step{job="a",rank=0} 1\n'))
+        list(text_string_to_metric_families('gpucluster_training_rank_step{job_id="a",rank=0} 1\n'))
 
 
 def test_summary_has_steps_rates_slowest_and_peak_memory():

@@ -459,3 +459,31 @@ def test_status_reports_the_ranks_the_job_was_started_with(lab):
     assert out['world_size'] == 4 and out['ranks'] == [0, 0] and out['slots'] == 1
     (lab / 'jobs' / 'tiny-001' / 'layout.json').write_text('not json')
     assert job(lab, 'torchrun', state='status').status()['world_size'] == 5   # unreadable: the inventory's
+
+
+# ----- NCCL flight recorder ------------------------------------------------------------------------
+def test_a_job_on_gpus_turns_on_the_flight_recorder_into_its_job_dir(lab, monkeypatch):
+    device = lab / 'nvidiactl'
+    device.write_text('')
+    monkeypatch.setattr(ln.Job, 'GPU_DEVICE', str(device))
+    job(lab, launcher='torchrun', env={'TORCH_FR_BUFFER_SIZE': '500'}).start(spawn=Spawn())
+    jobdir = lab / 'jobs' / 'tiny-001'
+    text = (jobdir / 'job.env').read_text()
+    assert 'TORCH_FR_BUFFER_SIZE=500' in text and 'TORCH_FR_BUFFER_SIZE=2000' not in text  # training_env wins
+    assert 'TORCH_NCCL_DUMP_ON_TIMEOUT=' in text and str(jobdir / 'flight' / 'rank_') in text
+    assert (jobdir / 'flight').is_dir()
+    # the deepspeed launcher forwards it to every node's ranks too
+    job(lab, env={}, job_id='ds-1', job_dir=str(lab / 'jobs' / 'ds-1')).start(spawn=Spawn())
+    assert 'TORCH_FR_DUMP_TEMP_FILE=%s' % (lab / 'jobs' / 'ds-1' / 'flight' / 'rank_') in \
+        (lab / 'jobs' / 'ds-1' / 'deepspeed_env').read_text()
+
+
+def test_a_job_on_cpus_has_no_flight_recorder(lab, monkeypatch):
+    monkeypatch.setattr(ln.Job, 'GPU_DEVICE', str(lab / 'no-nvidiactl'))
+    job(lab, launcher='torchrun', env={}).start(spawn=Spawn())
+    jobdir = lab / 'jobs' / 'tiny-001'
+    assert 'TORCH_FR' not in (jobdir / 'job.env').read_text() and not (jobdir / 'flight').exists()
+    device = lab / 'nvidiactl'
+    device.write_text('')
+    monkeypatch.setattr(ln.Job, 'GPU_DEVICE', str(device))
+    assert job(lab, launcher='torchrun').flight_dir is None  # DS_ACCELERATOR=cpu: gloo, no NCCL

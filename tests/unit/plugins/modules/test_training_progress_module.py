@@ -73,7 +73,7 @@ def test_a_rank_of_this_node_with_its_gpu_and_a_textfile(tmp_path, job):
     assert row['last_step'] == 60 and row['rss_kib'] > 1000 and isinstance(row['cpu_pct'], float)
     assert row['gpu']['index'] == 0 and row['gpu']['memory_total_mib'] == 81559 and out['gpu_note'] == ''
     families = {f.name: f for f in text_string_to_metric_families(prom.read_text())}
-    assert families['gpucluster_training_rank_step'].samples[0].labels == {'job': 't-1', 'node': 'node-a', 'rank': '0'}
+    assert families['gpucluster_training_rank_step'].samples[0].labels == {'job_id': 't-1', 'node': 'node-a', 'rank': '0'}
     assert families['gpucluster_training_rank_gpu_memory_used_bytes'].samples[0].labels['gpu'] == '0'
     tails = out['log_tails']
     rank0 = tails[str(job_dir / 'progress' / 'rank-0.log')]
@@ -94,3 +94,37 @@ def test_a_rank_whose_process_ended_is_reported_exited(tmp_path, job):
     job_dir, _pid = job
     out = run(tmp_path, job_id='other-job', node='node-a', job_dir=str(job_dir), sample_seconds=0)
     assert [(r['rank'], r['alive'], r['exit']) for r in out['ranks']] == [(0, False, 'exited')]
+
+
+def test_the_textfile_is_removed_once_no_rank_runs_here(tmp_path, job):
+    job_dir, pid = job
+    prom = tmp_path / 'training.prom'
+    out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0, textfile=str(prom))
+    assert out['textfile'] == str(prom) and prom.exists()
+    # the rank's process still runs: a check-mode read changes nothing, and the file stays
+    out = run(tmp_path, check=True, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0,
+              textfile=str(prom))
+    assert prom.exists()
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    out = run(tmp_path, check=True, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0,
+              textfile=str(prom))
+    assert out['changed'] and prom.exists()  # check mode: it would be removed
+    out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0, textfile=str(prom))
+    assert [(r['rank'], r['alive']) for r in out['ranks']] == [(0, False)]
+    assert out['changed'] and out['textfile_removed'] == str(prom) and not prom.exists()
+    out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0, textfile=str(prom))
+    assert not out['changed'] and out['textfile_removed'] == '' and not prom.exists()
+
+
+def test_the_flight_recorder_dumps_of_the_job_are_read(tmp_path, job):
+    job_dir, _pid = job
+    out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0)
+    assert out['flight'] == {}
+    (job_dir / 'flight').mkdir()
+    for rank in (0, 1):
+        src = os.path.join(FIX, 'flight', 'gloo-rank1-stopped', 'rank_%d' % rank)
+        (job_dir / 'flight' / ('rank_%d' % rank)).write_bytes(open(src, 'rb').read())
+    out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0)
+    assert out['flight']['not_entered'] == [1]
+    assert out['flight']['lines'][0].startswith('process group 0: rank(s) 0 wait in gloo:all_reduce #5')
