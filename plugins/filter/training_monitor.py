@@ -10,17 +10,34 @@ import time
 from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
 
 
-def training_progress_view(results, hosts, stall_seconds=600, job_id=None):
-    """{state, slowest_node, stall, lines, ranks, summary} from the per-node results of
-    training_progress (in the order of hosts); a node whose read failed is named in the lines."""
-    rows, errors = [], {}
+def training_read_errors(results, hosts):
+    """{host: why} of the hosts whose read (a task result registered on every host) failed, was
+    unreachable or gave no answer, in the order of hosts."""
+    errors = {}
     for host, result in zip(hosts, results):
         result = result or {}
-        if result.get('failed') or result.get('unreachable') or 'ranks' not in result:
-            errors[host] = result.get('msg', 'no answer')
+        if not result or result.get('failed') or result.get('unreachable'):
+            errors[host] = str(result.get('msg') or 'no answer (the node could not be read)').strip()
+    return errors
+
+
+def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_regex=None):
+    """{state, slowest_node, stall, lines, ranks, nodes, node_errors, summary} from the per-node
+    results of training_progress (in the order of hosts). A node whose read failed is named with
+    its error and makes the state unknown; nodes holds each node's own state (unknown there)."""
+    rows = []
+    results = [r or {} for r in results]
+    errors = training_read_errors(results, hosts)
+    for host, result in zip(hosts, results):
+        if host in errors:
+            continue
+        if 'ranks' not in result:
+            errors[host] = 'no figures in its answer'
             continue
         rows.extend(result['ranks'])
-    view = jm.verdict(rows, float(stall_seconds), errors)
+        step_regex = step_regex if step_regex is not None else result.get('step_regex')
+    view = jm.verdict(rows, float(stall_seconds), errors, step_regex)
+    view['nodes'] = jm.node_states(rows, list(hosts), errors)
     view['summary'] = jm.summary(view['ranks'], job_id, view['state'], view['slowest_node'], time.time())
     return view
 
@@ -32,4 +49,5 @@ def training_rank_line(row):
 
 class FilterModule:
     def filters(self):
-        return {'training_progress_view': training_progress_view, 'training_rank_line': training_rank_line}
+        return {'training_progress_view': training_progress_view, 'training_rank_line': training_rank_line,
+                'training_read_errors': training_read_errors}
