@@ -21,6 +21,16 @@ def training_read_errors(results, hosts):
     return errors
 
 
+def training_unknown_result(errors, job_id):
+    """The job's verdict (training_verdict's keys) when some nodes could not be read: unknown,
+    never stopped, naming each node with its error."""
+    nodes = sorted(errors)
+    lines = ['job %s: unknown (its state could not be read on %s)' % (job_id, ', '.join(nodes))]
+    lines += ['%s: read failed: %s' % (node, errors[node]) for node in nodes]
+    return {'state': 'unknown', 'failed_nodes': [], 'running_nodes': [], 'exit_codes': {}, 'first_failure': None,
+            'last_loss_line': None, 'unknown_nodes': nodes, 'lines': lines}
+
+
 def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_regex=None):
     """{state, slowest_node, stall, lines, ranks, nodes, node_errors, summary} from the per-node
     results of training_progress (in the order of hosts). A node whose read failed is named with
@@ -50,4 +60,4 @@ def training_rank_line(row):
 class FilterModule:
     def filters(self):
         return {'training_progress_view': training_progress_view, 'training_rank_line': training_rank_line,
-                'training_read_errors': training_read_errors}
+                'training_read_errors': training_read_errors, 'training_unknown_result': training_unknown_result}
