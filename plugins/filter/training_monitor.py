@@ -10,17 +10,44 @@ import time
 from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
 
 
-def training_progress_view(results, hosts, stall_seconds=600, job_id=None):
-    """{state, slowest_node, stall, lines, ranks, summary} from the per-node results of
-    training_progress (in the order of hosts); a node whose read failed is named in the lines."""
-    rows, errors = [], {}
+def training_read_errors(results, hosts):
+    """{host: why} of the hosts whose read (a task result registered on every host) failed, was
+    unreachable or gave no answer, in the order of hosts."""
+    errors = {}
     for host, result in zip(hosts, results):
         result = result or {}
-        if result.get('failed') or result.get('unreachable') or 'ranks' not in result:
-            errors[host] = result.get('msg', 'no answer')
+        if not result or result.get('failed') or result.get('unreachable'):
+            errors[host] = str(result.get('msg') or 'no answer (the node could not be read)').strip()
+    return errors
+
+
+def training_unknown_result(errors, job_id):
+    """The job's verdict (training_verdict's keys) when some nodes could not be read: unknown,
+    never stopped, naming each node with its error."""
+    nodes = sorted(errors)
+    lines = ['job %s: unknown (its state could not be read on %s)' % (job_id, ', '.join(nodes))]
+    lines += ['%s: read failed: %s' % (node, errors[node]) for node in nodes]
+    return {'state': 'unknown', 'failed_nodes': [], 'running_nodes': [], 'exit_codes': {}, 'first_failure': None,
+            'last_loss_line': None, 'unknown_nodes': nodes, 'lines': lines}
+
+
+def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_regex=None):
+    """{state, slowest_node, stall, lines, ranks, nodes, node_errors, summary} from the per-node
+    results of training_progress (in the order of hosts). A node whose read failed is named with
+    its error and makes the state unknown; nodes holds each node's own state (unknown there)."""
+    rows = []
+    results = [r or {} for r in results]
+    errors = training_read_errors(results, hosts)
+    for host, result in zip(hosts, results):
+        if host in errors:
+            continue
+        if 'ranks' not in result:
+            errors[host] = 'no figures in its answer'
             continue
         rows.extend(result['ranks'])
-    view = jm.verdict(rows, float(stall_seconds), errors)
+        step_regex = step_regex if step_regex is not None else result.get('step_regex')
+    view = jm.verdict(rows, float(stall_seconds), errors, step_regex)
+    view['nodes'] = jm.node_states(rows, list(hosts), errors)
     view['summary'] = jm.summary(view['ranks'], job_id, view['state'], view['slowest_node'], time.time())
     return view
 
@@ -32,4 +59,5 @@ def training_rank_line(row):
 
 class FilterModule:
     def filters(self):
-        return {'training_progress_view': training_progress_view, 'training_rank_line': training_rank_line}
+        return {'training_progress_view': training_progress_view, 'training_rank_line': training_rank_line,
+                'training_read_errors': training_read_errors, 'training_unknown_result': training_unknown_result}

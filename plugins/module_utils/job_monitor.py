@@ -12,13 +12,21 @@ its progress file. Nothing is signalled, attached to or waited on.
 The progress file, one per rank, is ``<job_dir>/progress/rank-<RANK>.log`` (the shipped examples
 write it; any script may):
 
-    # gpucluster-progress rank=1 host=node-2 pid=4242 world=4
+    # gpucluster-progress rank=1 host=node-2 pid=4242 world=4 time=1764000000.0
     step=12 loss=0.4321 time=1764000000.125 wait=0.012
+    # heartbeat phase=checkpoint step=12 time=1764000000.2
+    # heartbeat phase=train step=12 time=1764000030.9
     # done step=100 time=1764000060.5
 
 ``time`` is the wall clock (seconds since the epoch) when the step ended; ``wait`` the seconds the
 rank spent waiting for the others at the step's synchronisation point (optional). A rank that
 waits least while the others wait for it is the one that holds the job back.
+
+A heartbeat says what the rank does between two steps (``phase``: ``checkpoint``, ``eval``,
+``load`` or any word; ``train`` when it goes back to steps) and holds the stall clock: a rank
+whose last step is old but whose last heartbeat is recent is not stalled. A script without a
+progress file prints the same words after ``gpucluster-heartbeat`` to its log (``time`` optional
+there), and its step lines are found with a regular expression (parse_log).
 """
 
 from __future__ import annotations
@@ -34,6 +42,11 @@ PROGRESS_RE = re.compile(r'^rank-(\d+)\.log$')
 RANK_ENV = 'RANK'
 # A rank whose process is in one of these states makes no progress whatever its peers do.
 HELD_STATES = {'T': 'stopped (SIGSTOP or a debugger)', 't': 'stopped by a tracer', 'D': 'in uninterruptible I/O wait'}
+HEARTBEAT = '# heartbeat'
+LOG_HEARTBEAT = 'gpucluster-heartbeat'
+# heartbeat phases that mean "back to steps": no phase is shown
+STEP_PHASES = ('train', 'step', 'steps')
+PHASE_NAMES = {'checkpoint': 'saving checkpoint', 'eval': 'evaluating', 'load': 'loading checkpoint'}
 
 
 def _number(text):
@@ -55,43 +68,145 @@ def parse_fields(line):
     return out
 
 
-def parse_progress(text):
-    """{header, steps: [{step, loss, time, wait}], done} of a rank's progress file.
+def _heartbeat(fields, default_time=None):
+    """A heartbeat's fields, or None when it names no phase or has no time."""
+    if not fields.get('phase'):
+        return None
+    if not isinstance(fields.get('time'), (int, float)):
+        if default_time is None:
+            return None
+        fields = dict(fields, time=default_time, dated=False)
+    fields['phase'] = str(fields['phase'])
+    return fields
 
-    Lines that are neither the header, a step line nor the done line (a half-written last line,
-    a note of the script) are skipped."""
-    header, steps, done = {}, [], None
+
+def parse_progress(text):
+    """{header, steps: [{step, loss, time, wait}], heartbeats, done, tail} of a rank's progress file.
+
+    heartbeats are those written after the last step (a step ends any phase). Lines that are
+    neither the header, a step, a heartbeat nor the done line (a half-written last line, a note of
+    the script) are skipped."""
+    header, steps, heartbeats, done = {}, [], [], None
     for line in (text or '').splitlines():
         line = line.strip()
         if line.startswith('# gpucluster-progress'):
             header = parse_fields(line)
         elif line.startswith('# done'):
             done = parse_fields(line)
+        elif line.startswith(HEARTBEAT):
+            beat = _heartbeat(parse_fields(line[len(HEARTBEAT):]))
+            if beat:
+                heartbeats.append(beat)
         elif line.startswith('step='):
             fields = parse_fields(line)
             if isinstance(fields.get('step'), int) and isinstance(fields.get('time'), (int, float)):
                 steps.append(fields)
+                heartbeats = []
     tail = [line for line in (text or '').splitlines() if line.strip()][-3:]
-    return {'header': header, 'steps': steps, 'done': done, 'tail': tail}
+    return {'header': header, 'steps': steps, 'heartbeats': heartbeats, 'done': done, 'tail': tail,
+            'source': 'progress file'}
+
+
+def _group(match, name):
+    try:
+        return match.group(name)
+    except IndexError:  # the regex has no such group
+        return None
+
+
+def step_of(match):
+    """The step of a line the regex matched: the group named step, else the first group that is a
+    whole number, else the first whole number of the matched text; None when there is none."""
+    text = _group(match, 'step')
+    if text is None:
+        text = next((g for g in match.groups() if g and g.isdigit()), None)
+    if text is None:
+        found = re.search(r'\d+', match.group(0))
+        text = found.group(0) if found else None
+    return int(text) if text and text.isdigit() else None
+
+
+def parse_log(text, regex, mtime):
+    """The steps of a log whose script writes no progress file, in parse_progress's form.
+
+    regex finds a step line anywhere in a line (a launcher's "host: " prefix does not matter);
+    groups: step (else the first number), loss and time (seconds since the epoch), optional. A step
+    without time is dated by the log's last write (mtime: the latest it can be, so the stall clock
+    never runs fast); steps per second need a time group. Lines holding gpucluster-heartbeat are
+    heartbeats (time optional, dated the same way)."""
+    pattern = re.compile(regex) if regex else None
+    steps, heartbeats = [], []
+    for line in (text or '').splitlines():
+        if LOG_HEARTBEAT in line:
+            beat = _heartbeat(parse_fields(line.split(LOG_HEARTBEAT, 1)[1]), mtime)
+            if beat:
+                heartbeats.append(beat)
+            continue
+        match = pattern.search(line) if pattern else None
+        if not match:
+            continue
+        step = step_of(match)
+        if step is None:
+            continue
+        entry = {'step': step}
+        loss = _number(_group(match, 'loss'))
+        if loss is not None:
+            entry['loss'] = loss
+        when = _number(_group(match, 'time'))
+        dated = isinstance(when, (int, float)) and when > 1e9
+        entry.update(time=when if dated else mtime, dated=dated)
+        steps.append(entry)
+        heartbeats = []
+    tail = [line for line in (text or '').splitlines() if line.strip()][-3:]
+    return {'header': {}, 'steps': steps, 'heartbeats': heartbeats, 'done': None, 'tail': tail, 'source': 'log'}
+
+
+def phase_figures(progress, now):
+    """{phase, phase_s, seconds_since_heartbeat} from the heartbeats after the last step: the phase
+    of the last one (none when it went back to steps), since the first heartbeat of that phase."""
+    beats = progress.get('heartbeats') or []
+    out = {'phase': None, 'phase_s': None, 'seconds_since_heartbeat': None}
+    if not beats:
+        return out
+    last = beats[-1]
+    out['seconds_since_heartbeat'] = round(max(0.0, now - last['time']), 1)
+    if last['phase'] in STEP_PHASES:
+        return out
+    since = last['time']
+    for beat in reversed(beats):
+        if beat['phase'] != last['phase']:
+            break
+        since = beat['time']
+    out.update(phase=last['phase'], phase_s=round(max(0.0, now - since), 1))
+    return out
 
 
 def progress_figures(progress, now, window=60.0):
-    """The figures of one rank from its parsed progress file at time now.
+    """The figures of one rank from its parsed progress file (or log) at time now.
 
     steps_per_s and the means cover the steps of the last window seconds (at least the last two
-    steps when the window holds fewer): a rank that stopped has 0 steps per second in the window."""
+    steps when the window holds fewer): a rank that stopped has 0 steps per second in the window.
+    Steps without a time of their own (a log without a time group) give no rates."""
     steps = progress['steps']
+    dated = [s for s in steps if s.get('dated', True)]
+    tracked = bool(progress.get('header') or steps or progress.get('heartbeats'))
     out = {'last_step': None, 'last_step_time': None, 'last_loss': None, 'seconds_since_step': None,
            'steps_per_s': None, 'step_s': None, 'wait_s': None, 'compute_s': None, 'steps_logged': len(steps),
            'mean_steps_per_s': None, 'done': progress['done'] is not None,
-           'final_peak_rss_kib': (progress['done'] or {}).get('peak_rss_kib')}
+           'final_peak_rss_kib': (progress['done'] or {}).get('peak_rss_kib'),
+           'tracked': progress.get('source') if tracked else None,
+           'started_at': progress.get('header', {}).get('time')}
+    out.update(phase_figures(progress, now))
+    if not steps:
+        return out
+    last = steps[-1]
+    out.update(last_step=last['step'], last_step_time=last['time'], last_loss=last.get('loss'),
+               seconds_since_step=round(max(0.0, now - last['time']), 1))
+    steps = dated
     if not steps:
         return out
     if len(steps) >= 2 and steps[-1]['time'] > steps[0]['time']:
         out['mean_steps_per_s'] = round((steps[-1]['step'] - steps[0]['step']) / (steps[-1]['time'] - steps[0]['time']), 3)
-    last = steps[-1]
-    out.update(last_step=last['step'], last_step_time=last['time'], last_loss=last.get('loss'),
-               seconds_since_step=round(max(0.0, now - last['time']), 1))
     recent = [s for s in steps if s['time'] >= now - window]
     if len(recent) >= 2:
         span = recent[-1]['time'] - recent[0]['time']
@@ -136,10 +251,22 @@ def parse_status_memory(text):
     return out
 
 
-def rank_processes(job_id, uid, proc='/proc', leaders=()):
-    """{rank: {pid, local_rank, visible_devices, state}} of the job's ranks on this node: the job's
-    processes (processes.job_processes) that carry RANK, the topmost one per rank (a data loader
-    worker inherits its parent's RANK)."""
+def boot_time(proc='/proc'):
+    """Seconds since the epoch when the machine booted (btime of /proc/stat), None when unknown."""
+    for line in (pr._read(os.path.join(proc, 'stat')) or '').splitlines():
+        if line.startswith('btime '):
+            try:
+                return int(line.split()[1])
+            except (ValueError, IndexError):
+                return None
+    return None
+
+
+def rank_processes(job_id, uid, proc='/proc', leaders=(), booted=None, ticks_per_s=100):
+    """{rank: {pid, local_rank, visible_devices, state, started_at}} of the job's ranks on this
+    node: the job's processes (processes.job_processes) that carry RANK, the topmost one per rank (a
+    data loader worker inherits its parent's RANK). started_at (seconds since the epoch) needs the
+    boot time (boot_time)."""
     found = {}
     for item in pr.job_processes(job_id, uid, proc, leaders):
         env = pr.read_environ(item['pid'], proc)
@@ -149,7 +276,9 @@ def rank_processes(job_id, uid, proc='/proc', leaders=()):
         stat = pr.read_stat(item['pid'], proc) or {}
         entry = {'pid': item['pid'], 'ppid': stat.get('ppid'), 'state': stat.get('state'),
                  'local_rank': int(env['LOCAL_RANK']) if env.get('LOCAL_RANK', '').isdigit() else None,
-                 'visible_devices': env.get('CUDA_VISIBLE_DEVICES')}
+                 'visible_devices': env.get('CUDA_VISIBLE_DEVICES'),
+                 'started_at': (round(booted + float(stat['start_time']) / ticks_per_s, 1)
+                                if booted is not None and stat.get('start_time') is not None else None)}
         found.setdefault(int(rank), []).append(entry)
     out = {}
     for rank, entries in found.items():
@@ -234,16 +363,24 @@ def read_progress_files(job_dir):
     return out
 
 
-def node_ranks(node, hostname, procs, progress, cpu, mem, gpus, now, window=60.0, gpu_note=None):
+def node_ranks(node, hostname, procs, progress, cpu, mem, gpus, now, window=60.0, gpu_note=None, log=None):
     """The rows of this node's ranks: those with a process here, and the ranks whose progress
-    file names this host but have no process any more (they exited)."""
+    file names this host but have no process any more (they exited).
+
+    A rank with a process here and no progress file takes the steps of the node's log (log, from
+    parse_log) when that holds any: in synchronous training one rank that prints is enough. tracked
+    says where the steps come from (progress file, log), None when nothing tracks them."""
     rows = []
     mine = set(procs)
     for rank, parsed in progress.items():
         if parsed['header'].get('host') in (hostname, node):
             mine.add(rank)
+    empty = {'header': {}, 'steps': [], 'heartbeats': [], 'done': None, 'tail': []}
+    usable_log = log if log and (log['steps'] or log['heartbeats']) else None
     for rank in sorted(mine):
-        parsed = progress.get(rank, {'header': {}, 'steps': [], 'done': None, 'tail': []})
+        parsed = progress.get(rank)
+        if parsed is None:
+            parsed = usable_log if rank in procs and usable_log else empty
         row = {'node': node, 'rank': rank, 'last_lines': parsed.get('tail', [])}
         row.update(progress_figures(parsed, now, window))
         proc_row = procs.get(rank)
@@ -254,10 +391,14 @@ def node_ranks(node, hostname, procs, progress, cpu, mem, gpus, now, window=60.0
             row.update(mem.get(proc_row['pid'], {}))
             gpu = rank_gpu(proc_row['local_rank'], proc_row['visible_devices'], gpus)
             row['gpu'] = gpu
+            # the stall clock of a rank without a step runs from its header, else its process start
+            row['started_at'] = row.get('started_at') or proc_row.get('started_at')
         else:
             row.update(alive=False, pid=parsed['header'].get('pid'), state=None, held=None, cpu_pct=None,
                        rss_kib=None, peak_rss_kib=None, gpu=None,
                        exit='finished' if parsed['done'] else 'exited')
+        row['seconds_since_start'] = (round(max(0.0, now - row['started_at']), 1)
+                                      if isinstance(row.get('started_at'), (int, float)) else None)
         if gpu_note and not row.get('gpu'):
             row['gpu_note'] = gpu_note
         rows.append(row)
@@ -311,39 +452,105 @@ def slowest_node(rows, ratio=1.25, min_gap_s=0.005):
     return None, 'no step figures yet'
 
 
+def activity_age(row):
+    """Seconds since the rank last showed life: its last step or heartbeat, and before its first
+    step the time since it started (its progress header, else its process start); None when
+    nothing tracks it."""
+    if not row.get('tracked'):
+        return None
+    ages = [row.get('seconds_since_step'), row.get('seconds_since_heartbeat')]
+    if row.get('last_step') is None:
+        ages.append(row.get('seconds_since_start'))
+    ages = [a for a in ages if isinstance(a, (int, float))]
+    return min(ages) if ages else None
+
+
+def phase_text(row):
+    """'saving checkpoint since 40 s' of a rank between two steps, '' when it steps."""
+    if not row.get('phase'):
+        return ''
+    return '%s since %s s' % (PHASE_NAMES.get(row['phase'], row['phase']), _fmt(row.get('phase_s'), '%.0f'))
+
+
 def stall(rows, stall_seconds):
-    """{stalled, ranks: [...first to stop...], nodes, why} of a job whose ranks are all alive and of
-    which none logged a step for stall_seconds. The ranks named are the ones held by the kernel
-    (stopped, traced) when any is, else those with the lowest last step, earliest first."""
+    """{stalled, off, ranks: [...first to stop...], nodes, why, collectives} of a job.
+
+    Stalled: every rank alive and none of the tracked ones showed life (a step, a heartbeat, or
+    before the first step its start) for stall_seconds. The ranks named are the ones held by the
+    kernel (stopped, traced) when any is, else those without a step (a start-up hang), else those
+    with the lowest last step, earliest first. When every rank stopped at the same step (a
+    collective that never completed: the usual NCCL hang) all are named; collectives is left for a
+    reader of the collectives in flight (NCCL's flight recorder) to fill: a list of lines.
+    off: nothing tracks the job's steps (no progress file, no log line matching the regex)."""
+    out = {'stalled': False, 'off': False, 'ranks': [], 'nodes': [], 'why': '', 'collectives': None}
+    if rows and not any(r.get('tracked') for r in rows):
+        out.update(off=True, why='no steps tracked')
+        return out
     alive = [r for r in rows if r.get('alive')]
     if not alive or len(alive) != len(rows):
-        return {'stalled': False, 'ranks': [], 'nodes': [], 'why': ''}
-    ages = [r['seconds_since_step'] for r in alive]
-    started = [a for a in ages if a is not None]
-    if len(started) != len(alive) or min(started) < stall_seconds:
-        return {'stalled': False, 'ranks': [], 'nodes': [], 'why': ''}
+        return out
+    tracked = [r for r in alive if activity_age(r) is not None]
+    if not tracked:
+        return out
+    quiet = min(activity_age(r) for r in tracked)
+    if quiet < stall_seconds:
+        return out
     held = [r for r in alive if r.get('held')]
+    no_step = [r for r in tracked if r.get('last_step') is None]
     if held:
         first = held
         why = ', '.join('rank %d on %s is %s' % (r['rank'], r['node'], r['held']) for r in held)
+    elif no_step:
+        first = no_step
+        why = ('no rank logged a first step since it started: a start-up hang (rendezvous, NCCL '
+               'initialisation, loading)' if len(no_step) == len(tracked) else
+               '%s logged no step since it started' % ', '.join('rank %d' % r['rank'] for r in no_step))
     else:
-        low = min(r['last_step'] for r in alive)
-        first = sorted([r for r in alive if r['last_step'] == low], key=lambda r: r['last_step_time'])
-        why = 'lowest last step %d' % low
-    return {'stalled': True, 'ranks': [r['rank'] for r in first], 'nodes': sorted({r['node'] for r in first}),
-            'why': 'no rank logged a step for %d s or more (%s)' % (int(min(started)), why)}
+        low = min(r['last_step'] for r in tracked)
+        first = sorted([r for r in tracked if r['last_step'] == low], key=lambda r: r['last_step_time'])
+        if len(first) == len(tracked) and len(tracked) > 1:
+            why = ('every rank stopped after step %d: they wait in the same collective (a rank, GPU or '
+                   'link that never joined it; the steps cannot tell which)' % low)
+        else:
+            why = 'lowest last step %d' % low
+    phases = ['rank %d on %s has been %s' % (r['rank'], r['node'], phase_text(r).replace(' since ', ' for '))
+              for r in tracked if r.get('phase')]
+    if phases:
+        why += '; ' + ', '.join(phases)
+    out.update(stalled=True, ranks=[r['rank'] for r in first], nodes=sorted({r['node'] for r in first}),
+               why='no rank logged a step or heartbeat for %d s or more (%s)' % (int(quiet), why))
+    return out
 
 
-def verdict(rows, stall_seconds, node_errors=None):
-    """state (running, stalled, finished, failed, not running), slowest node, stall and the lines
-    to print, from every node's rows."""
+def node_states(rows, hosts, node_errors):
+    """{node: running|finished|exited|no ranks|unknown} per host: unknown where its read failed."""
+    out = {}
+    for host in hosts:
+        mine = [r for r in rows if r.get('node') == host]
+        if host in node_errors:
+            out[host] = 'unknown'
+        elif any(r.get('alive') for r in mine):
+            out[host] = 'running'
+        elif mine and all(r.get('exit') == 'finished' for r in mine):
+            out[host] = 'finished'
+        else:
+            out[host] = 'exited' if mine else 'no ranks'
+    return out
+
+
+def verdict(rows, stall_seconds, node_errors=None, step_regex=None):
+    """state (running, stalled, finished, failed, not running, unknown), slowest node, stall and the
+    lines to print, from every node's rows. A node whose read failed (node_errors: {node: why})
+    makes the state unknown: what the other nodes show says nothing of it."""
     node_errors = node_errors or {}
     rows = sorted(rows, key=lambda r: r['rank'])
     alive = [r for r in rows if r.get('alive')]
     exited = [r for r in rows if not r.get('alive') and r.get('exit') != 'finished']
     st = stall(rows, stall_seconds)
     slow, slow_why = slowest_node(rows)
-    if st['stalled']:
+    if node_errors:
+        state = 'unknown'
+    elif st['stalled']:
         state = 'stalled'
     elif alive and exited:
         state = 'failed'
@@ -355,18 +562,27 @@ def verdict(rows, stall_seconds, node_errors=None):
         state = 'failed'
     else:
         state = 'not running'
-    lines = ['state: %s' % state]
+    if node_errors:
+        lines = ['state: unknown (the read failed on %s: what the other nodes show cannot tell the job\'s state)'
+                 % ', '.join(sorted(node_errors))]
+    else:
+        lines = ['state: %s' % state]
+    for node, error in sorted(node_errors.items()):
+        lines.append('%s: read failed: %s' % (node, error))
     if st['stalled']:
         lines.append('stalled: %s; first to stop: %s' % (st['why'], ', '.join(
             'rank %d on %s' % (r, n) for r, n in ((r['rank'], r['node']) for r in rows if r['rank'] in st['ranks']))))
+        for item in st.get('collectives') or []:
+            lines.append('  collective: %s' % (item.get('line', item) if isinstance(item, dict) else item))
+    if st['off'] and alive:
+        lines.append('no steps tracked: the script writes no progress file and no log line matches '
+                     'training_progress_regex (%s); stall detection is off for this job' % (step_regex or 'none set'))
     if slow:
         lines.append('slowest node: %s' % slow_why)
     for r in rows:
         lines.append(rank_line(r))
-    for node, error in sorted(node_errors.items()):
-        lines.append('%s: no figures (%s)' % (node, error))
     return {'state': state, 'slowest_node': slow, 'slowest_why': slow_why, 'stall': st, 'lines': lines,
-            'ranks': rows}
+            'ranks': rows, 'node_errors': dict(node_errors)}
 
 
 def _fmt(value, pattern, missing='-'):
@@ -384,6 +600,12 @@ def rank_line(r):
              'loss %s' % _fmt(r.get('last_loss'), '%.4f'),
              '%s steps/s' % _fmt(r.get('steps_per_s'), '%.2f'),
              'last step %s s ago' % _fmt(r.get('seconds_since_step'), '%.0f')]
+    if r.get('phase'):
+        parts.append(phase_text(r))
+    if r.get('tracked') == 'log':
+        parts.append('steps from its log')
+    elif not r.get('tracked'):
+        parts.append('no steps tracked')
     if r.get('compute_s') is not None:
         parts.append('compute %.3f s/step, wait %.3f' % (r['compute_s'], r['wait_s']))
     if r.get('alive'):

@@ -15,6 +15,9 @@ description:
     C(GPUCLUSTER_JOB_ID) and a C(RANK) variable) and reads, per rank, its process state, CPU use over
     O(sample_seconds), resident and peak memory, its GPU's utilisation and memory (C(nvidia-smi),
     where there is one) and its progress file C(<job_dir>/progress/rank-<RANK>.log).
+  - A rank with a process here and no progress file takes its steps from the node's log
+    C(<job_dir>/logs/<node>.log), the lines O(step_regex) matches (a script of one's own that writes
+    no progress file); a line holding C(gpucluster-heartbeat phase=NAME) there is a heartbeat.
   - Nothing is signalled, attached to or slowed down; the progress files are only read.
   - With O(textfile) the figures are written in node_exporter's textfile format (written to a
     temporary file and renamed, so the collector never reads half a file). When no rank of the job
@@ -93,7 +96,9 @@ ranks:
   sample:
     - {node: lab-head, rank: 0, alive: true, state: S, held: null, last_step: 120, last_loss: 0.02,
        steps_per_s: 4.1, seconds_since_step: 0.3, compute_s: 0.05, wait_s: 0.19, cpu_pct: 98.0,
-       rss_kib: 412000, peak_rss_kib: 420000, gpu: null, gpu_note: "no GPU: nvidia-smi not found"}
+       rss_kib: 412000, peak_rss_kib: 420000, gpu: null, gpu_note: "no GPU: nvidia-smi not found",
+       tracked: progress file, phase: checkpoint, phase_s: 40.2, seconds_since_heartbeat: 40.2,
+       started_at: 1764000000.0, seconds_since_start: 300.5}
 gpu_note:
   description: Why a rank has no GPU figures (no nvidia-smi, nvidia-smi failed), empty when GPUs were read.
   returned: always
@@ -123,6 +128,10 @@ flight:
   returned: always
   type: dict
   sample: {not_entered: [1], lines: ["process group 0: rank(s) 0 wait in nccl:all_reduce #5; not entered by rank 1 (last started nccl:broadcast #4)"]}
+step_regex:
+  description: The regular expression the node's log was read with (empty when none).
+  returned: always
+  type: str
 log_tails:
   description: "{path: [last lines]} of the node's launcher log, its ranks' progress files and torchrun's per-rank logs."
   returned: logs is true
@@ -132,6 +141,7 @@ log_tails:
 import glob
 import os
 import pwd
+import re
 import socket
 import time
 
@@ -150,6 +160,7 @@ ARGUMENT_SPEC = dict(
     owner=dict(type='str'),
     sample_seconds=dict(type='float', default=1.0),
     window=dict(type='float', default=60.0),
+    step_regex=dict(type='str', default=''),
     nvidia_smi=dict(type='str', default='nvidia-smi'),
     textfile=dict(type='path'),
     logs=dict(type='bool', default=False),
@@ -217,6 +228,24 @@ def log_tails(job_dir, node, hostname, ranks, lines):
     return out
 
 
+LOG_READ_BYTES = 4 * 1024 * 1024
+
+
+def read_node_log(job_dir, node, regex):
+    """The node's log parsed for steps (job_monitor.parse_log); None without a regex or a log."""
+    path = os.path.join(job_dir, 'logs', '%s.log' % node)
+    if not regex or not os.path.isfile(path):
+        return None
+    try:
+        mtime = os.stat(path).st_mtime
+        with open(path, 'rb') as handle:
+            handle.seek(max(0, os.path.getsize(path) - LOG_READ_BYTES))
+            text = handle.read().decode('utf-8', 'replace')
+    except (IOError, OSError):
+        return None
+    return jm.parse_log(text, regex, mtime)
+
+
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
@@ -231,19 +260,27 @@ def main():
                              'storage mounted here?)' % (p['node'], p['job_dir'], p['job_id']))
     if p['sample_seconds'] < 0 or p['sample_seconds'] > 30:
         module.fail_json(msg='node %s: sample_seconds must be 0 to 30, got %s' % (p['node'], p['sample_seconds']))
+    if p['window'] <= 0:
+        module.fail_json(msg='node %s: window must be above 0, got %s' % (p['node'], p['window']))
+    try:
+        re.compile(p['step_regex'] or '')
+    except re.error as exc:
+        module.fail_json(msg='node %s: step_regex %r is not a regular expression: %s' % (p['node'], p['step_regex'], exc))
     hostname = socket.gethostname()
-    procs = jm.rank_processes(p['job_id'], uid)
+    ticks = os.sysconf('SC_CLK_TCK')
+    procs = jm.rank_processes(p['job_id'], uid, booted=jm.boot_time(), ticks_per_s=ticks)
     pids = [item['pid'] for item in procs.values()]
     cpu = {}
     if p['sample_seconds'] > 0 and pids:
-        cpu = jm.cpu_sample(pids, sleep=time.sleep, interval=p['sample_seconds'],
-                            ticks_per_s=os.sysconf('SC_CLK_TCK'))
+        cpu = jm.cpu_sample(pids, sleep=time.sleep, interval=p['sample_seconds'], ticks_per_s=ticks)
     mem = {pid: jm.memory(pid) for pid in pids}
     gpus, gpu_note = read_gpus(module, p['nvidia_smi'])
     now = time.time()
     progress = {rank: jm.parse_progress(text) for rank, text in jm.read_progress_files(p['job_dir']).items()}
-    rows = jm.node_ranks(p['node'], hostname, procs, progress, cpu, mem, gpus, now, p['window'], gpu_note)
-    result = dict(changed=False, ranks=rows, gpu_note=gpu_note, hostname=hostname, read_at=now, textfile='')
+    log = read_node_log(p['job_dir'], p['node'], p['step_regex']) if set(procs) - set(progress) else None
+    rows = jm.node_ranks(p['node'], hostname, procs, progress, cpu, mem, gpus, now, p['window'], gpu_note, log)
+    result = dict(changed=False, ranks=rows, gpu_note=gpu_note, hostname=hostname, read_at=now, textfile='',
+                  step_regex=p['step_regex'])
     if p['textfile'] and jm.ended_here(rows):
         # no rank runs here any more (finished, failed, stopped): the job's series end with it
         result['changed'] = remove_textfile(module, p['textfile'])

@@ -4,12 +4,18 @@
 
 Every rank appends to <progress dir>/rank-<RANK>.log (the job directory's progress/ by default):
 
-    # gpucluster-progress rank=1 host=node-2 pid=4242 world=4
+    # gpucluster-progress rank=1 host=node-2 pid=4242 world=4 time=1764000000.0
     step=12 loss=0.4321 time=1764000000.125 wait=0.012
+    # heartbeat phase=checkpoint step=12 time=1764000000.2
+    # heartbeat phase=train step=12 time=1764000031.0
     # done step=100 time=1764000060.5 peak_rss_kib=412000
 
 time is the wall clock when the step ended, wait the seconds the rank waited for the others at the
-step's synchronisation point. Rank 0 also writes TensorBoard event files (loss, steps per second)
+step's synchronisation point. A heartbeat says what the rank does between two steps (phase
+checkpoint, eval, load or any word; train when it goes back to steps): it holds the stall clock,
+so a checkpoint that takes longer than training_stall_seconds is not called a stall. A script
+without a progress file can print the same line to its log (heartbeat_line(): "gpucluster-heartbeat
+phase=checkpoint step=12 time=..."). Rank 0 also writes TensorBoard event files (loss, steps per second)
 when the tensorboard package is installed. Import it from a script that sits beside this file.
 """
 
@@ -31,8 +37,8 @@ class Progress:
             # line buffered: every step line reaches the shared storage when it is written; a run
             # of the same job id starts the file again
             self.handle = open(os.path.join(progress_dir, 'rank-%d.log' % rank), 'w', buffering=1)
-            self.handle.write('# gpucluster-progress rank=%d host=%s pid=%d world=%d\n'
-                              % (rank, socket.gethostname(), os.getpid(), world))
+            self.handle.write('# gpucluster-progress rank=%d host=%s pid=%d world=%d time=%.3f\n'
+                              % (rank, socket.gethostname(), os.getpid(), world, time.time()))
         if rank == 0 and tensorboard_dir:
             try:
                 from torch.utils.tensorboard import SummaryWriter  # pylint: disable=import-outside-toplevel
@@ -57,6 +63,11 @@ class Progress:
             if wait is not None:
                 self.writer.add_scalar('train/wait_seconds', wait, step)
         self.last = (step, now)
+
+    def heartbeat(self, phase, step=None):
+        """Say what the rank does now (before and after a checkpoint save or an evaluation)."""
+        if self.handle:
+            self.handle.write('# %s\n' % heartbeat_line(phase, step)[len('gpucluster-'):])
 
     def sync_point(self, dist, tensor, step, first_step, args):
         """Before the step's work: the delay injected on purpose (args), then the all-reduce of the
@@ -91,6 +102,15 @@ class Progress:
             self.writer.flush()
             self.writer.close()
             self.writer = None
+
+
+def heartbeat_line(phase, step=None, now=None):
+    """The heartbeat words: "gpucluster-heartbeat phase=checkpoint step=12 time=1764000000.200".
+    Printed as is to a job's log, it is read from there (scripts without a progress file)."""
+    words = 'gpucluster-heartbeat phase=%s' % phase
+    if step is not None:
+        words += ' step=%d' % step
+    return '%s time=%.3f' % (words, time.time() if now is None else now)
 
 
 def add_arguments(parser):

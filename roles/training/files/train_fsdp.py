@@ -96,7 +96,9 @@ def latest(directory):
     return os.path.join(directory, name), int(name[4:])
 
 
-def save(directory, step, model, optimizer, world, rank):
+def save(directory, step, model, optimizer, world, rank, progress):
+    # heartbeats before and after the save: a long save is not a stall
+    progress.heartbeat('checkpoint', step)
     path = os.path.join(directory, 'step%d' % step)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     dcp.save({'model': model_sd, 'optim': optim_sd}, checkpoint_id=path)
@@ -110,6 +112,7 @@ def save(directory, step, model, optimizer, world, rank):
         os.replace(tmp, os.path.join(directory, 'latest'))
         print('saved sharded checkpoint %s (step %d, world %d)' % (path, step, world), flush=True)
     dist.barrier()
+    progress.heartbeat('train', step)
 
 
 def main():
@@ -137,8 +140,10 @@ def main():
               % (world, backend, 'bf16 mixed precision' if on_gpu else 'float32 (CPU)',
                  sum(p.numel() for p in model.parameters()), world), flush=True)
 
+    progress = Progress(rank, world, args.progress_dir, args.tensorboard_dir)
     start_step = 0
     if args.resume_from:
+        progress.heartbeat('load')
         path, start_step = latest(args.resume_from)
         if path is None:
             raise SystemExit('no checkpoint under %s (neither a latest file nor a step<N> with .metadata)'
@@ -157,8 +162,8 @@ def main():
             print('resumed from %s at step %d (saved with world %s, now world %d%s)'
                   % (path, start_step, saved_world, world,
                      '; the shards were redistributed' if saved_world not in (None, world) else ''), flush=True)
+        progress.heartbeat('train', start_step)
 
-    progress = Progress(rank, world, args.progress_dir, args.tensorboard_dir)
     sync = torch.zeros(1, device=device)
     loss = torch.zeros(())
     for step in range(start_step + 1, args.steps + 1):
@@ -176,12 +181,12 @@ def main():
         if rank == 0:
             print('step %d loss %.6f elapsed %.3f' % (step, loss.item(), time.time() - STARTED), flush=True)
         if args.checkpoint_dir and args.save_every and step % args.save_every == 0:
-            save(args.checkpoint_dir, step, model, optimizer, world, rank)
+            save(args.checkpoint_dir, step, model, optimizer, world, rank, progress)
         if args.step_delay:
             time.sleep(args.step_delay)
 
     if args.checkpoint_dir and start_step < args.steps and not (args.save_every and args.steps % args.save_every == 0):
-        save(args.checkpoint_dir, args.steps, model, optimizer, world, rank)
+        save(args.checkpoint_dir, args.steps, model, optimizer, world, rank, progress)
     progress.finish(dist, loss.detach().float().reshape(1).clone(), args.steps, backend)
 
 

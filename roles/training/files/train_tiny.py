@@ -108,18 +108,20 @@ def main():
     true_w = torch.randn(32, 1, generator=torch.Generator().manual_seed(args.seed))
     data_gen = torch.Generator().manual_seed(args.seed + 1 + rank)
 
+    progress = Progress(rank, world, args.progress_dir, args.tensorboard_dir)
     start_step = 0
     if args.resume_from:
+        progress.heartbeat('load')
         path, client_state = engine.load_checkpoint(args.resume_from)
         if path is None:
             raise SystemExit('no checkpoint found under %s' % args.resume_from)
         start_step = int((client_state or {}).get('step', 0))
         if rank == 0:
             print('resumed from %s at step %d' % (path, start_step), flush=True)
+        progress.heartbeat('train', start_step)
 
     dtype = next(engine.module.parameters()).dtype
     loss = torch.tensor(0.0)
-    progress = Progress(rank, world, args.progress_dir, args.tensorboard_dir)
     sync = torch.zeros(1, device=device)
     for step in range(start_step + 1, args.steps + 1):
         x = torch.randn(args.micro_batch, 32, generator=data_gen)
@@ -135,12 +137,17 @@ def main():
         if rank == 0:
             print('step %d loss %.6f elapsed %.3f' % (step, loss.item(), time.time() - STARTED), flush=True)
         if args.checkpoint_dir and args.save_every and step % args.save_every == 0:
+            # heartbeats before and after the save: a long save is not a stall
+            progress.heartbeat('checkpoint', step)
             engine.save_checkpoint(args.checkpoint_dir, tag='step%d' % step, client_state={'step': step})
+            progress.heartbeat('train', step)
         if args.step_delay:
             time.sleep(args.step_delay)
 
     if args.checkpoint_dir:
+        progress.heartbeat('checkpoint', args.steps)
         engine.save_checkpoint(args.checkpoint_dir, tag='step%d' % args.steps, client_state={'step': args.steps})
+        progress.heartbeat('train', args.steps)
     # The loss of the last step, averaged over ranks.
     progress.finish(dist, loss.detach().to(device=device, dtype=torch.float32), args.steps, backend)
 

@@ -249,3 +249,157 @@ def test_summary_has_steps_rates_slowest_and_peak_memory():
     assert record['steps'] == 60 and record['slowest_node'] == 'worker-2'
     assert 5 < record['mean_steps_per_s'] < 12
     assert all(r['peak_rss_kib'] > 100000 for r in record['ranks'])
+
+
+# ----- heartbeats, steps from a log, stalls before the first step, unknown nodes ----------------
+EXAMPLES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'training', 'files')
+
+
+def live_row(text, now, node='head', rank=0, **extra):
+    """A row of a live rank from the text of its progress file, read at now."""
+    row = {'node': node, 'rank': rank, 'alive': True, 'held': None}
+    row.update(jm.progress_figures(jm.parse_progress(text), now))
+    row.update(extra)
+    return row
+
+
+def test_a_checkpoint_save_longer_than_the_stall_bound_is_not_a_stall_and_shows_its_phase():
+    text = ('# gpucluster-progress rank=0 host=head pid=1 world=2 time=1000.0\n'
+            'step=140 loss=0.5 time=1100.0\n'
+            '# heartbeat phase=checkpoint step=140 time=1100.1\n')
+    # read 700 s after the last step and the heartbeat that opened the save, with a 600 s bound
+    rows = [live_row(text, 1800.0, rank=0), live_row(text, 1800.0, node='worker', rank=1)]
+    assert rows[0]['phase'] == 'checkpoint' and rows[0]['phase_s'] == pytest.approx(699.9)
+    assert jm.verdict(rows, 600)['state'] == 'stalled'  # the save's heartbeat itself is 700 s old
+    # the saving rank writes a heartbeat every few minutes while it saves: held
+    text += '# heartbeat phase=checkpoint step=140 time=1500.0\n'
+    rows = [live_row(text, 1800.0, rank=0), live_row(text.split('# heartbeat')[0], 1800.0, node='worker', rank=1)]
+    view = jm.verdict(rows, 600)
+    assert view['state'] == 'running', view['lines']
+    assert any('saving checkpoint since 700 s' in line for line in view['lines']), view['lines']
+
+
+def test_a_heartbeat_within_the_bound_holds_the_clock_and_a_step_ends_the_phase():
+    text = ('# gpucluster-progress rank=0 host=head pid=1 world=1 time=1000.0\n'
+            'step=5 loss=0.5 time=1010.0\n# heartbeat phase=eval step=5 time=1590.0\n')
+    row = live_row(text, 1700.0)
+    assert jm.stall([row], 600)['stalled'] is False
+    assert 'evaluating since 110 s' in jm.rank_line(row)
+    stepped = live_row(text + 'step=6 loss=0.4 time=1600.0\n', 1700.0)
+    assert stepped['phase'] is None and 'since' not in jm.rank_line(stepped)
+    back = live_row(text + '# heartbeat phase=train step=5 time=1595.0\n', 1700.0)
+    assert back['phase'] is None and back['seconds_since_heartbeat'] == pytest.approx(105.0)
+
+
+def test_a_stale_phase_is_named_in_the_stall():
+    text = ('# gpucluster-progress rank=0 host=head pid=1 world=1 time=1000.0\n'
+            'step=5 loss=0.5 time=1010.0\n# heartbeat phase=checkpoint step=5 time=1020.0\n')
+    st = jm.stall([live_row(text, 2000.0)], 600)
+    assert st['stalled'] and 'rank 0 on head has been saving checkpoint for 980 s' in st['why']
+
+
+def test_a_start_up_hang_is_a_stall_before_the_first_step():
+    header = '# gpucluster-progress rank=%d host=%s pid=1 world=2 time=1000.0\n'
+    rows = [live_row(header % (0, 'head'), 1000.0 + 700, node='head', rank=0),
+            live_row(header % (1, 'worker'), 1000.0 + 700, node='worker', rank=1)]
+    for row in rows:
+        row['seconds_since_start'] = 700.0
+    view = jm.verdict(rows, 600)
+    assert view['state'] == 'stalled' and 'start-up hang' in view['stall']['why']
+    assert view['stall']['nodes'] == ['head', 'worker']
+    for row in rows:
+        row['seconds_since_start'] = 30.0
+    assert jm.verdict(rows, 600)['state'] == 'running'
+
+
+def test_every_rank_at_the_same_step_is_named_as_a_collective_hang_with_room_for_the_collectives():
+    rows = rows_from(None, {0: 'head', 1: 'worker-1'}, now_offset=60)
+    assert rows[0]['last_step'] == rows[1]['last_step']
+    st = jm.stall(rows, 30)
+    assert st['stalled'] and 'every rank stopped after step' in st['why'] and st['ranks'] == [0, 1]
+    assert st['collectives'] is None
+
+
+def test_a_node_whose_read_failed_makes_the_state_unknown_never_not_running():
+    view = jm.verdict([], 600, {'worker-1': 'node worker-1: sample_seconds must be 0 to 30, got 60.0'})
+    assert view['state'] == 'unknown'
+    assert view['lines'][0].startswith('state: unknown (the read failed on worker-1')
+    assert 'worker-1: read failed: node worker-1: sample_seconds must be 0 to 30, got 60.0' in view['lines']
+    rows = rows_from('slow-rank-2', {0: 'head', 1: 'head'})
+    assert jm.verdict(rows, 600, {'worker-2': 'Permission denied'})['state'] == 'unknown'
+    assert jm.node_states(rows, ['head', 'worker-2'], {'worker-2': 'x'}) == {'head': 'running', 'worker-2': 'unknown'}
+
+
+def test_steps_from_a_log_with_named_groups_give_rates_and_a_stall():
+    t0 = 1764000000.0
+    log = ''.join('worker: it %d | loss %.2f | t %.1f\n' % (i, 1.0 / i, t0 + i) for i in range(1, 11))
+    parsed = jm.parse_log(log + 'saving...\n', r'it (?P<step>\d+) \| loss (?P<loss>[0-9.]+) \| t (?P<time>[0-9.]+)',
+                          mtime=t0 + 11)
+    assert parsed['steps'][-1] == {'step': 10, 'loss': 0.1, 'time': t0 + 10, 'dated': True}
+    figures = jm.progress_figures(parsed, t0 + 10.5)
+    assert figures['tracked'] == 'log' and figures['steps_per_s'] == pytest.approx(1.0)
+    rows = jm.node_ranks('n', 'n', {0: {'pid': 5, 'state': 'S', 'local_rank': 0, 'visible_devices': None,
+                                        'started_at': t0}}, {}, {}, {}, {}, t0 + 1000, log=parsed)
+    assert rows[0]['last_step'] == 10 and 'steps from its log' in jm.rank_line(rows[0])
+    assert jm.verdict(rows, 600)['state'] == 'stalled'
+
+
+def test_the_default_step_regex_takes_the_first_number_and_dates_by_the_log_s_last_write():
+    log = 'node-1: step 1 loss 0.900000 elapsed 2.0\nnode-1: step 2 loss 0.800000 elapsed 3.0\n'
+    parsed = jm.parse_log(log, 'step [0-9]+ loss', mtime=5000.0)
+    assert [s['step'] for s in parsed['steps']] == [1, 2]
+    figures = jm.progress_figures(parsed, 5030.0)
+    assert figures['last_step'] == 2 and figures['seconds_since_step'] == pytest.approx(30.0)
+    assert figures['steps_per_s'] is None  # no time group: no rate made up
+
+
+def test_a_plain_heartbeat_in_a_log_holds_the_clock():
+    log = 'step 7 loss 0.5\n[rank0] gpucluster-heartbeat phase=checkpoint step=7\n'
+    parsed = jm.parse_log(log, 'step [0-9]+ loss', mtime=3000.0)
+    assert parsed['heartbeats'][0]['phase'] == 'checkpoint'
+    figures = jm.progress_figures(parsed, 3100.0)
+    assert figures['phase'] == 'checkpoint' and figures['phase_s'] == pytest.approx(100.0)
+
+
+def test_nothing_tracked_is_said_plainly_and_stall_detection_is_off():
+    procs = {0: {'pid': 5, 'state': 'S', 'local_rank': 0, 'visible_devices': None, 'started_at': 1.0}}
+    untracked = jm.parse_log('loading data\nwarming up\n', 'step [0-9]+ loss', mtime=1.0)
+    rows = jm.node_ranks('n', 'n', procs, {}, {}, {}, {}, 99999.0, log=untracked)
+    view = jm.verdict(rows, 600, step_regex='step [0-9]+ loss')
+    assert view['state'] == 'running' and view['stall']['off']
+    assert ('no steps tracked: the script writes no progress file and no log line matches '
+            'training_progress_regex (step [0-9]+ loss); stall detection is off for this job') in view['lines']
+    assert 'no steps tracked' in jm.rank_line(rows[0])
+
+
+def test_the_process_start_dates_a_rank_from_the_boot_time(tmp_path, proc):
+    (proc / 'stat').write_text('cpu  1 2 3\nbtime 1795500000\n')
+    assert jm.boot_time(str(proc)) == 1795500000
+    ranks = jm.rank_processes('rec-1', uid_of(proc), str(proc), booted=1795500000, ticks_per_s=100)
+    start = jm.pr.read_stat(15468, str(proc))['start_time']
+    assert ranks[0]['started_at'] == pytest.approx(1795500000 + start / 100.0, abs=0.1)
+
+
+def test_the_examples_write_heartbeats_around_their_checkpoint_saves(tmp_path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('gpucluster_progress', os.path.join(EXAMPLES, 'gpucluster_progress.py'))
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    progress = helper.Progress(0, 1, str(tmp_path), tensorboard_dir='')
+    progress.step(1, 0.5)
+    progress.heartbeat('checkpoint', 1)
+    progress.handle.flush()
+    parsed = jm.parse_progress((tmp_path / 'rank-0.log').read_text())
+    assert isinstance(parsed['header']['time'], float) and parsed['heartbeats'][0]['step'] == 1
+    assert jm.progress_figures(parsed, parsed['heartbeats'][0]['time'] + 5)['phase'] == 'checkpoint'
+    assert helper.heartbeat_line('eval', 3, now=7.0) == 'gpucluster-heartbeat phase=eval step=3 time=7.000'
+    with open(os.path.join(EXAMPLES, 'train_tiny.py')) as handle:
+        tiny = [line.strip() for line in handle]
+    saves = [i for i, line in enumerate(tiny) if 'engine.save_checkpoint(' in line]
+    assert len(saves) == 2
+    for i in saves:
+        assert tiny[i - 1].startswith("progress.heartbeat('checkpoint'") and tiny[i + 1].startswith("progress.heartbeat('train'")
+    with open(os.path.join(EXAMPLES, 'train_fsdp.py')) as handle:
+        fsdp = handle.read()
+    body = fsdp[fsdp.index('def save('):fsdp.index('def main(')]
+    assert body.index("progress.heartbeat('checkpoint'") < body.index('dcp.save(') < body.index("progress.heartbeat('train'")

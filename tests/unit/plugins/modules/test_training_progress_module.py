@@ -128,3 +128,32 @@ def test_the_flight_recorder_dumps_of_the_job_are_read(tmp_path, job):
     out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0)
     assert out['flight']['not_entered'] == [1]
     assert out['flight']['lines'][0].startswith('process group 0: rank(s) 0 wait in gloo:all_reduce #5')
+
+
+def test_a_rank_without_a_progress_file_takes_its_steps_from_the_node_log(tmp_path):
+    job_dir = tmp_path / 'job'
+    (job_dir / 'logs').mkdir(parents=True)
+    (job_dir / 'logs' / 'node-a.log').write_text('starting\nit 41 loss 0.5\nit 42 loss 0.4\ngpucluster-heartbeat phase=eval step=42\n')
+    env = dict(os.environ, GPUCLUSTER_JOB_ID='t-log', RANK='0', LOCAL_RANK='0')
+    proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], env=env)
+    try:
+        out = run(tmp_path, job_id='t-log', node='node-a', job_dir=str(job_dir), sample_seconds=0,
+                  step_regex=r'it (?P<step>\d+) loss (?P<loss>[0-9.]+)')
+        assert out.get('failed') is not True, out
+        row = out['ranks'][0]
+        assert row['tracked'] == 'log' and row['last_step'] == 42 and row['last_loss'] == 0.4
+        assert row['phase'] == 'eval' and row['started_at'] > 1e9 and row['seconds_since_start'] >= 0
+        assert out['step_regex'].startswith('it ')
+        out = run(tmp_path, job_id='t-log', node='node-a', job_dir=str(job_dir), sample_seconds=0, step_regex='')
+        assert out['ranks'][0]['tracked'] is None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_bad_window_and_regex_are_refused_naming_them(tmp_path, job):
+    job_dir, _pid = job
+    out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), window=0)
+    assert out['failed'] and out['msg'] == 'node node-a: window must be above 0, got 0.0'
+    out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), step_regex='step (')
+    assert out['failed'] and 'step_regex' in out['msg'] and 'not a regular expression' in out['msg']

@@ -1,0 +1,37 @@
+"""training_progress_view and the read-error filters on results as Ansible registers them."""
+
+from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import (
+    training_progress_view, training_read_errors, training_unknown_result)
+
+ROW = {'node': 'head', 'rank': 0, 'alive': True, 'held': None, 'tracked': 'progress file', 'last_step': 10,
+       'last_step_time': 1.0, 'seconds_since_step': 1.0, 'steps_per_s': 2.0}
+
+
+def test_a_failed_read_makes_the_job_unknown_naming_the_node_and_its_error():
+    results = [{'ranks': [ROW], 'step_regex': 'step [0-9]+ loss'},
+               {'failed': True, 'msg': 'node worker: sample_seconds must be 0 to 30, got 60.0'}]
+    view = training_progress_view(results, ['head', 'worker'], 600, 'j-1')
+    assert view['state'] == 'unknown' and view['nodes'] == {'head': 'running', 'worker': 'unknown'}
+    assert 'worker: read failed: node worker: sample_seconds must be 0 to 30, got 60.0' in view['lines']
+    assert not any(line == 'state: not running' for line in view['lines'])
+
+
+def test_an_unreachable_node_or_one_without_an_answer_is_unknown_too():
+    view = training_progress_view([{'ranks': []}, {'unreachable': True, 'msg': 'ssh: timeout'}, None],
+                                  ['head', 'w1', 'w2'], 600, 'j-1')
+    assert view['state'] == 'unknown' and view['node_errors']['w1'] == 'ssh: timeout'
+    assert 'no answer' in view['node_errors']['w2']
+
+
+def test_every_node_read_gives_the_state_and_no_errors():
+    view = training_progress_view([{'ranks': [ROW]}, {'ranks': []}], ['head', 'w1'], 600, 'j-1')
+    assert view['state'] == 'running' and view['node_errors'] == {}
+    assert view['nodes'] == {'head': 'running', 'w1': 'no ranks'}
+
+
+def test_the_status_read_errors_give_an_unknown_verdict():
+    errors = training_read_errors([{'node': 'head', 'running': False}, {'failed': True, 'msg': 'boom'}], ['head', 'w1'])
+    assert errors == {'w1': 'boom'}
+    result = training_unknown_result(errors, 'j-1')
+    assert result['state'] == 'unknown' and result['unknown_nodes'] == ['w1']
+    assert result['lines'] == ['job j-1: unknown (its state could not be read on w1)', 'w1: read failed: boom']
