@@ -64,3 +64,18 @@ def test_the_filter_names_the_variable_it_is_given_and_refuses_a_string():
     assert container_extra_args_conflicts(None, 'podman') == []
     with pytest.raises(Exception, match='must be a list of arguments, got str'):
         container_extra_args_conflicts('--network bridge', 'podman')
+
+
+def test_a_runtime_image_or_pin_set_on_one_node_only_is_named_against_the_head():
+    from ansible_collections.gpucluster.multinode.plugins.filter.containers import container_settings_mismatches
+    same = {'container_runtime': 'podman', 'container_image': None, 'container_image_digest': ''}
+    settings = {'gpu-master': same, 'gpu-worker-1': dict(same, container_image_digest=None),
+                'gpu-worker-2': dict(same, container_runtime='none', container_image='train:2')}
+    assert container_settings_mismatches(settings, 'gpu-master') == [
+        'host gpu-worker-2: container_image is train:2, on gpu-master not set; '
+        'container_image must be the same on every node of the cluster',
+        'host gpu-worker-2: container_runtime is none, on gpu-master podman; '
+        'container_runtime must be the same on every node of the cluster']
+    assert container_settings_mismatches({'h': same, 'w': dict(same)}, 'h') == []
+    with pytest.raises(Exception, match='reference node x'):
+        container_settings_mismatches(settings, 'x')
