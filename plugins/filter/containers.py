@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""Container image filters: the nodes whose image differs from the reference node's."""
+"""Container filters: the nodes whose image differs from the reference node's; the extra arguments
+of a job's container that conflict with what the collection's command line sets."""
 
 from __future__ import annotations
 
@@ -60,6 +61,43 @@ def container_digest_mismatches(digests, image, reference=None):
     return cn.mismatch_lines(digests, image, reference)
 
 
+def container_extra_args_conflicts(args, runtime, variable='training_container_extra_args', memlock=True):
+    """One line per extra argument that conflicts with what the runtime's line sets (the list is
+    EXTRA_ARG_CONFLICTS, next to the code that builds the line), naming the variable and why."""
+    if args is None:
+        return []
+    if isinstance(args, str) or not isinstance(args, (list, tuple)):
+        raise AnsibleFilterError('container_extra_args_conflicts: %s must be a list of arguments, got %s'
+                                 % (variable, type(args).__name__))
+    return cn.extra_args_conflicts(str(runtime), args, variable, memlock=bool(memlock))
+
+
+def container_settings_mismatches(settings, reference):
+    """One line per node and variable whose value differs from the reference node's: the cluster
+    runs one container runtime and one image, so these are the same on every node. Takes
+    {node: {variable: value}} (None: not set on that node)."""
+    if not isinstance(settings, dict) or reference not in settings:
+        raise AnsibleFilterError('container_settings_mismatches takes {node: {variable: value}} holding the '
+                                 'reference node %s' % reference)
+
+    def shown(value):
+        return 'not set' if value is None or value == '' else str(value)
+
+    lines = []
+    wanted = settings[reference] or {}
+    for node, values in settings.items():
+        if node == reference:
+            continue
+        for name in sorted(set(wanted) | set(values or {})):
+            mine, theirs = (values or {}).get(name), wanted.get(name)
+            if shown(mine) != shown(theirs):
+                lines.append('host %s: %s is %s, on %s %s; %s must be the same on every node of the cluster'
+                             % (node, name, shown(mine), reference, shown(theirs), name))
+    return lines
+
+
 class FilterModule:
     def filters(self):
-        return {'container_digest_mismatches': container_digest_mismatches}
+        return {'container_digest_mismatches': container_digest_mismatches,
+                'container_extra_args_conflicts': container_extra_args_conflicts,
+                'container_settings_mismatches': container_settings_mismatches}

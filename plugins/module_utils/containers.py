@@ -55,6 +55,10 @@ def check_spec(spec):
         if not path.startswith('/') or ':' in path or ',' in path:
             raise ContainerError('container mount %r must be an absolute path without ":" or ","; it is mounted '
                                  'at the same path inside' % path)
+    conflicts = extra_args_conflicts(runtime, spec.get('extra_args'), 'container extra_args',
+                                     memlock=spec.get('memlock', True) is not False)
+    if conflicts:
+        raise ContainerError('; '.join(conflicts))
     gpus = spec.get('gpus')
     return dict(runtime=runtime, image=image, mounts=mounts, gpus=None if gpus is None else bool(gpus),
                 devices=[str(d) for d in spec.get('devices') or []], memlock=spec.get('memlock', True) is not False,
@@ -139,6 +143,77 @@ def pyxis_srun_args(spec, job_id, env_files=()):
     if mounts:
         argv.append('--container-mounts=%s' % ','.join(mounts))
     return argv + spec['extra_args']
+
+
+# What the runtime's line above sets that the job's extra arguments must leave alone, one row per
+# option: the runtimes whose line sets it, its spellings, whether it takes a value, the values that
+# conflict (a regex; None: any use of it does), what the line sets and why the job needs it.
+# Everything else (more --device, --env, --volume, --security-opt, apptainer's --writable-tmpfs...)
+# is passed through as given.
+EXTRA_ARG_CONFLICTS = (
+    (('podman',), ('--network', '--net'), True, None, '--network host',
+     'every launcher needs (ranks reach each other on the cluster addresses; podman takes no second --network)'),
+    (('podman',), ('--ipc',), True, r'^(?!host$)', '--ipc host', 'NCCL needs (the ranks of a node share /dev/shm)'),
+    (('podman',), ('--userns',), True, r'^(?!keep-id$)', '--userns keep-id',
+     'a rootless job needs (its files on the shared storage keep the account\'s uid)'),
+    (('podman',), ('--name',), True, None, '--name gpucluster-<job>-<node>',
+     'names each node\'s container of the job (one name would clash between the containers of a node)'),
+    (('podman',), ('--label', '-l'), True, r'^%s=|^%s=' % (re.escape(JOB_LABEL), re.escape(NODE_LABEL)),
+     '--label %s=<job id>' % JOB_LABEL, 'status and stop find the job\'s containers by'),
+    (('podman',), ('--workdir', '-w'), True, None, '--workdir <job directory>',
+     'every rank starts in (relative paths land in the job directory)'),
+    (('podman',), ('--detach', '-d'), False, r'^(?!false$)', 'a container in the foreground',
+     'the launcher waits on (a detached container reads as a finished job)'),
+    (('podman',), ('--ulimit',), True, r'^memlock=', '--ulimit memlock=-1:-1 (training_container_memlock)',
+     'RDMA registers memory with; set training_container_memlock instead'),
+    (('apptainer', 'singularity'), ('--net', '-n', '--network', '--network-args'), None, None,
+     'the host network', 'every launcher needs (ranks reach each other on the cluster addresses)'),
+    (('apptainer', 'singularity'), ('--ipc', '-i'), False, None, 'the host IPC namespace',
+     'NCCL needs (the ranks of a node share /dev/shm)'),
+    (('apptainer', 'singularity'), ('--containall', '-C'), False, None, 'the host IPC namespace and environment',
+     'NCCL and the launchers need (the ranks of a node share /dev/shm; MASTER_ADDR and the job id come from the host)'),
+    (('apptainer', 'singularity'), ('--cleanenv', '-e'), False, None, 'the host environment passed through',
+     'the launchers need (MASTER_ADDR, MASTER_PORT and the job id come from the host)'),
+    (('enroot',), ('--container-image',), True, None, '--container-image=<training_container_image>',
+     'names the image (set training_container_image)'),
+    (('enroot',), ('--container-name',), True, None, '--container-name=gpucluster-<job>-slurm',
+     'carries the job id (pyxis removes the container when the Slurm job ends)'),
+    (('enroot',), ('--container-mounts',), True, None, '--container-mounts=<training_container_mounts>',
+     'brings the shared storage in (set training_container_mounts; a second one replaces it)'),
+    (('enroot',), ('--container-remap-root',), False, None, '--no-container-remap-root',
+     'runs the job as the account (its files on the shared storage keep its uid)'),
+)
+
+
+def extra_args_conflicts(runtime, args, variable='training_container_extra_args', memlock=True):
+    """One line per extra argument that undoes what the runtime's line sets (EXTRA_ARG_CONFLICTS),
+    naming the variable, the argument as given and why the job needs the line's own. An argument
+    is one item (``--network=bridge``, ``--net bridge``) or an option and the next item. Without
+    memlock the line sets no memlock limit, so one among the extra arguments is no conflict."""
+    rows = [row for row in EXTRA_ARG_CONFLICTS if runtime in row[0] and (memlock or row[1] != ('--ulimit',))]
+    args = [str(a) for a in args or []]
+    lines = []
+    i = 0
+    while i < len(args):
+        arg = args[i].strip()
+        i += 1
+        name, sep, value = arg.partition('=')
+        if not sep and ' ' in arg:
+            name, value = arg.split(None, 1)
+            sep = ' '
+        row = next((r for r in rows if name in r[1]), None)
+        if row is None:
+            continue
+        takes_value = row[2] if row[2] is not None else name in ('--network', '--network-args')
+        shown = arg
+        if takes_value and not sep and i < len(args):
+            value = args[i]
+            shown = '%s %s' % (arg, value)
+            i += 1
+        if row[3] is not None and not re.search(row[3], value.strip()):
+            continue
+        lines.append('%s: %s conflicts with %s that %s' % (variable, shown, row[4], row[5]))
+    return lines
 
 
 def wrap(spec, job_id, node, argv, shell_prefix, env_names=(), env_files=(), workdir=None, rootless=True,

@@ -87,6 +87,13 @@ CASES = [
          'host bat-head: training_tensorboard_port 29500 is also training_master_port and cluster_master_port',
          extra={'training_state': 'tensorboard', 'training_tensorboard_port': 29500}),
     case('train-limit-without-head', 'train', '--limit leaves out the head bat-head', args=['--limit', '!bat-head']),
+    case('train-container-runtime-one-node', 'train',
+         'host bat-worker-1: training_container_runtime is podman, on bat-head none; '
+         'training_container_runtime must be the same on every node of the cluster',
+         host_vars={WORKER: {'container_runtime': 'podman'}}),
+    case('train-container-extra-args-net', 'train',
+         'training_container_extra_args: --net=bridge conflicts with --network host that every launcher needs',
+         extra={'training_container_runtime': 'podman', 'training_container_extra_args': ['--net=bridge']}),
     case('health-no-head', 'health', "group 'head' is empty", edit=_no_head),
     case('health-stray-host', 'health', 'host stray-box: is in no group', edit=_stray),
     case('health-schedule-node-slots-word', 'health_schedule',
@@ -195,6 +202,14 @@ CASES = [
          'host bat-worker-1: container_image_archive /shared/images/none.oci.tar does not exist',
          extra={'container_runtime': 'podman', 'container_image_source': 'archive',
                 'container_image_archive': '/shared/images/none.oci.tar'}, step='container'),
+    case('site-container-runtime-one-node', 'site',
+         'host bat-worker-1: container_runtime is podman, on bat-head none; '
+         'container_runtime must be the same on every node of the cluster',
+         host_vars={WORKER: {'container_runtime': 'podman'}}, step='container'),
+    case('site-container-extra-args-network', 'site',
+         'host bat-head: training_container_extra_args: --network bridge conflicts with --network host that every launcher '
+         'needs (ranks reach each other on the cluster addresses; podman takes no second --network)',
+         extra={'container_runtime': 'podman', 'training_container_extra_args': ['--network', 'bridge']}, step='container'),
     case('nccl-mode-choice', 'site', "host bat-head: value of nccl_env_mode must be one of: tcp, rdma, got: udp",
          extra={'nccl_env_mode': 'udp'}, args=['--tags', 'nccl_env'], step='nccl_env'),
 ]

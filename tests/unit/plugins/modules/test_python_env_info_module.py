@@ -151,3 +151,59 @@ def test_a_dependency_removed_by_hand_leaves_its_requirement_unsatisfied(tmp_pat
     (hjson / 'METADATA').write_text('Name: hjson\nVersion: 3.1.0\n')
     res = run(tmp_path, python=python, imports=False, requirements=['torch==2.13.0', 'deepspeed==0.19.8'])
     assert res['unsatisfied'] == []
+
+
+def _site_yml_run(tmp_path, python, record, steps):
+    """One site.yml run as the record sees it: each step that verifies reads the record, and writes
+    what the module returns after an import (verify.yml's copy); returns (step, read, written)."""
+    out = []
+    for step in steps:
+        if step == 'ray installs Ray':
+            ray = tmp_path / 'env' / 'lib' / 'python3.11' / 'site-packages' / 'ray-2.60.0.dist-info'
+            if not ray.exists():
+                ray.mkdir()
+                (ray / 'METADATA').write_text('Name: ray\nVersion: 2.60.0\n')
+            continue
+        result = run(tmp_path, python=python, record=str(record))
+        written = False
+        if result['read'] == 'imports':
+            content = json.dumps(result['record'])
+            written = not record.exists() or record.read_text() != content
+            record.write_text(content)
+        out.append((step, result['read'], written))
+    return out
+
+
+def test_ray_installed_after_the_verification_leaves_the_second_site_run_unchanged(tmp_path):
+    """With ray_enabled, site.yml's ray step installs Ray into python_env's environment after python_env
+    recorded its verification. Every installed distribution counts in the record, so without the ray
+    step verifying again the second run found the record stale on every node and rewrote it (changed=1
+    each); with it, the second run reads the record in both steps and writes nothing."""
+    python = interpreter(tmp_path, 'cat %s\n' % os.path.join(FIX, 'cpu-deepspeed-0.19.8.txt'))
+    venv_on_disk(tmp_path)
+    record = tmp_path / 'verified.json'
+    # before: python_env verifies, Ray is installed, and nothing refreshes the record
+    assert [r[1:] for r in _site_yml_run(tmp_path, python, record, ['python_env', 'ray installs Ray'])] == [('imports', True)]
+    assert _site_yml_run(tmp_path, python, record, ['python_env']) == [('python_env', 'imports', True)], \
+        'Ray in the environment makes the record stale: the second run rewrote it (the reported non-idempotence)'
+    # now: the ray step verifies again after its install (roles/ray/tasks/started.yml)
+    fresh = tmp_path / 'fresh'
+    fresh.mkdir()
+    python = interpreter(fresh, 'cat %s\n' % os.path.join(FIX, 'cpu-deepspeed-0.19.8.txt'))
+    venv_on_disk(fresh)
+    record = fresh / 'verified.json'
+    steps = ['python_env', 'ray installs Ray', 'ray verifies again']
+    assert _site_yml_run(fresh, python, record, steps) == [('python_env', 'imports', True), ('ray verifies again', 'imports', True)]
+    assert _site_yml_run(fresh, python, record, steps) == [('python_env', 'record', False), ('ray verifies again', 'record', False)]
+
+
+def test_the_ray_step_verifies_python_env_again_after_installing_ray():
+    import yaml
+    with open(os.path.join(ROOT, 'roles', 'ray', 'tasks', 'started.yml')) as handle:
+        tasks = yaml.safe_load(handle)
+    names = [t['name'] for t in tasks]
+    install = next(i for i, n in enumerate(names) if n.startswith('Install in the environment Ray'))
+    verify = [i for i, t in enumerate(tasks)
+              if (t.get('ansible.builtin.include_role') or {}).get('name') == 'gpucluster.multinode.python_env'
+              and t['ansible.builtin.include_role'].get('tasks_from') == 'verify']
+    assert len(verify) == 1 and verify[0] > install, names
