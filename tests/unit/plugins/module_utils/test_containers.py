@@ -375,3 +375,55 @@ def test_an_env_file_the_node_lacks_is_not_mounted(lab, tmp_path):
     words = shlex.split(spawn.calls[0]['line'])
     assert pairs(words, '--volume')[-1] == '%s:%s:ro' % (present, present)
     assert not any('no-such-file' in v for v in pairs(words, '--volume'))
+
+
+def test_memlock_true_where_the_hard_limit_is_lower_is_refused_before_the_start(lab):
+    runner = podman_runner()
+    runner.memlock_hard_limit = lambda: 64 * 1024 * 1024
+    spawn = Spawn()
+    with pytest.raises(ln.JobError, match='node alpha cannot start job tiny-001: node alpha: training_container_memlock '
+                                          'is true but the hard memlock limit of the training account is 65536 KiB'):
+        job(lab, 'torchrun', runner=runner, container=dict(PODMAN, memlock=True)).start(spawn=spawn)
+    assert spawn.calls == []
+
+
+def test_memlock_auto_keeps_the_default_with_a_warning_and_unlimited_where_allowed(lab):
+    runner = podman_runner()
+    runner.memlock_hard_limit = lambda: 64 * 1024 * 1024
+    spawn = Spawn()
+    out = job(lab, 'torchrun', runner=runner, container=PODMAN).start(spawn=spawn)
+    assert '--ulimit' not in shlex.split(spawn.calls[0]['line'])
+    assert out['warnings'] == ['node alpha: the hard memlock limit of the training account is 65536 KiB, not unlimited: '
+                               'the containers keep it (RDMA may fall back to TCP); container_memlock_unlimited '
+                               'raises it']
+    runner.memlock_hard_limit = lambda: None
+    spawn = Spawn()
+    out = job(lab, 'torchrun', runner=runner, container=PODMAN).start(spawn=spawn)
+    assert pairs(shlex.split(spawn.calls[0]['line']), '--ulimit') == ['memlock=-1:-1'] and 'warnings' not in out
+
+
+def test_a_started_container_job_never_names_the_home_and_expects_its_gpus(lab):
+    runner = podman_runner()
+    runner.memlock_hard_limit = lambda: None
+    spawn = Spawn()
+    job(lab, 'torchrun', 'delta', runner=runner, container=dict(PODMAN, gpus=True)).start(spawn=spawn)
+    words = shlex.split(spawn.calls[0]['line'])
+    home = os.path.expanduser('~')
+    assert not any(v.split(':')[0] == home for v in pairs(words, '--volume'))
+    assert not any(e.startswith('HOME=') for e in pairs(words, '--env'))
+    inner = words[-1]
+    assert inner.startswith('export HOME=%s/cache/delta ' % (lab / 'jobs' / 'tiny-001'))
+    assert ' GPUCLUSTER_EXPECT_GPUS=1;' in inner
+
+
+def test_slurm_pyxis_script_asks_for_the_gpus_and_exports_what_the_examples_check(lab):
+    runner = FakeRunner({'sbatch': (0, '42\n', ''), 'sinfo': (0, 'cpu\n', '')})
+    (lab / 'train.sqsh').write_text('')
+    job(lab, 'slurm', runner=runner, container=dict(SQSH, image=str(lab / 'train.sqsh')), slurm_gpus_per_node=8).start()
+    script = (lab / 'jobs' / 'tiny-001' / 'job.sbatch').read_text()
+    assert '#SBATCH --gpus-per-node=8\n' in script
+    assert 'export NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility\nsrun --gpus-per-node=8 ' \
+        in script
+    step = [line for line in script.splitlines() if line.startswith('srun ')][0]
+    assert '--container-name' not in step and '--no-container-mount-home' in step
+    assert ' GPUCLUSTER_EXPECT_GPUS=8;' in shlex.split(step)[-1]
