@@ -11,6 +11,7 @@ import os
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
+from ansible_collections.gpucluster.multinode.plugins.module_utils import deepspeed_ops
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
@@ -141,6 +142,21 @@ def training_stopped_lines(results, job_id):
     return lines
 
 
+def training_image_ops(stamp_text, wanted, accelerator=None, image=''):
+    """{ready, lines}: whether the job's image carries the DeepSpeed ops the job needs (the text of the
+    image's /etc/gpucluster/deepspeed-ops.json, empty when it has none)."""
+    ready, lines = deepspeed_ops.image_ops_lines(stamp_text, dict(wanted or {}), accelerator or None, image)
+    return {'ready': ready, 'lines': lines}
+
+
+def training_ops_stamp_argv(container):
+    """The command that reads the image's record of its DeepSpeed ops (training_job's container settings)."""
+    try:
+        return cn.ops_stamp_argv(cn.check_spec(container))
+    except (cn.ContainerError, TypeError) as exc:
+        raise AnsibleFilterError('training_ops_stamp_argv: %s' % exc)
+
+
 def training_layout(nodes):
     """'5 rank(s): alpha 2 (0-1), bravo-2 1 (2), ...' from the job's nodes (name, slots)."""
     return hf.describe_layout(nodes)
@@ -183,4 +199,5 @@ class FilterModule:
         return {'training_verdict': training_verdict, 'json_object_or_none': json_object_or_none,
                 'latest_checkpoint': latest_checkpoint, 'training_layout': training_layout,
                 'training_launch_mismatches': training_launch_mismatches,
-                'training_stopped_lines': training_stopped_lines}
+                'training_stopped_lines': training_stopped_lines, 'training_image_ops': training_image_ops,
+                'training_ops_stamp_argv': training_ops_stamp_argv}

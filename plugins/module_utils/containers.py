@@ -330,6 +330,16 @@ def rm_argv(ids, timeout=10):
     return ['podman', 'rm', '--force', '--time', str(int(timeout))] + list(ids)
 
 
+def ops_stamp_argv(spec):
+    """What reads the image's record of its DeepSpeed ops without starting a job: a throwaway container
+    without network (podman), ``apptainer exec`` of cat (SIF), unsquashfs -cat (an enroot squashfs)."""
+    if spec['runtime'] == 'podman':
+        return ['podman', 'run', '--rm', '--network', 'none', '--entrypoint', 'cat', spec['image'], IMAGE_OPS_STAMP]
+    if spec['runtime'] in ('apptainer', 'singularity'):
+        return [spec['runtime'], 'exec', '--no-home', spec['image'], 'cat', IMAGE_OPS_STAMP]
+    return ['unsquashfs', '-cat', spec['image'], IMAGE_OPS_STAMP.lstrip('/')]
+
+
 def inspect_argv(image):
     return ['podman', 'image', 'inspect', '--format', 'json', image]
 

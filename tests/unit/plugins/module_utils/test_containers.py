@@ -427,3 +427,13 @@ def test_slurm_pyxis_script_asks_for_the_gpus_and_exports_what_the_examples_chec
     step = [line for line in script.splitlines() if line.startswith('srun ')][0]
     assert '--container-name' not in step and '--no-container-mount-home' in step
     assert ' GPUCLUSTER_EXPECT_GPUS=8;' in shlex.split(step)[-1]
+
+
+@pytest.mark.parametrize('spec,argv', [
+    (PODMAN, ['podman', 'run', '--rm', '--network', 'none', '--entrypoint', 'cat', 'localhost/gpucluster-train:1',
+              '/etc/gpucluster/deepspeed-ops.json']),
+    (SIF, ['apptainer', 'exec', '--no-home', '/shared/images/train.sif', 'cat', '/etc/gpucluster/deepspeed-ops.json']),
+    (SQSH, ['unsquashfs', '-cat', '/shared/images/train.sqsh', 'etc/gpucluster/deepspeed-ops.json']),
+])
+def test_the_images_record_of_its_ops_is_read_without_a_job(spec, argv):
+    assert cn.ops_stamp_argv(cn.check_spec(spec)) == argv
