@@ -152,7 +152,7 @@ options:
         rank runs in a container. O(state=stopped) removes the job's containers by the job label.
       - C(apptainer) and C(singularity) wrap it in C(apptainer exec --no-home --writable-tmpfs --nv --bind);
         O(container.image) is a SIF file every node sees. C(enroot) runs under C(slurm) only, through pyxis
-        (C(srun --container-image --no-container-mount-home --container-writable), no container name: every run
+        (C(srun --container-image --no-container-mount-home --container-writable), no container name, so every run
         imports the image again), with C(srun --gpus-per-node) and C(NVIDIA_VISIBLE_DEVICES),
         C(NVIDIA_DRIVER_CAPABILITIES=compute,utility) when O(slurm_gpus_per_node) is set.
       - Sealed - no runtime mounts the account's home. Inside, C(HOME), C(XDG_CACHE_HOME), C(TRITON_CACHE_DIR),
