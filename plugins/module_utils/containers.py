@@ -359,6 +359,20 @@ def parse_inspect(text):
             'names': item.get('RepoTags') or []}
 
 
+def parse_apptainer_inspect(text):
+    """{labels, recipe} of a SIF from ``apptainer inspect --json --labels SIF`` ({"data": {"attributes":
+    {"labels": {...}}}, "type": "container"}): the recipe label the image was built with (gpucluster.recipe,
+    carried over from the OCI image) is what two SIF files built from the same recipe share."""
+    try:
+        data = json.loads(text or '')
+        labels = data['data']['attributes'].get('labels') or {}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ContainerError('apptainer inspect did not print its JSON (%s: %s)' % (type(exc).__name__, exc)) from exc
+    if not isinstance(labels, dict):
+        raise ContainerError('apptainer inspect: labels are not a mapping')
+    return {'labels': labels, 'recipe': labels.get('gpucluster.recipe', '')}
+
+
 def image_matches(info, wanted):
     """Whether an inspected image is the wanted one: its id (sha256:<64 hex>), or a digest the
     image was pulled by (name@sha256:... or sha256:...)."""

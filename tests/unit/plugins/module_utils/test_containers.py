@@ -437,3 +437,12 @@ def test_slurm_pyxis_script_asks_for_the_gpus_and_exports_what_the_examples_chec
 ])
 def test_the_images_record_of_its_ops_is_read_without_a_job(spec, argv):
     assert cn.ops_stamp_argv(cn.check_spec(spec)) == argv
+
+
+def test_apptainer_inspect_gives_the_recipe_the_sif_was_built_from():
+    # written from Apptainer's documented `apptainer inspect --json --labels` shape, not recorded here
+    info = cn.parse_apptainer_inspect(fixture('containers', 'apptainer_inspect_labels.json'))
+    assert info['recipe'] == '4f1c9b0e6f0d3f0a4c7f5a3d2b1e0c9d8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d'
+    assert info['labels']['gpucluster.deepspeed_ops'] == '/etc/gpucluster/deepspeed-ops.json'
+    with pytest.raises(cn.ContainerError, match='apptainer inspect did not print its JSON'):
+        cn.parse_apptainer_inspect('FATAL:   could not open image /shared/images/x.sif: no such file')
