@@ -46,9 +46,12 @@ _value:
   elements: str
 '''
 
+import json
+
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
+from ansible_collections.gpucluster.multinode.plugins.module_utils import deepspeed_ops
 
 
 def container_digest_mismatches(digests, image, reference=None):
@@ -96,8 +99,18 @@ def container_settings_mismatches(settings, reference):
     return lines
 
 
+def container_ops_build_script(wanted):
+    """The program the recipe runs to build DeepSpeed's ops into the image (wanted: {accelerator:
+    [builder, ...]}, written in its header; the recipe passes the same on its command line)."""
+    if not isinstance(wanted, dict):
+        raise AnsibleFilterError('container_ops_build_script takes {accelerator: [op builder, ...]}, got %s'
+                                 % type(wanted).__name__)
+    return '# ops asked for: %s\n' % json.dumps(wanted, sort_keys=True) + deepspeed_ops.image_build_script()
+
+
 class FilterModule:
     def filters(self):
         return {'container_digest_mismatches': container_digest_mismatches,
                 'container_extra_args_conflicts': container_extra_args_conflicts,
-                'container_settings_mismatches': container_settings_mismatches}
+                'container_settings_mismatches': container_settings_mismatches,
+                'container_ops_build_script': container_ops_build_script}

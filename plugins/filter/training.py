@@ -11,6 +11,7 @@ import os
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
+from ansible_collections.gpucluster.multinode.plugins.module_utils import deepspeed_ops
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
@@ -97,11 +98,63 @@ def training_verdict(results, nodes=None):
         span = '-' if not ranks else ('%d' % ranks[0] if ranks[0] == ranks[1] else '%d-%d' % tuple(ranks))
         lines.append('  %-20s %-8s ranks=%-6s running=%-5s exit=%s' % (r.get('node'), r.get('role', ''), span,
                                                                        bool(r.get('running')), codes.get(r.get('node'), '-')))
+    lines.extend(container_lines(results))
     if first:
         lines.append('first failure: %s (exit %s); last lines of %s:' % (first['node'], first['exit_code'], first['log']))
         lines.extend('  | ' + line for line in first['log_tail'])
     return {'state': state, 'failed_nodes': failed, 'running_nodes': running, 'exit_codes': codes,
             'first_failure': first, 'last_loss_line': last, 'lines': lines}
+
+
+def container_lines(results):
+    """Each node's containers of the job (podman: name, image id, state, exit code), for a job run in
+    containers (the results carry 'containers'); a node that has none says so."""
+    lines = []
+    for r in results:
+        if 'containers' not in r:
+            continue
+        boxes = r.get('containers') or []
+        if not boxes:
+            lines.append('  %-20s containers: none' % r.get('node'))
+        for box in boxes:
+            code = box.get('exit_code')
+            lines.append('  %-20s container %s image %s %s exit=%s' % (
+                r.get('node'), box.get('name') or box.get('id'), box.get('image_id') or box.get('image') or '?',
+                box.get('state') or '?', '-' if code is None else code))
+    return lines
+
+
+def training_stopped_lines(results, job_id):
+    """What a stop did, per node: the containers it removed and the processes it signalled, from the
+    results of training_job state=stopped (a node that answered nothing is named as unknown)."""
+    lines = ['job %s stopped; nothing of it runs on any node' % job_id]
+    for r in results:
+        if not isinstance(r, dict) or 'node' not in r:
+            continue
+        removed = r.get('removed_containers') or []
+        pids = r.get('stopped_pids') or []
+        what = []
+        if removed:
+            what.append('removed container(s) %s' % ', '.join(removed))
+        if pids:
+            what.append('signalled process(es) %s' % ', '.join(str(p) for p in pids))
+        lines.append('%s: %s' % (r['node'], '; '.join(what) if what else 'nothing of the job was left there'))
+    return lines
+
+
+def training_image_ops(stamp_text, wanted, accelerator=None, image=''):
+    """{ready, lines}: whether the job's image carries the DeepSpeed ops the job needs (the text of the
+    image's /etc/gpucluster/deepspeed-ops.json, empty when it has none)."""
+    ready, lines = deepspeed_ops.image_ops_lines(stamp_text, dict(wanted or {}), accelerator or None, image)
+    return {'ready': ready, 'lines': lines}
+
+
+def training_ops_stamp_argv(container):
+    """The command that reads the image's record of its DeepSpeed ops (training_job's container settings)."""
+    try:
+        return cn.ops_stamp_argv(cn.check_spec(container))
+    except (cn.ContainerError, TypeError) as exc:
+        raise AnsibleFilterError('training_ops_stamp_argv: %s' % exc)
 
 
 def training_layout(nodes):
@@ -162,4 +215,6 @@ class FilterModule:
         return {'training_verdict': training_verdict, 'json_object_or_none': json_object_or_none,
                 'latest_checkpoint': latest_checkpoint, 'training_layout': training_layout,
                 'training_launch_mismatches': training_launch_mismatches,
-                'training_layout_nodes': training_layout_nodes}
+                'training_layout_nodes': training_layout_nodes,
+                'training_stopped_lines': training_stopped_lines, 'training_image_ops': training_image_ops,
+                'training_ops_stamp_argv': training_ops_stamp_argv}

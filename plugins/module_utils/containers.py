@@ -33,6 +33,20 @@ INFINIBAND = '/dev/infiniband'
 BASE_ENV = (JOB_ENV, 'MASTER_ADDR', 'MASTER_PORT')
 MPI_RANK_ENV = ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE')
 IMAGE_ID_RE = re.compile(r'^(sha256:)?[0-9a-f]{64}$')
+# What the image carries (the recipe writes both): DeepSpeed's ops built at image build time, in a
+# directory every container may write to (its own copy: podman's container layer, Apptainer's
+# --writable-tmpfs, pyxis' --container-writable), and the record of what was built there.
+IMAGE_OPS_DIR = '/opt/gpucluster/torch_extensions'
+IMAGE_OPS_STAMP = '/etc/gpucluster/deepspeed-ops.json'
+# The caches a job writes, all under its own cache directory (<job dir>/cache/<node>): never the
+# account's home, which no container of a job sees.
+CACHE_ENV = (('HOME', ''), ('XDG_CACHE_HOME', '/.cache'), ('TRITON_CACHE_DIR', '/.cache/triton'),
+             ('PIP_CACHE_DIR', '/.cache/pip'), ('TORCHINDUCTOR_CACHE_DIR', '/.cache/torchinductor'))
+# enroot's NVIDIA hook (and nvidia-container-cli under Apptainer's --nvccli) gives no GPU without
+# NVIDIA_VISIBLE_DEVICES, and only nvidia-smi (utility) without compute in the capabilities
+NVIDIA_ENV = (('NVIDIA_VISIBLE_DEVICES', 'all'), ('NVIDIA_DRIVER_CAPABILITIES', 'compute,utility'))
+EXPECT_GPUS_ENV = 'GPUCLUSTER_EXPECT_GPUS'
+MEMLOCK_CHOICES = ('auto', 'true', 'false')
 
 
 class ContainerError(ValueError):
@@ -60,10 +74,68 @@ def check_spec(spec):
     if conflicts:
         raise ContainerError('; '.join(conflicts))
     gpus = spec.get('gpus')
+    memlock = spec.get('memlock', 'auto')
+    memlock = {True: 'true', False: 'false', None: 'auto'}.get(memlock, str(memlock).lower())
+    memlock = {'yes': 'true', 'no': 'false', 'on': 'true', 'off': 'false', '1': 'true', '0': 'false'}.get(memlock, memlock)
+    if memlock not in MEMLOCK_CHOICES:
+        raise ContainerError('container memlock %r is not one of %s' % (spec.get('memlock'), ', '.join(MEMLOCK_CHOICES)))
     return dict(runtime=runtime, image=image, mounts=mounts, gpus=None if gpus is None else bool(gpus),
-                devices=[str(d) for d in spec.get('devices') or []], memlock=spec.get('memlock', True) is not False,
+                devices=[str(d) for d in spec.get('devices') or []], memlock=memlock,
                 extra_args=[str(a) for a in spec.get('extra_args') or []], digest=str(spec.get('digest') or ''),
-                home=str(spec.get('home') or ''))
+                expect_gpus=0, cache_dir='')
+
+
+def memlock_decision(wanted, hard_limit, node):
+    """(unlimited, refusal, warning) for ``--ulimit memlock=-1:-1``: asked for (``true``) or ``auto``,
+    and the account's hard limit on the node (bytes, or None for unlimited) allows it. ``true`` where
+    the hard limit is lower is refused (every rootless podman run fails there with ``setrlimit
+    RLIMIT_MEMLOCK: Operation not permitted``); ``auto`` keeps the default limit and warns."""
+    if wanted == 'false':
+        return False, None, None
+    if hard_limit is None:
+        return True, None, None
+    limit = '%d KiB' % (hard_limit // 1024)
+    if wanted == 'true':
+        return False, ('node %s: training_container_memlock is true but the hard memlock limit of the training '
+                       'account is %s here, so podman run --ulimit memlock=-1:-1 would fail; raise it '
+                       '(container_memlock_unlimited, then a new login of the account) or set '
+                       'training_container_memlock to auto or false' % (node, limit)), None
+    return False, None, ('node %s: the hard memlock limit of the training account is %s, not unlimited: the '
+                         'containers keep it (RDMA may fall back to TCP); container_memlock_unlimited raises it'
+                         % (node, limit))
+
+
+def read_memlock_hard_limit():
+    """This process' hard RLIMIT_MEMLOCK in bytes, None when unlimited (what a job started from here gets)."""
+    import resource
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+    return None if hard == resource.RLIM_INFINITY else hard
+
+
+def cache_env_lines(cache_dir):
+    """[(name, value)] of the caches of a job's container, under cache_dir (a shell word)."""
+    return [(name, cache_dir + ('"%s"' % tail if tail else '')) for name, tail in CACHE_ENV]
+
+
+def sealed_prefix(spec, cache_dir):
+    """The inner shell's first words: the caches under the job's own cache directory (cache_dir, a
+    shell word: a quoted path, or one ending in a variable), created; DeepSpeed's extensions from
+    the image's prebuilt directory (a job-private one where an older image has none); the GPUs the
+    job expects (the examples refuse to fall back to the CPU then)."""
+    words = ['%s=%s' % kv for kv in cache_env_lines(cache_dir)]
+    if spec.get('expect_gpus'):
+        words.append('%s=%d' % (EXPECT_GPUS_ENV, spec['expect_gpus']))
+    return ('export %s; mkdir -p "$XDG_CACHE_HOME"; if [ -d %s ] && [ -w %s ]; then export TORCH_EXTENSIONS_DIR=%s; '
+            'else export TORCH_EXTENSIONS_DIR="$XDG_CACHE_HOME/torch_extensions"; fi; '
+            % (' '.join(words), IMAGE_OPS_DIR, IMAGE_OPS_DIR, IMAGE_OPS_DIR))
+
+
+def job_cache_dir(job_dir, who, tag=''):
+    """<job dir>/cache/<tag><who> as a shell word (who: a node name, or a word such as "$SLURMD_NODENAME")."""
+    base = job_dir.rstrip('/') + '/cache/' + tag
+    if who.startswith('"$'):
+        return q(base) + who
+    return q(base + re.sub(r'[^A-Za-z0-9_.-]', '-', who))
 
 
 def container_name(job_id, node):
@@ -82,8 +154,10 @@ def podman_run_argv(spec, job_id, inner, node=None, env_names=(), env_files=(), 
                     infiniband=False):
     """``podman run`` of ``inner`` (an argv) in the image: host network and IPC (NCCL sees the host's
     interfaces and /dev/shm), the GPUs through CDI, /dev/infiniband where the node has it, unlimited
-    memlock, each mount at the same path, the env files read-only at their own path, the job's
-    variables, and the job's label (and the node's, with a name) so a stop finds it by the job id."""
+    memlock where it was decided so (memlock_decision), each mount at the same path, the job
+    directory, the env files read-only at their own path, the job's variables, and the job's label
+    (and the node's, with a name) so a stop finds it by the job id. Nothing else of the host: not the
+    account's home (the caches go to the job's cache directory, sealed_prefix)."""
     argv = ['podman', 'run', '--rm']
     if node:
         argv += ['--name', container_name(job_id, node)]
@@ -91,7 +165,7 @@ def podman_run_argv(spec, job_id, inner, node=None, env_names=(), env_files=(), 
     argv += ['--network', 'host', '--ipc', 'host', '--security-opt', 'label=disable']
     if rootless:
         argv += ['--userns', 'keep-id']
-    if spec['memlock']:
+    if spec['memlock'] == 'true':
         argv += ['--ulimit', 'memlock=-1:-1']
     if spec['gpus']:
         argv += ['--device', CDI_ALL_GPUS]
@@ -99,10 +173,8 @@ def podman_run_argv(spec, job_id, inner, node=None, env_names=(), env_files=(), 
         argv += ['--device', INFINIBAND]
     for device in spec['devices']:
         argv += ['--device', device]
-    for path in spec['mounts']:
+    for path in spec['mounts'] + outside_mounts(spec, [workdir] if workdir else []):
         argv += ['--volume', '%s:%s' % (path, path)]
-    if spec['home']:
-        argv += ['--volume', '%s:%s' % (spec['home'], spec['home']), '--env', 'HOME=%s' % spec['home']]
     for path in outside_mounts(spec, env_files):
         argv += ['--volume', '%s:%s:ro' % (path, path)]
     for name in list(BASE_ENV) + [n for n in env_names if n not in BASE_ENV]:
@@ -117,14 +189,21 @@ def outside_mounts(spec, paths):
     return [p for p in paths if not any(p == m or p.startswith(m.rstrip('/') + '/') for m in spec['mounts'])]
 
 
-def apptainer_exec_argv(spec, inner, infiniband=False, env_files=()):
+def apptainer_exec_argv(spec, inner, infiniband=False, env_files=(), workdir=None):
     """``apptainer exec`` (or ``singularity exec``) of ``inner``: the host's network, IPC and
-    processes are the container's already; --nv brings the GPUs, --bind the mounts at the same path
-    (/dev is the host's, InfiniBand included); the environment passes through."""
-    argv = [spec['runtime'] if spec['runtime'] == 'singularity' else 'apptainer', 'exec']
+    processes are the container's already; --no-home keeps the account's home out (Apptainer mounts
+    it by default), --writable-tmpfs gives the job its own writable copy of the image (the prebuilt
+    DeepSpeed ops); --nv brings the GPUs, with NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES
+    in its environment (--nvccli reads them); --bind the mounts and the job directory at the same
+    path (/dev is the host's, InfiniBand included); the environment passes through."""
+    argv = []
+    if spec['gpus']:
+        argv += ['env'] + ['%s=%s' % kv for kv in NVIDIA_ENV]
+    argv += [spec['runtime'] if spec['runtime'] == 'singularity' else 'apptainer', 'exec', '--no-home',
+             '--writable-tmpfs']
     if spec['gpus']:
         argv.append('--nv')
-    binds = ['%s:%s' % (p, p) for p in spec['mounts']]
+    binds = ['%s:%s' % (p, p) for p in spec['mounts'] + outside_mounts(spec, [workdir] if workdir else [])]
     if infiniband:
         binds.append('%s:%s' % (INFINIBAND, INFINIBAND))
     binds += ['%s:%s:ro' % (p, p) for p in outside_mounts(spec, env_files)]
@@ -133,13 +212,18 @@ def apptainer_exec_argv(spec, inner, infiniband=False, env_files=()):
     return argv + spec['extra_args'] + [spec['image']] + list(inner)
 
 
-def pyxis_srun_args(spec, job_id, env_files=()):
+def pyxis_srun_args(spec, job_id, env_files=(), workdir=None):
     """The options pyxis adds to srun so each task runs in the enroot image: the image (a squashfs
-    file on shared storage, or a registry reference), the mounts at the same path, a container name
-    carrying the job id (pyxis removes it when the Slurm job ends), the account's own uid."""
-    argv = ['--container-image=%s' % spec['image'], '--container-name=%s' % container_name(job_id, 'slurm'),
+    file on shared storage, or a registry reference), imported for every run: no --container-name,
+    since pyxis keeps a named container (across Slurm jobs with container_scope=global) and starts it
+    again without importing, i.e. another image than the pinned one; an unnamed container is removed
+    when its task ends. Not the account's home (pyxis mounts it unless --no-container-mount-home), a
+    writable root file system (the job's own copy: the prebuilt DeepSpeed ops), the account's own
+    uid, the mounts and the job directory at the same path."""
+    argv = ['--container-image=%s' % spec['image'], '--no-container-mount-home', '--container-writable',
             '--no-container-remap-root']
-    mounts = ['%s:%s' % (p, p) for p in spec['mounts']] + ['%s:%s:ro' % (p, p) for p in outside_mounts(spec, env_files)]
+    mounts = ['%s:%s' % (p, p) for p in spec['mounts'] + outside_mounts(spec, [workdir] if workdir else [])]
+    mounts += ['%s:%s:ro' % (p, p) for p in outside_mounts(spec, env_files)]
     if mounts:
         argv.append('--container-mounts=%s' % ','.join(mounts))
     return argv + spec['extra_args']
@@ -218,14 +302,16 @@ def extra_args_conflicts(runtime, args, variable='training_container_extra_args'
 
 def wrap(spec, job_id, node, argv, shell_prefix, env_names=(), env_files=(), workdir=None, rootless=True,
          infiniband=False):
-    """This node's launch command in the image: the runtime's line around ``bash -c`` of the job's
-    shell prefix (its env files, sourced inside, so the NCCL interface is the host's) and the argv."""
-    inner = ['/bin/bash', '-c', shell_prefix + 'exec ' + join(argv)]
+    """This node's launch command in the image: the runtime's line around ``bash -c`` of the sealed
+    prefix (the caches in the job's cache directory of this node), the job's shell prefix (its env
+    files, sourced inside, so the NCCL interface is the host's) and the argv."""
+    cache = spec.get('cache_dir') or job_cache_dir(workdir or '/tmp', node or 'node')
+    inner = ['/bin/bash', '-c', sealed_prefix(spec, cache) + shell_prefix + 'exec ' + join(argv)]
     if spec['runtime'] == 'podman':
         return podman_run_argv(spec, job_id, inner, node=node, env_names=env_names, env_files=env_files,
                                workdir=workdir, rootless=rootless, infiniband=infiniband)
     if spec['runtime'] in ('apptainer', 'singularity'):
-        return apptainer_exec_argv(spec, inner, infiniband=infiniband, env_files=env_files)
+        return apptainer_exec_argv(spec, inner, infiniband=infiniband, env_files=env_files, workdir=workdir)
     raise ContainerError('container runtime enroot runs under Slurm only (launcher slurm, through pyxis); '
                          'use podman or apptainer with %s' % ', '.join(('torchrun', 'deepspeed', 'mpirun')))
 
@@ -234,14 +320,16 @@ def mpirun_rank_prefix(spec, job_id, shell_prefix, env_names=(), env_files=(), r
                        workdir=None):
     """What mpirun's per-rank bash runs before ``python script``: the rank's container (Open MPI
     starts the ranks on the hosts; each rank is a container of the job, with the rank variables),
-    in workdir (the job directory, as the ranks of a host job: relative paths land there)."""
-    inner = ['/bin/bash', '-c', shell_prefix + 'exec "$0" "$@"']
+    in workdir (the job directory, as the ranks of a host job: relative paths land there); each
+    rank's caches in <job dir>/cache/rank-<RANK>."""
+    cache = job_cache_dir(workdir or '/tmp', '"$RANK"', 'rank-')
+    inner = ['/bin/bash', '-c', sealed_prefix(spec, cache) + shell_prefix + 'exec "$0" "$@"']
     names = list(MPI_RANK_ENV) + [n for n in env_names if n not in MPI_RANK_ENV]
     if spec['runtime'] == 'podman':
         return podman_run_argv(spec, job_id, inner, env_names=names, env_files=env_files, rootless=rootless,
                                infiniband=infiniband, workdir=workdir)
     if spec['runtime'] in ('apptainer', 'singularity'):
-        return apptainer_exec_argv(spec, inner, infiniband=infiniband, env_files=env_files)
+        return apptainer_exec_argv(spec, inner, infiniband=infiniband, env_files=env_files, workdir=workdir)
     raise ContainerError('container runtime enroot runs under Slurm only (launcher slurm, through pyxis)')
 
 
@@ -256,20 +344,33 @@ def slurm_node_prefix(addr_file):
     return 'node_addr() { awk -v n="$1" %s %s; }; ' % (q('$1 == n {print $2}'), q(addr_file))
 
 
-def slurm_container_line(spec, job_id, launch_line, env_files=(), infiniband=False):
+def slurm_sealed_prefix(spec, job_dir):
+    """The sealed prefix of a Slurm step: each node's caches in <job dir>/cache/<its Slurm name>."""
+    return sealed_prefix(spec, job_cache_dir(job_dir, '"$SLURMD_NODENAME"'))
+
+
+def slurm_container_line(spec, job_id, launch_line, env_files=(), infiniband=False, gpus_per_node=0, workdir=None):
     """The srun line of slurm_launch_line with each task in the image: pyxis options for enroot,
-    ``apptainer exec`` in the job step for Apptainer and Singularity, ``podman run`` for podman."""
+    ``apptainer exec`` in the job step for Apptainer and Singularity, ``podman run`` for podman.
+    With GPUs asked for, srun asks for them per node (a step gets no GPU otherwise on sites that
+    give steps only what they ask for), and the line exports NVIDIA_VISIBLE_DEVICES and
+    NVIDIA_DRIVER_CAPABILITIES, without which enroot's NVIDIA hook gives the container no GPU (or
+    nvidia-smi only)."""
     head, sep, body = launch_line.partition(' bash -c ')
     if not sep or not head.startswith('srun '):
         raise ContainerError('not an srun line: %r' % launch_line[:80])
+    lead = ''
+    if gpus_per_node:
+        head = 'srun --gpus-per-node=%d %s' % (int(gpus_per_node), head[len('srun '):])
+        lead = 'export %s\n' % ' '.join('%s=%s' % (k, q(v)) for k, v in NVIDIA_ENV)
     if spec['runtime'] == 'enroot':
-        return '%s %s bash -c %s' % (head, join(pyxis_srun_args(spec, job_id, env_files)), body)
+        return '%s%s %s bash -c %s' % (lead, head, join(pyxis_srun_args(spec, job_id, env_files, workdir=workdir)), body)
     if spec['runtime'] in ('apptainer', 'singularity'):
-        argv = apptainer_exec_argv(spec, [], infiniband=infiniband, env_files=env_files)
-        return '%s %s /bin/bash -c %s' % (head, join(argv), body)
+        argv = apptainer_exec_argv(spec, [], infiniband=infiniband, env_files=env_files, workdir=workdir)
+        return '%s%s %s /bin/bash -c %s' % (lead, head, join(argv), body)
     argv = podman_run_argv(spec, job_id, [], env_names=('SLURMD_NODENAME', 'SLURM_NNODES', 'SLURM_JOB_ID'),
-                           env_files=env_files, infiniband=infiniband)
-    return '%s %s /bin/bash -c %s' % (head, join(argv), body)
+                           env_files=env_files, infiniband=infiniband, workdir=workdir)
+    return '%s%s %s /bin/bash -c %s' % (lead, head, join(argv), body)
 
 
 # ----- what the runtime reports ----------------------------------------------------------------
@@ -279,7 +380,8 @@ def ps_argv(job_id):
 
 
 def parse_ps(text):
-    """[{id, name, state, node}] from ``podman ps --format json``."""
+    """[{id, name, image, image_id, state, exit_code, node}] from ``podman ps --format json`` (exit_code
+    None while the container has not exited)."""
     text = (text or '').strip()
     if not text:
         return []
@@ -290,14 +392,27 @@ def parse_ps(text):
     out = []
     for item in data or []:
         names = item.get('Names') or []
-        out.append({'id': item.get('Id', '')[:12], 'name': names[0] if names else '',
-                    'state': item.get('State', ''), 'node': (item.get('Labels') or {}).get(NODE_LABEL)})
+        exited = item.get('Exited') or item.get('State') in ('exited', 'stopped')
+        out.append({'id': item.get('Id', '')[:12], 'name': names[0] if names else '', 'image': item.get('Image', ''),
+                    'image_id': (item.get('ImageID') or '')[:12], 'state': item.get('State', ''),
+                    'exit_code': item.get('ExitCode') if exited else None,
+                    'node': (item.get('Labels') or {}).get(NODE_LABEL)})
     return out
 
 
 def rm_argv(ids, timeout=10):
     """Stop (SIGTERM, SIGKILL after ``timeout`` s) and remove the given containers."""
     return ['podman', 'rm', '--force', '--time', str(int(timeout))] + list(ids)
+
+
+def ops_stamp_argv(spec):
+    """What reads the image's record of its DeepSpeed ops without starting a job: a throwaway container
+    without network (podman), ``apptainer exec`` of cat (SIF), unsquashfs -cat (an enroot squashfs)."""
+    if spec['runtime'] == 'podman':
+        return ['podman', 'run', '--rm', '--network', 'none', '--entrypoint', 'cat', spec['image'], IMAGE_OPS_STAMP]
+    if spec['runtime'] in ('apptainer', 'singularity'):
+        return [spec['runtime'], 'exec', '--no-home', spec['image'], 'cat', IMAGE_OPS_STAMP]
+    return ['unsquashfs', '-cat', spec['image'], IMAGE_OPS_STAMP.lstrip('/')]
 
 
 def inspect_argv(image):
@@ -317,6 +432,20 @@ def parse_inspect(text):
     return {'id': image_id if image_id.startswith('sha256:') else 'sha256:' + image_id,
             'digest': item.get('Digest', ''), 'repo_digests': item.get('RepoDigests') or [],
             'names': item.get('RepoTags') or []}
+
+
+def parse_apptainer_inspect(text):
+    """{labels, recipe} of a SIF from ``apptainer inspect --json --labels SIF`` ({"data": {"attributes":
+    {"labels": {...}}}, "type": "container"}): the recipe label the image was built with (gpucluster.recipe,
+    carried over from the OCI image) is what two SIF files built from the same recipe share."""
+    try:
+        data = json.loads(text or '')
+        labels = data['data']['attributes'].get('labels') or {}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ContainerError('apptainer inspect did not print its JSON (%s: %s)' % (type(exc).__name__, exc)) from exc
+    if not isinstance(labels, dict):
+        raise ContainerError('apptainer inspect: labels are not a mapping')
+    return {'labels': labels, 'recipe': labels.get('gpucluster.recipe', '')}
 
 
 def image_matches(info, wanted):

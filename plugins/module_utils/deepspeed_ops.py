@@ -277,3 +277,87 @@ def preflight_message(todo, seconds, info):
     when = ('the last build here took %.0f s' % seconds) if seconds is not None else 'no build recorded here'
     return 'the job builds DeepSpeed ops %s before step 1 (%s); python_env builds them at install time' % (
         ', '.join(todo), when)
+
+
+# ----- ops built into a container image ---------------------------------------------------------
+# Run at image build time (the recipe's RUN step) by the image's python:
+#   python build_deepspeed_ops.py OPS_JSON OPS_DIR STAMP
+# For each accelerator of OPS_JSON ({accelerator: [builder class, ...]}) the probe above runs in
+# build mode with DS_ACCELERATOR set and TORCH_EXTENSIONS_DIR=OPS_DIR, i.e. the job's JIT path, and
+# the image records in STAMP what was built, for which versions, and what could not be.
+IMAGE_BUILD_MAIN = r'''
+import json, os, subprocess, sys, time
+wanted, ops_dir, stamp_path = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+os.makedirs(ops_dir, exist_ok=True)
+os.makedirs(os.path.dirname(stamp_path), exist_ok=True)
+record = {'extensions_dir': ops_dir, 'built_at': int(time.time()), 'accelerators': {}}
+for acc, builders in sorted(wanted.items()):
+    if not builders:
+        continue
+    env = dict(os.environ, DS_ACCELERATOR=acc, TORCH_EXTENSIONS_DIR=ops_dir)
+    done = subprocess.run([sys.executable, '-c', PROBE, 'build', json.dumps({acc: builders})], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    lines = [l for l in done.stdout.splitlines() if l.startswith('GPUCLUSTER_DS_OPS ')]
+    if not lines:
+        record['accelerators'][acc] = {'error': (done.stderr or done.stdout).strip()[-600:] or 'no answer'}
+        print('deepspeed ops for %s: the probe failed: %s' % (acc, record['accelerators'][acc]['error']))
+        continue
+    info = json.loads(lines[-1][len('GPUCLUSTER_DS_OPS '):])
+    entry = {'key': dict((f, str(info[f])) for f in ('python', 'torch', 'deepspeed', 'accelerator')),
+             'ops': {}, 'errors': []}
+    for op in info['ops']:
+        if op.get('installed'):
+            entry['ops'][op['name']] = {'builder': op['builder'], 'installed': True}
+        elif op.get('built'):
+            entry['ops'][op['name']] = {'builder': op['builder'], 'seconds': op.get('seconds')}
+        else:
+            why = op.get('error') or ('not compatible with the image' if op.get('name') else 'unknown builder')
+            entry['errors'].append('%s: %s' % (op['builder'], why))
+    record['accelerators'][acc] = entry
+    print('deepspeed ops for %s: built %s%s' % (acc, ', '.join(sorted(entry['ops'])) or 'none',
+                                                '; not built: ' + '; '.join(entry['errors']) if entry['errors'] else ''))
+with open(stamp_path, 'w') as handle:
+    json.dump(record, handle, indent=1, sort_keys=True)
+'''
+
+
+def image_build_script():
+    """The program the image recipe runs to build DeepSpeed's ops into the image and record them."""
+    return ('# Built from gpucluster.multinode deepspeed_ops: builds the DeepSpeed ops into the image.\n'
+            'PROBE = %r\n' % PROBE_SCRIPT) + IMAGE_BUILD_MAIN
+
+
+def image_ops_lines(stamp_text, wanted, accelerator=None, image=''):
+    """(ready, lines): whether the job's image carries the ops a job needs ({accelerator: [builder, ...]})
+    for the accelerator DeepSpeed will pick (None: every accelerator asked for), read from the image's
+    stamp (the text of /etc/gpucluster/deepspeed-ops.json; empty when the image has none)."""
+    try:
+        stamp = json.loads(stamp_text) if (stamp_text or '').strip() else None
+    except ValueError:
+        stamp = None
+    accs = [accelerator] if accelerator else sorted(a for a, b in wanted.items() if b)
+    if not isinstance(stamp, dict) or not isinstance(stamp.get('accelerators'), dict):
+        needed = [a for a in accs if wanted.get(a)]
+        if not needed:
+            return True, ['image %s: no DeepSpeed op to build' % image]
+        return False, ['image %s carries no record of DeepSpeed ops (built by an older recipe): a DeepSpeed job '
+                       'builds %s in its container before step 1, every run; rebuild the image (site.yml --tags '
+                       'container)' % (image, ', '.join('%s for %s' % (', '.join(wanted[a]), a) for a in needed))]
+    ready, lines = True, []
+    for acc in accs:
+        builders = wanted.get(acc) or []
+        entry = stamp['accelerators'].get(acc) or {}
+        have = dict((e.get('builder'), name) for name, e in (entry.get('ops') or {}).items())
+        missing = [b for b in builders if b not in have]
+        if not builders:
+            lines.append('image %s: no DeepSpeed op to build for %s' % (image, acc))
+        elif missing:
+            ready = False
+            why = '; '.join(entry.get('errors') or []) or entry.get('error') or 'not asked for when the image was built'
+            lines.append('image %s lacks the DeepSpeed op(s) %s for %s (%s): a job on %s builds them in its container '
+                         'before step 1, every run' % (image, ', '.join(missing), acc, why, acc))
+        else:
+            lines.append('image %s carries the DeepSpeed ops for %s (%s, built for DeepSpeed %s, torch %s): no build '
+                         'before step 1' % (image, acc, ', '.join(sorted(have[b] for b in builders)),
+                                            entry['key'].get('deepspeed'), entry['key'].get('torch')))
+    return ready, lines

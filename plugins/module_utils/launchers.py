@@ -274,13 +274,14 @@ class Slurm(Launcher):
         if j.container:
             # scontrol is on the hosts, not in the image: the batch script writes every NodeAddr first
             addr_file = os.path.join(j.job_dir, 'node_addrs')
-            prefix = cn.slurm_node_prefix(addr_file) + prefix
+            prefix = cn.slurm_sealed_prefix(j.container, j.job_dir) + cn.slurm_node_prefix(addr_file) + prefix
         launch = tr.slurm_launch_line('torchrun', j.bin, {n['name']: n['slots'] for n in j.nodes}, j.job_id,
                                       j.p['script'], j.p['script_args'], log_dir=j.rank_log_dir,
                                       node_prefix=prefix)
         if j.container:
             launch = (cn.slurm_node_addr_lines(os.path.join(j.job_dir, 'hostfile'), addr_file)
-                      + cn.slurm_container_line(j.container, j.job_id, launch, env_files=j.p['env_files']))
+                      + cn.slurm_container_line(j.container, j.job_id, launch, env_files=j.p['env_files'],
+                                                gpus_per_node=j.p['slurm_gpus_per_node'], workdir=j.job_dir))
         return tr.sbatch_script(j.job_id, len(j.nodes), j.p['slurm_gpus_per_node'], j.p['slurm_time'], j.log_dir,
                                 os.path.join(j.job_dir, 'hostfile'), j.p['master_port'], launch,
                                 partition=j.p['slurm_partition'], cpus_per_task=j.p['slurm_cpus_per_task'],
@@ -425,19 +426,29 @@ class Job:
                 # auto: the GPUs where the node offers them (a CDI spec for podman, the driver for apptainer)
                 self.container['gpus'] = any(os.path.exists(path) for path in (
                     cn.CDI_SPECS if self.container['runtime'] == 'podman' else ('/dev/nvidiactl',)))
-            if self.container['runtime'] == 'podman' and not self.container['home'] and os.path.isdir(self.home):
-                self.container['home'] = self.home
+                if p['launcher'] == 'slurm' and self.container['runtime'] != 'podman':
+                    # pyxis and Apptainer in a Slurm step: the GPUs are the allocation's
+                    self.container['gpus'] = bool(p['slurm_gpus_per_node'])
+            # sealed: the caches of this node's container in the job's directory, never the home
+            self.container['cache_dir'] = cn.job_cache_dir(self.job_dir, self.me)
+            if p['launcher'] == 'slurm':
+                self.container['expect_gpus'] = p['slurm_gpus_per_node'] or 0
+            elif self.container['gpus']:
+                self.container['expect_gpus'] = self.slots
         # PyTorch's NCCL flight recorder for a job on GPUs: on a collective's timeout every rank dumps
         # its last collectives to <job_dir>/flight/rank_<RANK>; training_env overrides its variables
         self.flight_dir = os.path.join(self.job_dir, fr.FLIGHT_DIR) if self.uses_nccl() else None
         if self.flight_dir:
             self.env = dict(fr.job_env(self.job_dir), **self.env)
+        self.warnings = []
         self.launcher = LAUNCHERS[p['launcher']](self)
 
     def result(self, **kw):
         base = dict(job_id=self.job_id, node=self.me, role=self.launcher.role(), log=self.log,
                     rank_log_dir=self.rank_log_dir, slots=self.slots, world_size=hf.world_size(self.nodes),
                     ranks=hf.rank_layout(self.nodes).get(self.me))
+        if self.warnings:
+            base['warnings'] = list(self.warnings)
         base.update(kw)
         return base
 
@@ -501,9 +512,26 @@ class Job:
         return lf.probe_refusals(results, targets, self.user, uid=self.uid,
                                  limit=lf.probe_attempt_limit(SSH_CONNECT_TIMEOUT))
 
+    def memlock_problems(self):
+        """podman's --ulimit memlock=-1:-1 only where asked (true or auto) and the account's hard limit
+        here allows it: true where it does not is refused naming the node and the limit, auto warns."""
+        spec = self.container
+        if not spec or spec['runtime'] != 'podman' or spec['memlock'] not in ('true', 'auto') \
+                or getattr(self, 'memlock_decided', False):
+            return []
+        read = getattr(self.runner, 'memlock_hard_limit', None) or cn.read_memlock_hard_limit
+        unlimited, refusal, warning = cn.memlock_decision(spec['memlock'], read(), self.me)
+        spec['memlock'] = 'true' if unlimited else 'false'
+        self.memlock_decided = True
+        if warning:
+            self.warnings.append(warning)
+        return [refusal] if refusal else []
+
     def check(self):
         """(problems, versions, command line) of this node's part; changes nothing."""
         problems = []
+        if self.container and (self.launcher.starts_here() or self.launcher.name == 'mpirun'):
+            problems.extend(self.memlock_problems())
         launcher = self.launcher
         binary = launcher.binary()
         python = os.path.join(self.bin, 'python')

@@ -145,13 +145,20 @@ options:
     description:
       - Run every node's part of the job in a container image (C(runtime=none), the default, runs on the host).
       - C(podman) wraps each node's launch command in C(podman run) with host network and IPC, the GPUs
-        through CDI (O(container.gpus)), C(/dev/infiniband) where the node has it, unlimited memlock,
-        O(container.mounts) at the same path, the env files read-only at their own path and the labels
-        C(gpucluster.job=<job_id>) and C(gpucluster.node=<node>). With C(deepspeed) every node then runs
-        its own launcher (C(--no_ssh --node_rank)); with C(mpirun) Open MPI starts on the hosts and each
+        through CDI (O(container.gpus)), C(/dev/infiniband) where the node has it, memlock as O(container.memlock)
+        decides, O(container.mounts) and the job directory at the same path, the env files read-only at their own
+        path and the labels C(gpucluster.job=<job_id>) and C(gpucluster.node=<node>). With C(deepspeed) every node
+        then runs its own launcher (C(--no_ssh --node_rank)); with C(mpirun) Open MPI starts on the hosts and each
         rank runs in a container. O(state=stopped) removes the job's containers by the job label.
-      - C(apptainer) and C(singularity) wrap it in C(apptainer exec --nv --bind); O(container.image) is a
-        SIF file every node sees. C(enroot) runs under C(slurm) only, through pyxis (C(srun --container-image)).
+      - C(apptainer) and C(singularity) wrap it in C(apptainer exec --no-home --writable-tmpfs --nv --bind);
+        O(container.image) is a SIF file every node sees. C(enroot) runs under C(slurm) only, through pyxis
+        (C(srun --container-image --no-container-mount-home --container-writable), no container name, so every run
+        imports the image again), with C(srun --gpus-per-node) and C(NVIDIA_VISIBLE_DEVICES),
+        C(NVIDIA_DRIVER_CAPABILITIES=compute,utility) when O(slurm_gpus_per_node) is set.
+      - Sealed - no runtime mounts the account's home. Inside, C(HOME), C(XDG_CACHE_HOME), C(TRITON_CACHE_DIR),
+        C(PIP_CACHE_DIR) and C(TORCHINDUCTOR_CACHE_DIR) are under C(<job_dir>/cache/<node>), C(TORCH_EXTENSIONS_DIR)
+        is the image's prebuilt C(/opt/gpucluster/torch_extensions) (the job's own copy), and
+        C(GPUCLUSTER_EXPECT_GPUS=<n>) is set when the job has GPUs (the examples then refuse to run on the CPU).
     type: dict
     suboptions:
       runtime:
@@ -183,12 +190,13 @@ options:
         elements: str
         default: []
       memlock:
-        description: C(--ulimit memlock=-1:-1) (RDMA needs it; the account's hard limit must allow it).
-        type: bool
-        default: true
-      home:
-        description: The account's home, mounted at the same path and set as C(HOME) (podman).
-        type: path
+        description:
+          - C(--ulimit memlock=-1:-1) for podman (RDMA needs it). C(true) - refused before the start, naming the
+            node and the limit, where the account's hard memlock limit (read as the account, as the job gets it)
+            is not unlimited; C(auto) - only where it is unlimited, otherwise the default limit with a warning
+            naming node and limit; C(false) - never.
+        type: raw
+        default: auto
       extra_args:
         description: More arguments of the runtime, before the image.
         type: list
@@ -332,7 +340,8 @@ log_tail:
   type: list
   elements: str
 containers:
-  description: The job's containers on this node (podman, by the job label), with id, name, state and node.
+  description: The job's containers on this node (podman, by the job label), with id, name, image, image_id, state,
+    exit_code (null until it exited) and node.
   returned: state is status and a container runtime is set
   type: list
   elements: dict
@@ -411,8 +420,7 @@ def main():
                 mounts=dict(type='list', elements='path', default=[]),
                 gpus=dict(type='bool'),
                 devices=dict(type='list', elements='str', default=[]),
-                memlock=dict(type='bool', default=True),
-                home=dict(type='path'),
+                memlock=dict(type='raw', default='auto'),
                 extra_args=dict(type='list', elements='str', default=[]),
             )),
         ),

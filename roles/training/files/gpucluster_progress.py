@@ -17,12 +17,44 @@ so a checkpoint that takes longer than training_stall_seconds is not called a st
 without a progress file can print the same line to its log (heartbeat_line(): "gpucluster-heartbeat
 phase=checkpoint step=12 time=..."). Rank 0 also writes TensorBoard event files (loss, steps per second)
 when the tensorboard package is installed. Import it from a script that sits beside this file.
+
+require_gpus() refuses to run a rank on the CPU when the launch said the job has GPUs
+(GPUCLUSTER_EXPECT_GPUS=<n>, set by training_job in containers and under Slurm with GPUs).
 """
 
 import os
 import resource
 import socket
 import time
+
+
+def expected_gpus(environ=None):
+    """GPUs the launch said the job has on each node (GPUCLUSTER_EXPECT_GPUS; 0 when not said)."""
+    value = (environ if environ is not None else os.environ).get('GPUCLUSTER_EXPECT_GPUS', '') or '0'
+    try:
+        return max(int(value), 0)
+    except ValueError:
+        return 0
+
+
+def gpu_refusal(expected, visible, node, local_rank=0):
+    """The line a rank prints before exiting when the job asked for GPUs and this rank sees none (or
+    fewer than its local rank needs): never a quiet fall back to gloo on the CPU. None when fine."""
+    if not expected or visible > local_rank:
+        return None
+    return ('node %s: the job asked for %d GPU(s) per node (GPUCLUSTER_EXPECT_GPUS) but local rank %d sees %d: '
+            'no fall back to the CPU; check the container runtime gives the GPUs (podman: the CDI spec, Apptainer: '
+            '--nv, enroot: NVIDIA_VISIBLE_DEVICES and NVIDIA_DRIVER_CAPABILITIES=compute,utility, Slurm: '
+            '--gpus-per-node)' % (node, expected, local_rank, visible))
+
+
+def require_gpus(visible):
+    """Exit with code 3 and one line naming the node when the job expects GPUs this rank does not see."""
+    node = os.environ.get('SLURMD_NODENAME') or socket.gethostname()
+    line = gpu_refusal(expected_gpus(), visible, node, int(os.environ.get('LOCAL_RANK', '0') or 0))
+    if line:
+        print(line, flush=True)
+        raise SystemExit(3)
 
 
 class Progress:

@@ -29,7 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpucluster_progress import Progress, add_arguments  # noqa: E402  pylint: disable=wrong-import-position
+from gpucluster_progress import Progress, add_arguments, require_gpus  # noqa: E402  pylint: disable=wrong-import-position
 
 VOCAB = 64
 STARTED = time.time()
@@ -118,6 +118,7 @@ def save(directory, step, model, optimizer, world, rank, progress):
 def main():
     args = parse_args()
     on_gpu = torch.cuda.is_available()
+    require_gpus(torch.cuda.device_count() if on_gpu else 0)
     backend = 'nccl' if on_gpu else 'gloo'
     dist.init_process_group(backend=backend)
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpucluster_progress import Progress, add_arguments  # noqa: E402  pylint: disable=wrong-import-position
+from gpucluster_progress import Progress, add_arguments, require_gpus  # noqa: E402  pylint: disable=wrong-import-position
 
 STARTED = time.time()
 
@@ -79,6 +79,7 @@ class DDPEngine:
 def main():
     args = parse_args()
     on_gpu = torch.cuda.is_available()
+    require_gpus(torch.cuda.device_count() if on_gpu else 0)
     backend = 'nccl' if on_gpu else 'gloo'
     if args.engine == 'ddp':
         if args.checkpoint_dir or args.resume_from:

@@ -52,3 +52,35 @@ def test_status_and_stop_read_the_nodes_the_job_was_started_on_not_the_inventory
         training_layout_nodes(nodes, {'head': 1, 'w9': 1}, 'j1')
     with pytest.raises(AnsibleFilterError, match='layout must be a JSON object'):
         training_layout_nodes(nodes, None, 'j1')
+
+
+# ----- the view of a container job ---------------------------------------------------------------
+from ansible_collections.gpucluster.multinode.plugins.filter.training import (  # noqa: E402
+    training_stopped_lines, training_verdict)
+
+BOX = {'id': 'c01e3f9f39f9', 'name': 'gpucluster-j1-head', 'image': 'localhost/train:1', 'image_id': '9dfd6d3a179a',
+       'state': 'running', 'exit_code': None, 'node': 'head'}
+
+
+def test_status_of_a_container_job_lists_each_nodes_containers():
+    results = [dict(job_id='j1', node='head', role='agent', running=True, exit_code=None, containers=[BOX]),
+               dict(job_id='j1', node='w1', role='agent', running=False, exit_code=1,
+                    containers=[dict(BOX, name='gpucluster-j1-w1', state='exited', exit_code=1, node='w1')]),
+               dict(job_id='j1', node='w2', role='agent', running=False, exit_code=None, containers=[])]
+    lines = training_verdict(results)['lines']
+    assert '  head                 container gpucluster-j1-head image 9dfd6d3a179a running exit=-' in lines
+    assert '  w1                   container gpucluster-j1-w1 image 9dfd6d3a179a exited exit=1' in lines
+    assert '  w2                   containers: none' in lines
+    # a host job has no container lines
+    assert not any('container' in line for line in training_verdict([dict(results[0], containers=None)][:0] + [
+        {k: v for k, v in results[0].items() if k != 'containers'}])['lines'])
+
+
+def test_stopped_lists_the_containers_it_removed_not_an_empty_pid_list():
+    lines = training_stopped_lines([dict(node='head', removed_containers=['gpucluster-j1-head'], stopped_pids=[]),
+                                    dict(node='w1', removed_containers=[], stopped_pids=[812, 813]),
+                                    dict(node='w2', removed_containers=[], stopped_pids=[])], 'j1')
+    assert lines == ['job j1 stopped; nothing of it runs on any node',
+                     'head: removed container(s) gpucluster-j1-head',
+                     'w1: signalled process(es) 812, 813',
+                     'w2: nothing of the job was left there']

@@ -25,7 +25,7 @@ def pairs(argv, flag):
 
 # ----- podman ------------------------------------------------------------------------------------
 def test_podman_line_has_host_network_ipc_gpus_infiniband_memlock_mounts_and_the_job_label():
-    spec = cn.check_spec(dict(PODMAN, gpus=True))
+    spec = cn.check_spec(dict(PODMAN, gpus=True, memlock=True))
     argv = cn.wrap(spec, 'tiny-001', 'gpu-worker-1', ['/opt/gpucluster/env/bin/torchrun', '--nnodes', '3', 'train.py'],
                    'set -a; . /shared/jobs/tiny-001/job.env; set +a; ', env_files=[PROFILE, '/shared/jobs/x.env'],
                    workdir='/shared/jobs/tiny-001', infiniband=True)
@@ -40,14 +40,87 @@ def test_podman_line_has_host_network_ipc_gpus_infiniband_memlock_mounts_and_the
     assert pairs(argv, '--env')[:3] == [pr.JOB_ENV, 'MASTER_ADDR', 'MASTER_PORT']
     image_at = argv.index(PODMAN['image'])
     assert argv[image_at + 1:image_at + 3] == ['/bin/bash', '-c']
-    assert argv[image_at + 3].startswith('set -a; . /shared/jobs/tiny-001/job.env')
+    assert argv[image_at + 3].startswith(sealed("/shared/jobs/tiny-001/cache/gpu-worker-1"))
+    assert 'set -a; . /shared/jobs/tiny-001/job.env' in argv[image_at + 3]
     assert argv[image_at + 3].endswith('exec /opt/gpucluster/env/bin/torchrun --nnodes 3 train.py')
+
+
+# what every job container's shell does first: the caches under the job's cache directory of the node
+SEALED = ('export HOME=%(d)s XDG_CACHE_HOME=%(d)s"/.cache" TRITON_CACHE_DIR=%(d)s"/.cache/triton" '
+          'PIP_CACHE_DIR=%(d)s"/.cache/pip" TORCHINDUCTOR_CACHE_DIR=%(d)s"/.cache/torchinductor"; '
+          'mkdir -p "$XDG_CACHE_HOME"; if [ -d /opt/gpucluster/torch_extensions ] && [ -w '
+          '/opt/gpucluster/torch_extensions ]; then export TORCH_EXTENSIONS_DIR=/opt/gpucluster/torch_extensions; '
+          'else export TORCH_EXTENSIONS_DIR="$XDG_CACHE_HOME/torch_extensions"; fi; ')
+
+
+def sealed(cache_dir):
+    return SEALED % {'d': cache_dir}
+
+
+def no_home(words, home='/home/train'):
+    """No word of the line mounts or names the account's home."""
+    return not any(home in w for w in words) and 'HOME=/home' not in ' '.join(words)
+
+
+def test_the_exact_podman_line_is_sealed_from_the_host():
+    spec = cn.check_spec(dict(PODMAN, gpus=True))
+    spec.update(memlock='false', cache_dir=cn.job_cache_dir('/shared/jobs/j1', 'gpu-1'), expect_gpus=2)
+    argv = cn.wrap(spec, 'j1', 'gpu-1', ['torchrun', 'train.py'], 'P; ', env_files=[PROFILE],
+                   workdir='/shared/jobs/j1', rootless=True)
+    assert argv == [
+        'podman', 'run', '--rm', '--name', 'gpucluster-j1-gpu-1', '--label', 'gpucluster.job=j1',
+        '--label', 'gpucluster.node=gpu-1', '--network', 'host', '--ipc', 'host', '--security-opt', 'label=disable',
+        '--userns', 'keep-id', '--device', 'nvidia.com/gpu=all', '--volume', '/shared:/shared',
+        '--volume', '%s:%s:ro' % (PROFILE, PROFILE), '--env', pr.JOB_ENV, '--env', 'MASTER_ADDR',
+        '--env', 'MASTER_PORT', '--workdir', '/shared/jobs/j1', 'localhost/gpucluster-train:1', '/bin/bash', '-c',
+        (sealed('/shared/jobs/j1/cache/gpu-1')).replace('; mkdir', ' GPUCLUSTER_EXPECT_GPUS=2; mkdir', 1)
+        + 'P; exec torchrun train.py']
+    assert no_home(argv)
+
+
+def test_a_job_directory_outside_the_mounts_is_mounted_too():
+    spec = cn.check_spec(PODMAN)
+    argv = cn.wrap(spec, 'j1', 'n1', ['x'], '', workdir='/scratch/jobs/j1')
+    assert pairs(argv, '--volume') == ['/shared:/shared', '/scratch/jobs/j1:/scratch/jobs/j1']
+
+
+def test_the_sealed_caches_are_made_and_the_image_ops_used_when_writable(tmp_path):
+    import subprocess
+    cache = cn.job_cache_dir(str(tmp_path / 'job'), 'n1')
+    script = cn.sealed_prefix({'expect_gpus': 0}, cache) + \
+        'echo "$HOME|$XDG_CACHE_HOME|$TRITON_CACHE_DIR|$PIP_CACHE_DIR|$TORCH_EXTENSIONS_DIR"'
+    out = subprocess.run(['bash', '-c', script], capture_output=True, text=True, check=True).stdout.strip()
+    home = str(tmp_path / 'job' / 'cache' / 'n1')
+    # no /opt/gpucluster/torch_extensions here (an older image): the job's own extension directory
+    assert out.split('|') == [home, home + '/.cache', home + '/.cache/triton', home + '/.cache/pip',
+                              home + '/.cache/torch_extensions']
+    assert os.path.isdir(home + '/.cache')
 
 
 def test_podman_line_without_gpus_infiniband_or_memlock_asks_for_none_and_root_keeps_its_userns():
     spec = cn.check_spec(dict(PODMAN, memlock=False))
     argv = cn.wrap(spec, 'j', 'n', ['python'], '', rootless=False)
     assert '--device' not in argv and '--ulimit' not in argv and '--userns' not in argv
+
+
+@pytest.mark.parametrize('wanted,hard,flag,refusal,warning', [
+    ('true', None, True, None, None),
+    ('auto', None, True, None, None),
+    ('false', None, False, None, None),
+    ('false', 65536, False, None, None),
+    ('true', 8 * 1024 * 1024, False, 'node gpu-2: training_container_memlock is true but the hard memlock limit of the '
+                                     'training account is 8192 KiB here', None),
+    ('auto', 8 * 1024 * 1024, False, None, 'node gpu-2: the hard memlock limit of the training account is 8192 KiB, '
+                                           'not unlimited: the containers keep it'),
+])
+def test_memlock_unlimited_only_where_asked_and_the_hard_limit_allows_it(wanted, hard, flag, refusal, warning):
+    unlimited, refused, warned = cn.memlock_decision(wanted, hard, 'gpu-2')
+    assert unlimited is flag
+    assert (refused or '').startswith(refusal or '') and bool(refused) == bool(refusal)
+    assert (warned or '').startswith(warning or '') and bool(warned) == bool(warning)
+    spec = cn.check_spec(dict(PODMAN, memlock=wanted))
+    spec['memlock'] = 'true' if unlimited else 'false'
+    assert ('--ulimit' in cn.wrap(spec, 'j', 'n', ['x'], '')) is flag
 
 
 def test_spec_refusals_name_the_setting():
@@ -60,33 +133,46 @@ def test_spec_refusals_name_the_setting():
         cn.check_spec({'runtime': 'podman', 'image': 'x', 'mounts': ['shared']})
     with pytest.raises(cn.ContainerError, match='enroot runs under Slurm only'):
         cn.wrap(cn.check_spec(SQSH), 'j', 'n', ['python'], '')
+    with pytest.raises(cn.ContainerError, match="container memlock 'always' is not one of auto, true, false"):
+        cn.check_spec(dict(PODMAN, memlock='always'))
 
 
 # ----- Apptainer / Singularity / enroot ----------------------------------------------------------
 def test_apptainer_exec_brings_gpus_with_nv_and_binds_the_mounts_and_env_files():
     spec = cn.check_spec(SIF)
-    argv = cn.wrap(spec, 'tiny-001', 'n1', ['torchrun', 'train.py'], 'P; ', env_files=[PROFILE], infiniband=True)
-    assert argv[:3] == ['apptainer', 'exec', '--nv']
-    assert pairs(argv, '--bind') == ['/shared:/shared,/dev/infiniband:/dev/infiniband,%s:%s:ro' % (PROFILE, PROFILE)]
-    assert argv[argv.index(SIF['image']) + 1:] == ['/bin/bash', '-c', 'P; exec torchrun train.py']
+    spec['cache_dir'] = cn.job_cache_dir('/shared/jobs/tiny-001', 'n1')
+    argv = cn.wrap(spec, 'tiny-001', 'n1', ['torchrun', 'train.py'], 'P; ', env_files=[PROFILE], infiniband=True,
+                   workdir='/shared/jobs/tiny-001')
+    # the exact line: no home (Apptainer mounts it by default), the job's own writable copy of the image,
+    # the GPUs with the variables nvidia-container-cli reads
+    assert argv == ['env', 'NVIDIA_VISIBLE_DEVICES=all', 'NVIDIA_DRIVER_CAPABILITIES=compute,utility',
+                    'apptainer', 'exec', '--no-home', '--writable-tmpfs', '--nv', '--bind',
+                    '/shared:/shared,/dev/infiniband:/dev/infiniband,%s:%s:ro' % (PROFILE, PROFILE),
+                    SIF['image'], '/bin/bash', '-c',
+                    sealed('/shared/jobs/tiny-001/cache/n1') + 'P; exec torchrun train.py']
+    assert no_home(argv)
     singularity = cn.wrap(cn.check_spec(dict(SIF, runtime='singularity', gpus=False)), 'j', 'n', ['x'], '')
-    assert singularity[:3] == ['singularity', 'exec', '--bind']
+    assert singularity[:5] == ['singularity', 'exec', '--no-home', '--writable-tmpfs', '--bind']
 
 
-def test_pyxis_options_carry_the_image_mounts_and_a_name_with_the_job_id():
-    argv = cn.pyxis_srun_args(cn.check_spec(SQSH), 'tiny-001', env_files=[PROFILE])
-    assert argv == ['--container-image=/shared/images/train.sqsh', '--container-name=gpucluster-tiny-001-slurm',
-                    '--no-container-remap-root',
-                    '--container-mounts=/shared:/shared,/scratch:/scratch,%s:%s:ro' % (PROFILE, PROFILE)]
+def test_pyxis_options_import_the_image_every_run_without_the_home():
+    argv = cn.pyxis_srun_args(cn.check_spec(SQSH), 'tiny-001', env_files=[PROFILE], workdir='/jobs/tiny-001')
+    # no --container-name: pyxis would keep a named container and start it again without importing
+    assert argv == ['--container-image=/shared/images/train.sqsh', '--no-container-mount-home',
+                    '--container-writable', '--no-container-remap-root',
+                    '--container-mounts=/shared:/shared,/scratch:/scratch,/jobs/tiny-001:/jobs/tiny-001,%s:%s:ro'
+                    % (PROFILE, PROFILE)]
+    assert not any(a.startswith('--container-name') for a in argv)
 
 
 SRUN = "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'exec torchrun --nnodes \"$SLURM_NNODES\" train.py'"
 
 
 @pytest.mark.parametrize('spec,middle', [
-    (SQSH, "--container-image=/shared/images/train.sqsh --container-name=gpucluster-tiny-001-slurm "
+    (SQSH, "--container-image=/shared/images/train.sqsh --no-container-mount-home --container-writable "
            "--no-container-remap-root --container-mounts=/shared:/shared,/scratch:/scratch bash -c"),
-    (SIF, "apptainer exec --nv --bind /shared:/shared /shared/images/train.sif /bin/bash -c"),
+    (SIF, "env NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility apptainer exec --no-home "
+          "--writable-tmpfs --nv --bind /shared:/shared /shared/images/train.sif /bin/bash -c"),
 ])
 def test_slurm_step_line_runs_each_task_in_the_image(spec, middle):
     line = cn.slurm_container_line(cn.check_spec(spec), 'tiny-001', SRUN)
@@ -94,6 +180,14 @@ def test_slurm_step_line_runs_each_task_in_the_image(spec, middle):
                     "train.py'" % middle)
     words = shlex.split(line)
     assert words[-1] == 'exec torchrun --nnodes "$SLURM_NNODES" train.py'
+
+
+def test_slurm_step_with_gpus_asks_srun_for_them_and_exports_the_nvidia_variables():
+    line = cn.slurm_container_line(cn.check_spec(SQSH), 'tiny-001', SRUN, gpus_per_node=4)
+    first, step = line.split('\n')
+    assert first == 'export NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility'
+    assert step.startswith('srun --gpus-per-node=4 --ntasks-per-node=1 --kill-on-bad-exit=1 '
+                           '--container-image=/shared/images/train.sqsh --no-container-mount-home ')
 
 
 def test_slurm_node_address_comes_from_a_file_the_batch_script_wrote(tmp_path):
@@ -110,8 +204,14 @@ def test_slurm_node_address_comes_from_a_file_the_batch_script_wrote(tmp_path):
 # ----- podman's output (recorded) ----------------------------------------------------------------
 def test_parse_ps_reads_the_jobs_containers_and_an_empty_list():
     found = cn.parse_ps(fixture('containers', 'podman_ps_job.json'))
-    assert found == [{'id': 'c01e3f9f39f9', 'name': 'gpucluster-tiny-001-mol-ctr-head', 'state': 'running',
-                      'node': 'mol-ctr-head'}]
+    assert found == [{'id': 'c01e3f9f39f9', 'name': 'gpucluster-tiny-001-mol-ctr-head',
+                      'image': 'localhost/gpucluster-base:bookworm', 'image_id': '9dfd6d3a179a', 'state': 'running',
+                      'exit_code': None, 'node': 'mol-ctr-head'}]
+    # the same container after its command exited with 3 (podman reports Exited and ExitCode)
+    import json
+    data = json.loads(fixture('containers', 'podman_ps_job.json'))
+    data[0].update(State='exited', Exited=True, ExitCode=3)
+    assert [(c['state'], c['exit_code']) for c in cn.parse_ps(json.dumps(data))] == [('exited', 3)]
     assert cn.parse_ps('[]\n') == [] and cn.parse_ps('') == []
     with pytest.raises(cn.ContainerError):
         cn.parse_ps('Error: something')
@@ -213,8 +313,11 @@ def test_slurm_script_with_pyxis_and_apptainer(lab):
     job(lab, 'slurm', runner=runner, container=dict(SIF, image=str(lab / 'train.sif'))).start()
     step = [line for line in (lab / 'jobs' / 'tiny-001' / 'job.sbatch').read_text().splitlines()
             if line.startswith('srun ')][0]
-    assert 'srun --ntasks-per-node=1 --kill-on-bad-exit=1 apptainer exec --nv --bind /shared:/shared %s /bin/bash -c' \
-        % (lab / 'train.sif') in step
+    assert ('srun --ntasks-per-node=1 --kill-on-bad-exit=1 env NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES='
+            'compute,utility apptainer exec --no-home --writable-tmpfs --nv --bind /shared:/shared,%s:%s %s /bin/bash -c'
+            % (lab / 'jobs' / 'tiny-001', lab / 'jobs' / 'tiny-001', lab / 'train.sif')) in step
+    # each node's caches under the job directory, named by Slurm
+    assert ('export HOME=%s/cache/"$SLURMD_NODENAME" ' % (lab / 'jobs' / 'tiny-001')) in shlex.split(step)[-1]
 
 
 def test_stop_removes_the_jobs_containers_by_label_then_its_processes(lab, proc, kills):
@@ -272,3 +375,74 @@ def test_an_env_file_the_node_lacks_is_not_mounted(lab, tmp_path):
     words = shlex.split(spawn.calls[0]['line'])
     assert pairs(words, '--volume')[-1] == '%s:%s:ro' % (present, present)
     assert not any('no-such-file' in v for v in pairs(words, '--volume'))
+
+
+def test_memlock_true_where_the_hard_limit_is_lower_is_refused_before_the_start(lab):
+    runner = podman_runner()
+    runner.memlock_hard_limit = lambda: 64 * 1024 * 1024
+    spawn = Spawn()
+    with pytest.raises(ln.JobError, match='node alpha cannot start job tiny-001: node alpha: training_container_memlock '
+                                          'is true but the hard memlock limit of the training account is 65536 KiB'):
+        job(lab, 'torchrun', runner=runner, container=dict(PODMAN, memlock=True)).start(spawn=spawn)
+    assert spawn.calls == []
+
+
+def test_memlock_auto_keeps_the_default_with_a_warning_and_unlimited_where_allowed(lab):
+    runner = podman_runner()
+    runner.memlock_hard_limit = lambda: 64 * 1024 * 1024
+    spawn = Spawn()
+    out = job(lab, 'torchrun', runner=runner, container=PODMAN).start(spawn=spawn)
+    assert '--ulimit' not in shlex.split(spawn.calls[0]['line'])
+    assert out['warnings'] == ['node alpha: the hard memlock limit of the training account is 65536 KiB, not unlimited: '
+                               'the containers keep it (RDMA may fall back to TCP); container_memlock_unlimited '
+                               'raises it']
+    runner.memlock_hard_limit = lambda: None
+    spawn = Spawn()
+    out = job(lab, 'torchrun', runner=runner, container=PODMAN).start(spawn=spawn)
+    assert pairs(shlex.split(spawn.calls[0]['line']), '--ulimit') == ['memlock=-1:-1'] and 'warnings' not in out
+
+
+def test_a_started_container_job_never_names_the_home_and_expects_its_gpus(lab):
+    runner = podman_runner()
+    runner.memlock_hard_limit = lambda: None
+    spawn = Spawn()
+    job(lab, 'torchrun', 'delta', runner=runner, container=dict(PODMAN, gpus=True)).start(spawn=spawn)
+    words = shlex.split(spawn.calls[0]['line'])
+    home = os.path.expanduser('~')
+    assert not any(v.split(':')[0] == home for v in pairs(words, '--volume'))
+    assert not any(e.startswith('HOME=') for e in pairs(words, '--env'))
+    inner = words[-1]
+    assert inner.startswith('export HOME=%s/cache/delta ' % (lab / 'jobs' / 'tiny-001'))
+    assert ' GPUCLUSTER_EXPECT_GPUS=1;' in inner
+
+
+def test_slurm_pyxis_script_asks_for_the_gpus_and_exports_what_the_examples_check(lab):
+    runner = FakeRunner({'sbatch': (0, '42\n', ''), 'sinfo': (0, 'cpu\n', '')})
+    (lab / 'train.sqsh').write_text('')
+    job(lab, 'slurm', runner=runner, container=dict(SQSH, image=str(lab / 'train.sqsh')), slurm_gpus_per_node=8).start()
+    script = (lab / 'jobs' / 'tiny-001' / 'job.sbatch').read_text()
+    assert '#SBATCH --gpus-per-node=8\n' in script
+    assert 'export NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility\nsrun --gpus-per-node=8 ' \
+        in script
+    step = [line for line in script.splitlines() if line.startswith('srun ')][0]
+    assert '--container-name' not in step and '--no-container-mount-home' in step
+    assert ' GPUCLUSTER_EXPECT_GPUS=8;' in shlex.split(step)[-1]
+
+
+@pytest.mark.parametrize('spec,argv', [
+    (PODMAN, ['podman', 'run', '--rm', '--network', 'none', '--entrypoint', 'cat', 'localhost/gpucluster-train:1',
+              '/etc/gpucluster/deepspeed-ops.json']),
+    (SIF, ['apptainer', 'exec', '--no-home', '/shared/images/train.sif', 'cat', '/etc/gpucluster/deepspeed-ops.json']),
+    (SQSH, ['unsquashfs', '-cat', '/shared/images/train.sqsh', 'etc/gpucluster/deepspeed-ops.json']),
+])
+def test_the_images_record_of_its_ops_is_read_without_a_job(spec, argv):
+    assert cn.ops_stamp_argv(cn.check_spec(spec)) == argv
+
+
+def test_apptainer_inspect_gives_the_recipe_the_sif_was_built_from():
+    # written from Apptainer's documented `apptainer inspect --json --labels` shape, not recorded here
+    info = cn.parse_apptainer_inspect(fixture('containers', 'apptainer_inspect_labels.json'))
+    assert info['recipe'] == '4f1c9b0e6f0d3f0a4c7f5a3d2b1e0c9d8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d'
+    assert info['labels']['gpucluster.deepspeed_ops'] == '/etc/gpucluster/deepspeed-ops.json'
+    with pytest.raises(cn.ContainerError, match='apptainer inspect did not print its JSON'):
+        cn.parse_apptainer_inspect('FATAL:   could not open image /shared/images/x.sif: no such file')

@@ -128,3 +128,57 @@ def test_stamp_round_trip_and_unreadable_stamps(tmp_path):
     good = tmp_path / dso.STAMP_NAME
     good.write_text(json.dumps({'key': {'python': '3.11.7'}, 'ops': {}}))
     assert dso.read_stamp(dso.stamp_path(str(tmp_path)))['key'] == {'python': '3.11.7'}
+
+
+# ----- ops built into a container image ---------------------------------------------------------
+FAKE_PROBE = r'''
+import json, os, sys
+acc = os.environ['DS_ACCELERATOR']
+wanted = json.loads(sys.argv[2])[acc]
+ops = []
+for cls in wanted:
+    name = {'ShareMemCommBuilder': 'shm_comm', 'FusedAdamBuilder': 'fused_adam'}[cls]
+    ok = acc == 'cpu'
+    ops.append({'builder': cls, 'name': name, 'compatible': ok, 'installed': False, 'built': ok, 'seconds': 41.5})
+    if ok:
+        os.makedirs(os.path.join(os.environ['TORCH_EXTENSIONS_DIR'], name), exist_ok=True)
+print('GPUCLUSTER_DS_OPS ' + json.dumps({'python': '3.11.2', 'torch': '2.13.0', 'deepspeed': '0.19.8',
+                                         'accelerator': acc, 'extensions_dir': os.environ['TORCH_EXTENSIONS_DIR'],
+                                         'ops': ops}))
+'''
+
+
+def test_the_image_build_records_what_it_built_per_accelerator(tmp_path):
+    import subprocess
+    import sys
+    script = dso.image_build_script()
+    assert script.startswith('# Built from gpucluster.multinode deepspeed_ops') and 'PROBE = ' in script
+    compile(script, 'build_deepspeed_ops.py', 'exec')
+    # the real probe imports torch and DeepSpeed: a stand-in answers as a CPU-only image build does
+    fake = tmp_path / 'build.py'
+    fake.write_text('PROBE = %r\n' % FAKE_PROBE + dso.IMAGE_BUILD_MAIN)
+    ops_dir, stamp = tmp_path / 'opt' / 'ext', tmp_path / 'etc' / 'deepspeed-ops.json'
+    out = subprocess.run([sys.executable, str(fake), json.dumps({'cpu': ['ShareMemCommBuilder'],
+                                                                 'cuda': ['FusedAdamBuilder']}),
+                          str(ops_dir), str(stamp)], capture_output=True, text=True, check=True).stdout
+    assert 'deepspeed ops for cpu: built shm_comm' in out
+    assert 'deepspeed ops for cuda: built none; not built: FusedAdamBuilder: not compatible with the image' in out
+    record = json.loads(stamp.read_text())
+    assert record['accelerators']['cpu']['ops'] == {'shm_comm': {'builder': 'ShareMemCommBuilder', 'seconds': 41.5}}
+    assert record['accelerators']['cpu']['key'] == {'python': '3.11.2', 'torch': '2.13.0', 'deepspeed': '0.19.8',
+                                                    'accelerator': 'cpu'}
+    ready, lines = dso.image_ops_lines(stamp.read_text(), {'cpu': ['ShareMemCommBuilder']}, 'cpu', 'train:1')
+    assert ready and lines == ['image train:1 carries the DeepSpeed ops for cpu (shm_comm, built for DeepSpeed '
+                               '0.19.8, torch 2.13.0): no build before step 1']
+    ready, lines = dso.image_ops_lines(stamp.read_text(), {'cpu': [], 'cuda': ['FusedAdamBuilder']}, None, 'train:1')
+    assert not ready and lines == ['image train:1 lacks the DeepSpeed op(s) FusedAdamBuilder for cuda '
+                                   '(FusedAdamBuilder: not compatible with the image): a job on cuda builds them in '
+                                   'its container before step 1, every run']
+
+
+def test_an_image_without_a_record_is_said_to_build_at_every_start():
+    ready, lines = dso.image_ops_lines('', {'cpu': ['ShareMemCommBuilder'], 'cuda': []}, None, 'train:0')
+    assert not ready and lines == ['image train:0 carries no record of DeepSpeed ops (built by an older recipe): a '
+                                   'DeepSpeed job builds ShareMemCommBuilder for cpu in its container before step 1, '
+                                   'every run; rebuild the image (site.yml --tags container)']
+    assert dso.image_ops_lines('', {'cpu': []}, None, 'train:0') == (True, ['image train:0: no DeepSpeed op to build'])
