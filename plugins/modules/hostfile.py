@@ -121,7 +121,7 @@ attributes:
 seealso:
   - plugin: gpucluster.multinode.cluster_job_nodes
     plugin_type: filter
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
 '''
 
 EXAMPLES = r'''
