@@ -211,6 +211,8 @@ def image_user_verdict(user):
     if not uid.isdigit():
         return 'container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root' % uid
     return ''
+
+
 TOLERATION = ('key', 'operator', 'value', 'effect', 'tolerationSeconds')
 
 

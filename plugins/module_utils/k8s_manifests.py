@@ -61,6 +61,10 @@ def job_settings(cluster):
         'master_port': train['master_port'], 'agent_port': train['agent_port'], 'peer_wait': train['peer_wait'],
         'workdir': train['workdir'], 'config_dir': kc.CONFIG_DIR,
         'deepspeed_config': 'ds_config.json' if train['deepspeed_config'] else None,
+        'network_mode': cluster['network']['mode'], 'restarts': train['restarts'],
+        'resume_args': train['resume_args'],
+        # each pod's part (state and log) on the volume: a restarted container knows what it ran
+        'state_dir': '%s/.gpucluster/jobs' % cluster['storage']['mount_path'].rstrip('/'),
     }
 
 
