@@ -221,6 +221,10 @@ def main(argv=None):
         podman('rm', '-f', '-t', '5', args.prefix + name, check=False)
         shutil.rmtree(os.path.join(args.work, name), ignore_errors=True)
         return 0
+    state = podman('inspect', '--format', '{{.State.Status}}', args.prefix + name, check=False)
+    if state.returncode == 0 and state.stdout.strip() == 'running':
+        print('%s: already running as %s' % (name, args.prefix + name))
+        return 0
     podman('rm', '-f', '-t', '5', args.prefix + name, check=False)
     try:
         argv = podman_args(objects, args.ordinal, args.prefix, args.network, args.ip, args.work, args.openshift_uid,
