@@ -76,6 +76,8 @@ def request(address, port, message, timeout=IO_TIMEOUT):
 
 # ----- what a pod can do -----------------------------------------------------------------------------
 CAP_IPC_LOCK = 14
+SETTLE_POLLS = 5        # polls pod 0 gathers the parts' states after the first failure before it names one
+UNREACHABLE_POLLS = 10  # polls a pod may not answer (its container starting again) before the job fails
 
 
 def capabilities(status_path='/proc/self/status'):
@@ -129,9 +131,51 @@ def describe_exit(status):
     if code == 0:
         return 0, 'exit 0'
     reason = 'exit %d' % code
-    if code == 137:
-        reason += ' (a rank was killed by SIGKILL: an out-of-memory kill does this)'
+    sig = rank_signal(code)
+    if sig:
+        reason += ' (a rank was killed by %s%s)' % (sig.name, ': an out-of-memory kill does this'
+                                                    if sig == signal.SIGKILL else '')
     return code, reason
+
+
+def rank_signal(code):
+    """The signal that killed a rank, read from its launcher's exit code: 128+N from a shell, 256-N
+    from DeepSpeed's launcher (sys.exit of the rank's negative return code); None otherwise."""
+    for number in ((code - 128) if 128 < code <= 128 + 64 else None, (256 - code) if 192 < code <= 255 else None):
+        if number:
+            try:
+                return signal.Signals(number)
+            except ValueError:
+                pass
+    return None
+
+
+def blame(states):
+    """The pod whose part is the cause among failed parts: a restarted container first, then a pod
+    that cannot be reached, a rank killed by a signal, any other failure, a part stopped by SIGTERM;
+    the earliest ended among equals. Returns (pod, reason) or None."""
+    ranked = []
+    for st in states:
+        state, reason = st.get('state'), st.get('reason') or ''
+        if state == 'failed' and reason.startswith('restarted'):
+            rank = 0
+        elif state == 'absent':
+            rank, reason = 0, 'has no part of the job (its container started again without its state?)'
+        elif state == 'unreachable':
+            rank, reason = 1, 'unreachable (%s)' % st.get('error', '')
+        elif state == 'failed' and (st.get('exit_code') or 0) < 0 or (state == 'failed' and 'killed by' in reason):
+            rank = 2
+        elif state == 'failed':
+            rank, reason = 3, reason or 'exit %s' % st.get('exit_code')
+        elif state == 'stopped' and not reason.startswith('stopped: pod '):
+            rank, reason = 4, reason or 'stopped'
+        else:
+            continue
+        ranked.append((rank, st.get('ended') or 0, st['pod'], reason))
+    if not ranked:
+        return None
+    _, _, pod, reason = min(ranked)
+    return pod, reason
 
 
 def subreaper():
@@ -294,7 +338,7 @@ class Agent:
             return {'ok': True, 'pod': self.name, 'state': 'absent'}
         return {'ok': True, 'pod': self.name, 'state': rec['state'], 'exit_code': rec.get('exit_code'),
                 'reason': rec.get('reason', ''), 'pid': rec.get('pid'), 'attempt': rec.get('attempt', 0),
-                'tail': tail(rec.get('log', ''), lines)}
+                'ended': rec.get('ended'), 'tail': tail(rec.get('log', ''), lines)}
 
     def stop(self, job_id, grace=10.0, reason='stopped'):
         """SIGTERM to the job's process group, SIGKILL after grace; returns once nothing of it runs."""
@@ -365,7 +409,7 @@ class Agent:
                 self.supervisors[job_id] = thread
                 thread.start()
 
-    def _supervise(self, job_id, poll):
+    def _supervise(self, job_id, poll, settle=SETTLE_POLLS, unreachable_polls=UNREACHABLE_POLLS):
         root = self.state_root()
         misses = {}
         while True:
@@ -374,29 +418,30 @@ class Agent:
             if record.get('state') != 'running':
                 return
             states = all_status(self.job, job_id, lines=5)
-            bad = None
             for st in states:
-                if st.get('state') == 'unreachable':
-                    misses[st['pod']] = misses.get(st['pod'], 0) + 1
-                    if misses[st['pod']] >= 3:
-                        bad = (st['pod'], 'unreachable (%s)' % st.get('error', ''))
-                        break
-                    continue
-                misses.pop(st['pod'], None)
-                if st.get('state') in ('failed', 'absent'):
-                    reason = st.get('reason') or ('has no part of the job' if st['state'] == 'absent'
-                                                  else 'exit %s' % st.get('exit_code'))
-                    bad = (st['pod'], reason)
-                    break
-                if st.get('state') == 'stopped':
-                    bad = (st['pod'], st.get('reason') or 'stopped')
-                    break
-            if bad is None:
+                misses[st['pod']] = misses.get(st['pod'], 0) + 1 if st.get('state') == 'unreachable' else 0
+            trouble = [st for st in states if st.get('state') in ('failed', 'absent', 'stopped')
+                       or misses.get(st['pod'], 0) >= unreachable_polls]
+            if not trouble:
                 if states and all(st.get('state') == 'finished' for st in states):
                     record.update(state='finished', updated=time.time())
                     write_job_record(root, job_id, record)
                     self.say('job %s finished (attempt %d)' % (job_id, record.get('attempt', 0)))
                     return
+                continue
+            # the other pods' ranks fail too once a peer is gone: gather for a few polls, then blame
+            # the cause (a restarted container, an unreachable pod, a killed rank) rather than the
+            # first collateral exit
+            seen = {st['pod']: st for st in states}
+            for _ in range(settle):
+                if all(st.get('state') in ('failed', 'absent', 'stopped', 'finished') for st in seen.values()):
+                    break
+                time.sleep(poll)
+                for st in all_status(self.job, job_id, lines=5):
+                    if st.get('state') != 'unreachable' or seen[st['pod']].get('state') in ('running', 'unreachable'):
+                        seen[st['pod']] = st
+            bad = blame(list(seen.values())) or blame(trouble)
+            if bad is None:
                 continue
             pod, reason = bad
             if record.get('state') == 'stopped':
