@@ -83,6 +83,7 @@ def run_as(pod_spec, container, image_user, openshift_uid=None):
         uid, fs_group = openshift_uid, openshift_uid
     non_root = csc.get('runAsNonRoot', psc.get('runAsNonRoot'))
     user, _, group = (image_user or '').partition(':')
+    from_image = uid is None
     if uid is None:
         if non_root and user in ('', '0', 'root'):
             raise Refused('container has runAsNonRoot and image will run as root')
@@ -93,7 +94,9 @@ def run_as(pod_spec, container, image_user, openshift_uid=None):
     elif non_root and int(uid) == 0:
         raise Refused("container's runAsUser breaks non-root policy")
     if gid is None:
-        gid = int(group) if group.isdigit() else 0
+        # the image's group goes with the image's user only; a uid set by the spec (or OpenShift)
+        # gets the group of its /etc/passwd entry in the image, none for an arbitrary uid: 0
+        gid = int(group) if group.isdigit() and from_image else 0
     groups = [fs_group] if fs_group is not None else []
     groups += list(psc.get('supplementalGroups') or [])
     return int(uid), int(gid), [int(g) for g in groups]
