@@ -4,7 +4,8 @@ runAsNonRoot, runs the pod as its numeric uid with fsGroup, projects the ConfigM
 the downward API, /dev/shm and the memory limit, and starts a container whose PID 1 died again; the
 agent of that pod then reports its part failed (restarted) and pod 0 ends the job on every pod,
 naming it. The job's launcher here is a shell script from the ConfigMap that sleeps (the node image
-has no deepspeed); the k8s scenario runs the real one. Network: k8s-rules-net, 10.213.127.0/24."""
+has no deepspeed); the k8s scenario runs the real one. Network: k8s-rules-net, 10.213.127.0/24
+(containers k8s-rules-rules-0 and -1; GPUCLUSTER_K8S_RULES_NAME and _SUBNET change them)."""
 
 from __future__ import annotations
 
@@ -26,8 +27,11 @@ spec = importlib.util.spec_from_file_location('kubelet', os.path.join(ROOT, 'mol
 kubelet = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(kubelet)
 
-NET, SUBNET, PREFIX = 'k8s-rules-net', '10.213.127.0/24', 'k8s-rules-'
-IPS = ['10.213.127.10', '10.213.127.11']
+# GPUCLUSTER_K8S_RULES_NAME and GPUCLUSTER_K8S_RULES_SUBNET let two runs on one machine apart
+NAME = os.environ.get('GPUCLUSTER_K8S_RULES_NAME', 'k8s-rules')
+SUBNET = os.environ.get('GPUCLUSTER_K8S_RULES_SUBNET', '10.213.127.0/24')
+NET, PREFIX = NAME + '-net', NAME + '-'
+IPS = [SUBNET.rsplit('.', 1)[0] + '.10', SUBNET.rsplit('.', 1)[0] + '.11']
 LAUNCHER = '#!/bin/sh\n# stands for deepspeed --no_ssh ... in an image without it: prints, then sleeps\necho "part $5 of $GPUCLUSTER_JOB_ID"\nexec sleep 300\n'
 
 
@@ -92,14 +96,14 @@ def test_the_kubelet_refuses_root_and_non_numeric_images_under_run_as_non_root(t
     named = tmp_path / 'named'
     named.mkdir()
     (named / 'Containerfile').write_text('FROM %s\nUSER nobody\n' % image)
-    kubelet.podman('build', '-q', '-t', 'localhost/k8s-rules-named:1', str(named))
+    kubelet.podman('build', '-q', '-t', 'localhost/%s-named:1' % NAME, str(named))
     try:
-        refused = start(objects('localhost/k8s-rules-named:1', security={'run_as_user': 'image', 'image_user': '1000'}),
+        refused = start(objects('localhost/%s-named:1' % NAME, security={'run_as_user': 'image', 'image_user': '1000'}),
                         tmp_path, 0)
         assert refused.stderr.strip().endswith('container has runAsNonRoot and image has non-numeric user (nobody), '
                                                'cannot verify user is non-root')
     finally:
-        kubelet.podman('rmi', '-f', 'localhost/k8s-rules-named:1', check=False)
+        kubelet.podman('rmi', '-f', 'localhost/%s-named:1' % NAME, check=False)
     assert kubelet.podman('container', 'exists', PREFIX + 'rules-0', check=False).returncode == 1
 
 
