@@ -161,6 +161,7 @@ def podman_args(objects, ordinal, prefix, network, ip, work, openshift_uid=None,
         args += ['--env', '%s=%s' % (key, value)]
     volumes = {v['name']: v for v in spec.get('volumes') or []}
     base = os.path.join(work, name)
+    claims = []     # their root goes to fsGroup once the container runs (podman chowns a new volume)
     for mount in ctr.get('volumeMounts') or []:
         vol = volumes[mount['name']]
         ro = ':ro' if mount.get('readOnly') else ''
@@ -182,13 +183,8 @@ def podman_args(objects, ordinal, prefix, network, ip, work, openshift_uid=None,
             claim = prefix + vol['persistentVolumeClaim']['claimName']
             if podman('volume', 'exists', claim, check=False).returncode != 0:
                 podman('volume', 'create', claim)
-            root = podman('volume', 'inspect', '--format', '{{.Mountpoint}}', claim).stdout.strip()
-            if fs_group is not None and os.stat(root).st_gid != fs_group:   # OnRootMismatch
-                for path, dirs, files in os.walk(root):
-                    for entry in [path] + [os.path.join(path, f) for f in files]:
-                        os.lchown(entry, -1, fs_group)
-                        if os.path.isdir(entry):
-                            os.chmod(entry, os.stat(entry).st_mode | 0o2070)
+            if fs_group is not None:
+                claims.append(podman('volume', 'inspect', '--format', '{{.Mountpoint}}', claim).stdout.strip())
             args += ['--volume', '%s:%s%s' % (claim, mount['mountPath'], ro)]
         else:
             raise SystemExit('%s: volume %s of an unsupported kind' % (name, mount['name']))
@@ -202,7 +198,19 @@ def podman_args(objects, ordinal, prefix, network, ip, work, openshift_uid=None,
     else:
         del args[args.index('--ip'):args.index('--ip') + 2]
     args += [ctr['image']] + command[1:]
-    return args
+    return args, claims, fs_group
+
+
+def own_claim(root, fs_group):
+    """fsGroup on a claim as the kubelet sets it (fsGroupChangePolicy OnRootMismatch: only when the
+    root's group differs): group fs_group, group-writable, setgid directories."""
+    if os.stat(root).st_gid == fs_group:
+        return
+    for path, _, files in os.walk(root):
+        for entry in [path] + [os.path.join(path, f) for f in files]:
+            os.lchown(entry, -1, fs_group)
+            mode = os.lstat(entry).st_mode
+            os.chmod(entry, mode | (0o2070 if os.path.isdir(entry) else 0o060))
 
 
 def main(argv=None):
@@ -230,12 +238,14 @@ def main(argv=None):
         return 0
     podman('rm', '-f', '-t', '5', args.prefix + name, check=False)
     try:
-        argv = podman_args(objects, args.ordinal, args.prefix, args.network, args.ip, args.work, args.openshift_uid,
-                           args.add_host)
+        argv, claims, fs_group = podman_args(objects, args.ordinal, args.prefix, args.network, args.ip, args.work,
+                                             args.openshift_uid, args.add_host)
     except Refused as exc:
         print('%s: CreateContainerConfigError: Error: %s' % (name, exc), file=sys.stderr)
         return 2
     podman(*argv)
+    for root in claims:
+        own_claim(root, fs_group)
     print('%s: started as %s' % (name, args.prefix + name))
     return 0
 
