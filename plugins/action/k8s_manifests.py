@@ -47,14 +47,17 @@ class ActionModule(ActionBase):
             entrypoint = kr.read_text(args['entrypoint'] or os.path.join(files_root, kc.ENTRYPOINT), 'entrypoint')
             extra = kr.config_files(cluster, args['cluster_file'])
             schema_dir = args['schema_dir'] or os.path.join(files_root, 'schemas')
+            kr.check_imports(cluster, extra, args['cluster_file'])
             objects = km.render(cluster, env, entrypoint, extra)
+            admin = km.admin_objects(cluster)
             if args['state'] == 'validated':
                 # the directory as it is (edited by hand, or by another tool) against the cluster file
                 objects, sources = kr.read_manifests(args['dest'])
-                report = kr.check_objects(objects, cluster, args['kubernetes_versions'], schema_dir,
-                                          where=args['dest'], sources=sources)
+                admin, admin_sources = kr.read_manifests(os.path.join(args['dest'], kr.ADMIN_DIR), missing_ok=True)
+                report = kr.check_objects(objects + admin, cluster, args['kubernetes_versions'], schema_dir,
+                                          where=args['dest'], sources=sources + admin_sources)
             else:
-                report = kr.check_objects(objects, cluster, args['kubernetes_versions'], schema_dir,
+                report = kr.check_objects(objects + admin, cluster, args['kubernetes_versions'], schema_dir,
                                           where=args['cluster_file'])
         except (kc.ClusterFileError, kr.RenderError) as exc:
             result.update(failed=True, msg=str(exc))
@@ -67,12 +70,18 @@ class ActionModule(ActionBase):
             cluster=cluster, pods=pods, world_size=sum(p['slots'] for p in pods),
             objects=[{'kind': o['kind'], 'name': o['metadata']['name'],
                       'namespace': o['metadata'].get('namespace')} for o in objects],
-            manifests=objects, validated=report, per_pod_claims=km.per_pod_claims(cluster),
+            manifests=objects, admin_manifests=admin, validated=report, per_pod_claims=km.per_pod_claims(cluster),
+            scc=km.scc_name(cluster) if cluster['openshift'] else '',
             hostfile=km.hostfile_text(cluster), changed=False,
         )
         if args['state'] == 'rendered':
             written, removed, diffs = kr.write_manifests(objects, args['dest'], check=self._task.check_mode)
-            result.update(files=written, removed=removed, changed=bool(diffs or removed), dest=args['dest'])
+            a_written, a_removed, a_diffs = kr.write_manifests(admin, os.path.join(args['dest'], kr.ADMIN_DIR),
+                                                               check=self._task.check_mode)
+            diffs += a_diffs
+            removed += a_removed
+            result.update(files=written, admin_files=a_written, removed=removed, changed=bool(diffs or removed),
+                          dest=args['dest'])
             if self._task.diff and diffs:
                 result['diff'] = diffs
         return result

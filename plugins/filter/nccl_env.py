@@ -39,7 +39,8 @@ def nccl_environment(mode, ifname, debug='WARN', ib_hca='', ib_gid_index=3, net_
             raise AnsibleFilterError('nccl_environment: rdma mode needs the RDMA devices (ib_hca)')
         env['NCCL_IB_DISABLE'] = '0'
         env['NCCL_IB_HCA'] = ','.join(ib_hca) if isinstance(ib_hca, (list, tuple)) else str(ib_hca)
-        env['NCCL_IB_GID_INDEX'] = str(ib_gid_index)
+        if ib_gid_index not in (None, ''):  # None: NCCL chooses the GID (the k8s role's default)
+            env['NCCL_IB_GID_INDEX'] = str(ib_gid_index)
         env['NCCL_NET_GDR_LEVEL'] = str(net_gdr_level)
         env['NCCL_IB_TIMEOUT'] = str(ib_timeout)
     env['NCCL_SOCKET_NTHREADS'] = str(socket_nthreads)

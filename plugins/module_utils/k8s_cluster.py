@@ -16,12 +16,25 @@ import re
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 
+# The API server's rules (k8s.io/apimachinery/pkg/util/validation): an RFC 1035 label (a Service
+# name: a letter first), an RFC 1123 label (namespaces: digits first allowed), an RFC 1123 subdomain,
+# label keys (optional subdomain prefix, "/", a name of at most 63) and label values.
 DNS_LABEL_RE = re.compile(r'^[a-z]([-a-z0-9]*[a-z0-9])?$')
+DNS1123_LABEL_RE = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')
 DNS_SUBDOMAIN_RE = re.compile(r'^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')
+QUALIFIED_NAME_RE = re.compile(r'^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$')
+LABEL_MAX = 63
+SUBDOMAIN_MAX = 253
 QUANTITY_RE = re.compile(r'^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$')
 RESOURCE_NAME_RE = re.compile(r'^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')
 ENV_NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
-HCA_RE = re.compile(r'^[A-Za-z0-9_]+(:[0-9]+)?(,[A-Za-z0-9_]+(:[0-9]+)?)*$')
+# NCCL_IB_HCA: an optional "^" (exclude these) then an optional "=" (exact names, not prefixes: mlx5_1
+# would also match mlx5_10), then device[:port] items separated by commas.
+HCA_RE = re.compile(r'^\^?=?[A-Za-z0-9_]+(:[0-9]+)?(,[A-Za-z0-9_]+(:[0-9]+)?)*$')
+HCA_ITEM_RE = re.compile(r'^[A-Za-z0-9_]+(:[0-9]+)?$')
+IMAGE_USER_RE = re.compile(r'^[^:\s]+(:[^:\s]+)?$')
+MAX_ID = 2 ** 31 - 1
+DEFAULT_ID = 1000       # plain Kubernetes: runAsUser/runAsGroup/fsGroup unless the cluster file says otherwise
 MAX_NAME = 52           # a StatefulSet name longer than 52 breaks its controller-revision-hash label
 MAX_REPLICAS = 1024
 NETWORK_MODES = ('tcp', 'rdma')
@@ -105,6 +118,55 @@ class _Checker:
             out[str(key)] = str(item)
         return out
 
+    def dns(self, value, field, kind, empty=False):
+        """A name as the API server checks it: kind is 'label' (RFC 1123, digits first allowed, at most
+        63), 'service' (RFC 1035: a letter first, at most 63) or 'subdomain' (RFC 1123, at most 253)."""
+        pattern, limit, hint = {
+            'label': (DNS1123_LABEL_RE, LABEL_MAX, 'a DNS-1123 label (lower case letters, digits and "-", '
+                      'a letter or digit at both ends)'),
+            'service': (DNS_LABEL_RE, LABEL_MAX, 'a DNS-1035 label (lower case letters, digits and "-", '
+                        'a letter first: it names a Service)'),
+            'subdomain': (DNS_SUBDOMAIN_RE, SUBDOMAIN_MAX, 'a DNS-1123 subdomain (lower case letters, digits, '
+                          '"-" and ".")'),
+        }[kind]
+        self.string(value, field, pattern, hint, empty=empty)
+        if len(value) > limit:
+            self.fail(field, 'must be at most %d characters (%s), got %d: %r' % (limit, hint.split(' (')[0],
+                                                                                 len(value), value))
+        return value
+
+    def label_key(self, key, field):
+        """A label (or node selector, toleration) key: [prefix/]name, prefix a subdomain of at most 253,
+        name at most 63 of letters, digits, "-", "_", "." with a letter or digit at both ends."""
+        if not isinstance(key, str) or not key:
+            self.fail(field, 'must be a label key such as "example.com/team", got %r (%s)' % (key, _kind(key)))
+        prefix, _, name = key.rpartition('/')
+        if '/' in key and (not prefix or len(prefix) > SUBDOMAIN_MAX or not DNS_SUBDOMAIN_RE.match(prefix)):
+            self.fail(field, 'has the prefix %r, which must be a DNS-1123 subdomain of at most %d characters'
+                      % (prefix, SUBDOMAIN_MAX))
+        if len(name) > LABEL_MAX or not QUALIFIED_NAME_RE.match(name):
+            self.fail(field, 'must be a label key: a name of at most %d letters, digits, "-", "_" or "." '
+                      '(a letter or digit at both ends), optionally after a DNS subdomain and "/", got %r'
+                      % (LABEL_MAX, key))
+        return key
+
+    def label_value(self, value, field):
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            self.fail(field, 'must be a string, got %r (%s)' % (value, _kind(value)))
+        value = str(value)
+        if value and (len(value) > LABEL_MAX or not QUALIFIED_NAME_RE.match(value)):
+            self.fail(field, 'must be a label value: empty or at most %d letters, digits, "-", "_" or "." '
+                      '(a letter or digit at both ends), got %r' % (LABEL_MAX, value))
+        return value
+
+    def label_map(self, value, field):
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            self.fail(field, 'must be a mapping of label keys to values, got %r (%s)' % (value, _kind(value)))
+        return {self.label_key(k, '%s.%s' % (field, k)): self.label_value(v, '%s.%s' % (field, k))
+                for k, v in value.items()}
+
     def str_list(self, value, field, empty=True):
         if not isinstance(value, list) or (not empty and not value):
             self.fail(field, 'must be a%s list of strings, got %r (%s)'
@@ -118,14 +180,39 @@ class _Checker:
 TOP = ('name', 'namespace', 'context', 'kubeconfig', 'cluster_domain', 'replicas', 'gpus_per_pod',
        'gpu_resource', 'slots_per_pod', 'pod_slots', 'image', 'image_pull_policy', 'image_pull_secrets',
        'resources', 'network', 'storage', 'shm_size', 'node_selector', 'tolerations', 'openshift',
-       'train', 'nccl', 'files', 'labels', 'network_policy')
+       'train', 'nccl', 'files', 'labels', 'network_policy', 'security', 'affinity', 'anti_affinity',
+       'priority_class')
 NETWORK = ('mode', 'rdma_resource', 'rdma_resource_count', 'ib_hca', 'attachment', 'attachment_config',
            'socket_ifname', 'ib_gid_index')
 STORAGE = ('mode', 'storage_class', 'size', 'mount_path', 'claim_name')
 TRAIN = ('command', 'deepspeed_config', 'env', 'peer_wait', 'master_port', 'agent_port', 'python',
-         'deepspeed', 'workdir')
+         'deepspeed', 'workdir', 'restarts', 'resume_args')
 NCCL = ('debug', 'extra')
-RESOURCES = ('cpu', 'memory')
+RESOURCES = ('cpu', 'memory', 'qos')
+QOS = ('Guaranteed', 'BestEffort')
+SECURITY = ('run_as_user', 'run_as_group', 'fs_group', 'image_user')
+ANTI_AFFINITY = ('preferred', 'required', 'none')
+UNITS = {'': 1, 'k': 10 ** 3, 'M': 10 ** 6, 'G': 10 ** 9, 'T': 10 ** 12, 'P': 10 ** 15, 'E': 10 ** 18,
+         'Ki': 2 ** 10, 'Mi': 2 ** 20, 'Gi': 2 ** 30, 'Ti': 2 ** 40, 'Pi': 2 ** 50, 'Ei': 2 ** 60}
+
+
+def quantity_bytes(text):
+    """The number of a Kubernetes quantity (checked by QUANTITY_RE): '16Gi' -> 17179869184."""
+    match = re.match(r'^([0-9.]+)([A-Za-z]*)$', str(text))
+    return float(match.group(1)) * UNITS[match.group(2)]
+
+
+def image_user_verdict(user):
+    """What the kubelet says of an image's USER under runAsNonRoot without runAsUser: '' when it
+    starts, else its refusal (kuberuntime_container_linux.go verifyRunAsNonRoot)."""
+    uid = (user or '').split(':', 1)[0]
+    if uid in ('', '0'):
+        return 'container has runAsNonRoot and image will run as root'
+    if not uid.isdigit():
+        return 'container has runAsNonRoot and image has non-numeric user (%s), cannot verify user is non-root' % uid
+    return ''
+
+
 TOLERATION = ('key', 'operator', 'value', 'effect', 'tolerationSeconds')
 
 
@@ -137,15 +224,14 @@ def check(data, where='cluster file'):
         if field not in data:
             c.fail(field, 'is required')
     out = {}
-    out['name'] = c.string(data['name'], 'name', DNS_LABEL_RE, 'a DNS label (lower case letters, digits, "-")')
+    out['name'] = c.dns(data['name'], 'name', 'service')
     if len(out['name']) > MAX_NAME:
         c.fail('name', 'must be at most %d characters (the StatefulSet adds a hash label), got %d'
                % (MAX_NAME, len(out['name'])))
-    out['namespace'] = c.string(data['namespace'], 'namespace', DNS_LABEL_RE, 'a DNS label')
+    out['namespace'] = c.dns(data['namespace'], 'namespace', 'label')
     out['context'] = c.string(data.get('context', ''), 'context', empty=True)
     out['kubeconfig'] = c.string(data.get('kubeconfig', ''), 'kubeconfig', empty=True)
-    out['cluster_domain'] = c.string(data.get('cluster_domain', 'cluster.local'), 'cluster_domain',
-                                     DNS_SUBDOMAIN_RE, 'a DNS domain')
+    out['cluster_domain'] = c.dns(data.get('cluster_domain', 'cluster.local'), 'cluster_domain', 'subdomain')
     out['replicas'] = c.integer(data.get('replicas', 2), 'replicas', 1, MAX_REPLICAS)
     out['gpus_per_pod'] = c.integer(data.get('gpus_per_pod', 1), 'gpus_per_pod', 0, 64)
     out['gpu_resource'] = c.string(data.get('gpu_resource', 'nvidia.com/gpu'), 'gpu_resource', RESOURCE_NAME_RE,
@@ -173,15 +259,17 @@ def check(data, where='cluster file'):
     out['image_pull_policy'] = c.choice(data.get('image_pull_policy', 'IfNotPresent'), 'image_pull_policy',
                                         ('Always', 'IfNotPresent', 'Never'))
     out['image_pull_secrets'] = c.str_list(data.get('image_pull_secrets', []), 'image_pull_secrets')
-    res = c.mapping(data.get('resources'), 'resources', RESOURCES)
-    out['resources'] = {k: c.quantity(v, 'resources.' + k) for k, v in res.items()}
+    for index, secret in enumerate(out['image_pull_secrets']):
+        c.dns(secret, 'image_pull_secrets[%d]' % index, 'subdomain')
 
     net = c.mapping(data.get('network'), 'network', NETWORK)
     mode = c.choice(net.get('mode', 'tcp'), 'network.mode', NETWORK_MODES)
     network = {'mode': mode}
     network['socket_ifname'] = c.string(net.get('socket_ifname', DEFAULT_IFNAME[mode]), 'network.socket_ifname',
                                         re.compile(r'^[A-Za-z0-9_.:-]{1,15}$'), 'an interface name')
-    network['ib_gid_index'] = c.integer(net.get('ib_gid_index', 3), 'network.ib_gid_index', 0, 255)
+    # unset unless given: NCCL picks the GID itself (RoCE v2 where there is one), usually right
+    network['ib_gid_index'] = (None if net.get('ib_gid_index') is None
+                               else c.integer(net['ib_gid_index'], 'network.ib_gid_index', 0, 255))
     if mode == 'rdma':
         for field in ('rdma_resource', 'ib_hca', 'attachment'):
             if not net.get(field):
@@ -192,11 +280,21 @@ def check(data, where='cluster file'):
                                                    'network.rdma_resource_count', 1, 64)
         hca = net['ib_hca']
         if isinstance(hca, list):
-            hca = ','.join(c.str_list(hca, 'network.ib_hca', empty=False))
-        network['ib_hca'] = c.string(hca, 'network.ib_hca', HCA_RE, 'HCA names such as "mlx5_0,mlx5_1"')
-        network['attachment'] = c.string(net['attachment'], 'network.attachment',
-                                         re.compile(r'^([a-z0-9-]+/)?[a-z0-9]([-a-z0-9]*[a-z0-9])?$'),
-                                         'a NetworkAttachmentDefinition name (or namespace/name)')
+            items = c.str_list(hca, 'network.ib_hca', empty=False)
+            for index, item in enumerate(items):
+                if not HCA_ITEM_RE.match(item.lstrip('^=') if index == 0 else item):
+                    c.fail('network.ib_hca[%d]' % index, 'must be an HCA name with an optional :port such as '
+                           '"mlx5_1:1" ("^" and "=" go before the first one only), got %r' % item)
+            hca = ','.join(items)
+        network['ib_hca'] = c.string(hca, 'network.ib_hca', HCA_RE,
+                                     'NCCL_IB_HCA: HCA names with optional :port, comma-separated, after an '
+                                     'optional "^" (exclude) and "=" (exact names), such as "=mlx5_0:1,mlx5_1:1"')
+        attachment = c.string(net['attachment'], 'network.attachment')
+        att_ns, _, att_name = attachment.rpartition('/')
+        if att_ns or '/' in attachment:
+            c.dns(att_ns, 'network.attachment', 'label')
+        c.dns(att_name, 'network.attachment', 'subdomain')
+        network['attachment'] = attachment
         config = net.get('attachment_config')
         if config is not None and not isinstance(config, dict):
             c.fail('network.attachment_config', 'must be the CNI configuration as a mapping, got %r (%s)'
@@ -214,21 +312,19 @@ def check(data, where='cluster file'):
     sto = c.mapping(data.get('storage'), 'storage', STORAGE)
     smode = c.choice(sto.get('mode', 'rwx'), 'storage.mode', STORAGE_MODES)
     storage = {'mode': smode}
-    storage['storage_class'] = c.string(sto.get('storage_class', ''), 'storage.storage_class', DNS_SUBDOMAIN_RE,
-                                        'a StorageClass name', empty=True)
+    storage['storage_class'] = c.dns(sto.get('storage_class', ''), 'storage.storage_class', 'subdomain', empty=True)
     storage['size'] = c.quantity(sto.get('size', '100Gi'), 'storage.size')
     storage['mount_path'] = c.string(sto.get('mount_path', '/shared'), 'storage.mount_path',
                                      re.compile(r'^/[^\s]*$'), 'an absolute path')
     if storage['mount_path'] in ('/', '/dev/shm', CONFIG_DIR):
         c.fail('storage.mount_path', 'must not be %s' % storage['mount_path'])
-    storage['claim_name'] = c.string(sto.get('claim_name', ''), 'storage.claim_name', DNS_SUBDOMAIN_RE,
-                                     'a PersistentVolumeClaim name', empty=True)
+    storage['claim_name'] = c.dns(sto.get('claim_name', ''), 'storage.claim_name', 'subdomain', empty=True)
     if storage['claim_name'] and smode != 'rwx':
         c.fail('storage.claim_name', 'names an existing ReadWriteMany claim; it needs storage.mode rwx')
     out['storage'] = storage
     out['shm_size'] = c.quantity(data.get('shm_size', '16Gi'), 'shm_size')
-    out['node_selector'] = c.str_map(data.get('node_selector'), 'node_selector')
-    out['labels'] = c.str_map(data.get('labels'), 'labels')
+    out['node_selector'] = c.label_map(data.get('node_selector'), 'node_selector')
+    out['labels'] = c.label_map(data.get('labels'), 'labels')
     for reserved in ('app.kubernetes.io/name', 'app.kubernetes.io/instance'):
         if reserved in out['labels']:
             c.fail('labels.' + reserved, 'is set by the collection (it selects the pods)')
@@ -240,9 +336,10 @@ def check(data, where='cluster file'):
         field = 'tolerations[%d]' % index
         tol = c.mapping(tol, field, TOLERATION)
         item = {}
-        for key in ('key', 'value'):
-            if key in tol:
-                item[key] = c.string(tol[key], '%s.%s' % (field, key), empty=True)
+        if tol.get('key'):
+            item['key'] = c.label_key(tol['key'], field + '.key')
+        if 'value' in tol:
+            item['value'] = c.label_value(tol['value'], field + '.value')
         if 'operator' in tol:
             item['operator'] = c.choice(tol['operator'], field + '.operator', ('Exists', 'Equal'))
         if 'effect' in tol:
@@ -252,6 +349,18 @@ def check(data, where='cluster file'):
         out['tolerations'].append(item)
     out['openshift'] = c.boolean(data.get('openshift', False), 'openshift')
     out['network_policy'] = c.boolean(data.get('network_policy', True), 'network_policy')
+    out['security'] = _security(c, data.get('security'), out['openshift'])
+    out['resources'] = _resources(c, data.get('resources'), out['shm_size'])
+    affinity = data.get('affinity')
+    if affinity is not None and not isinstance(affinity, dict):
+        c.fail('affinity', 'must be a pod affinity mapping (nodeAffinity, podAffinity, podAntiAffinity), got %r (%s)'
+               % (affinity, _kind(affinity)))
+    out['affinity'] = affinity
+    out['anti_affinity'] = c.choice(data.get('anti_affinity', 'preferred'), 'anti_affinity', ANTI_AFFINITY)
+    if affinity is not None and 'anti_affinity' in data:
+        c.fail('anti_affinity', 'is set together with affinity, which replaces the rendered anti-affinity; '
+               'put the podAntiAffinity into affinity')
+    out['priority_class'] = c.dns(data.get('priority_class', ''), 'priority_class', 'subdomain', empty=True)
 
     train = c.mapping(data.get('train'), 'train', TRAIN)
     if 'command' not in train:
@@ -276,6 +385,10 @@ def check(data, where='cluster file'):
     job['deepspeed'] = c.string(train.get('deepspeed', 'deepspeed'), 'train.deepspeed')
     job['workdir'] = c.string(train.get('workdir', storage['mount_path']), 'train.workdir',
                               re.compile(r'^/[^\s]*$'), 'an absolute path')
+    job['restarts'] = c.integer(train.get('restarts', 0), 'train.restarts', 0, 100)
+    job['resume_args'] = c.str_list(train.get('resume_args', []), 'train.resume_args')
+    if job['resume_args'] and not job['restarts']:
+        c.fail('train.resume_args', 'are added when the job is restarted; they need train.restarts 1 or more')
     out['train'] = job
 
     nccl = c.mapping(data.get('nccl'), 'nccl', NCCL)
@@ -288,7 +401,7 @@ def check(data, where='cluster file'):
         c.fail('files', 'must map ConfigMap keys to local files, got %r (%s)' % (files, _kind(files)))
     out['files'] = {}
     for key, path in files.items():
-        c.string(key, 'files', re.compile(r'^[-._a-zA-Z0-9]+$'), 'a ConfigMap key (letters, digits, - _ .)')
+        c.string(key, 'files', re.compile(r'^[-._a-zA-Z0-9]{1,253}$'), 'a ConfigMap key (letters, digits, - _ .)')
         if key in RESERVED_KEYS:
             c.fail('files.' + key, 'is a key the collection writes itself')
         out['files'][key] = c.string(path, 'files.' + key)
@@ -296,6 +409,69 @@ def check(data, where='cluster file'):
 
 
 RESERVED_KEYS = ('hostfile', 'job.json', 'ds_config.json', ENTRYPOINT)
+
+
+def _security(c, data, openshift):
+    """runAsUser/runAsGroup/fsGroup of the pods. Plain Kubernetes: a numeric non-root uid (1000 unless
+    set), so any image starts under runAsNonRoot, or run_as_user: image with the image's USER
+    (image_user, e.g. from podman image inspect), refused where the kubelet would refuse it. OpenShift:
+    none (restricted-v2 assigns them from the namespace's range)."""
+    sec = c.mapping(data, 'security', SECURITY)
+    out = {'run_as_user': None, 'run_as_group': None, 'fs_group': None, 'image_user': None}
+    if openshift:
+        for key in ('run_as_user', 'run_as_group', 'fs_group'):
+            if sec.get(key) is not None:
+                c.fail('security.' + key, 'is set but openshift is true: restricted-v2 assigns the uid, gid and '
+                       'fsGroup from the namespace range (remove it)')
+        if sec.get('image_user') is not None:
+            out['image_user'] = c.string(sec['image_user'], 'security.image_user', IMAGE_USER_RE, 'user[:group]')
+        return out
+    user = sec.get('run_as_user', DEFAULT_ID)
+    if user == 'image':
+        if sec.get('image_user') is None:
+            c.fail('security.image_user', 'is required with run_as_user: image (the image\'s USER, as '
+                   'podman image inspect --format "{{.Config.User}}" IMAGE prints it; "" for root)')
+        image_user = c.string(sec['image_user'], 'security.image_user', IMAGE_USER_RE, 'user[:group]', empty=True)
+        verdict = image_user_verdict(image_user)
+        if verdict:
+            c.fail('security.image_user', '%r: the kubelet refuses the pod (%s); set security.run_as_user to a '
+                   'number or build the image with a numeric non-root USER' % (image_user, verdict))
+        out['image_user'] = image_user
+        uid, _, gid = image_user.partition(':')
+        default_group = int(gid) if gid.isdigit() else None
+    else:
+        if user == 0 and not isinstance(user, bool):
+            c.fail('security.run_as_user', 'is 0 (root): the pods run with runAsNonRoot; use a uid of 1 or more, '
+                   'or image')
+        out['run_as_user'] = c.integer(user, 'security.run_as_user', 1, MAX_ID)
+        default_group = sec.get('run_as_group', DEFAULT_ID)
+    group = sec.get('run_as_group', default_group)
+    out['run_as_group'] = None if group is None else c.integer(group, 'security.run_as_group', 0, MAX_ID)
+    fs_group = sec.get('fs_group', out['run_as_group'])
+    out['fs_group'] = None if fs_group is None else c.integer(fs_group, 'security.fs_group', 0, MAX_ID)
+    return out
+
+
+def _resources(c, data, shm_size):
+    """cpu and memory, requests = limits (Guaranteed QoS: evicted last) unless qos: BestEffort."""
+    res = c.mapping(data, 'resources', RESOURCES)
+    qos = c.choice(res.get('qos', 'Guaranteed'), 'resources.qos', QOS)
+    out = {'qos': qos}
+    if qos == 'BestEffort':
+        for key in ('cpu', 'memory'):
+            if key in res:
+                c.fail('resources.' + key, 'is set but resources.qos is BestEffort (no requests, no limits)')
+        return out
+    for key in ('cpu', 'memory'):
+        if key not in res:
+            c.fail('resources.' + key, 'is required: the pods get requests = limits (Guaranteed QoS, evicted last); '
+                   'set resources.cpu and resources.memory (the memory counts /dev/shm, shm_size), or '
+                   'resources.qos: BestEffort')
+        out[key] = c.quantity(res[key], 'resources.' + key)
+    if quantity_bytes(out['memory']) <= quantity_bytes(shm_size):
+        c.fail('resources.memory', 'is %s but /dev/shm alone may hold shm_size %s: a memory emptyDir is counted in '
+               'the container\'s memory limit (raise resources.memory above shm_size)' % (out['memory'], shm_size))
+    return out
 
 
 def service_name(cluster):

@@ -18,9 +18,12 @@ import json
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
 
-RDMA_SCC_REASON = ('IPC_LOCK (RDMA memory registration pins pages) is dropped by restricted-v2; '
-                   'this SCC is restricted-v2 plus IPC_LOCK, still non-root and without privilege escalation')
+RDMA_SCC_REASON = ('IPC_LOCK (RDMA memory registration pins pages) is not allowed by restricted-v2; '
+                   'this SCC is restricted-v2 plus IPC_LOCK in allowedCapabilities (drop ALL, non-root, '
+                   'no privilege escalation)')
 SHM_VOLUME = 'dshm'
+HOME_VOLUME = 'home'
+HOME_DIR = '/home/gpucluster'   # an emptyDir: writable by any uid (OpenShift's random one), kept across restarts
 CONFIG_VOLUME = 'gpucluster-config'
 DATA_VOLUME = 'data'
 AGENT_PORT_NAME = 'agent'
@@ -58,11 +61,24 @@ def job_settings(cluster):
         'master_port': train['master_port'], 'agent_port': train['agent_port'], 'peer_wait': train['peer_wait'],
         'workdir': train['workdir'], 'config_dir': kc.CONFIG_DIR,
         'deepspeed_config': 'ds_config.json' if train['deepspeed_config'] else None,
+        'network_mode': cluster['network']['mode'], 'restarts': train['restarts'],
+        'resume_args': train['resume_args'],
+        # each pod's part (state and log) on the volume: a restarted container knows what it ran
+        'state_dir': '%s/.gpucluster/jobs' % cluster['storage']['mount_path'].rstrip('/'),
     }
 
 
 def scc_name(cluster):
-    return '%s-rdma' % cluster['name'] if cluster['network']['mode'] == 'rdma' else 'restricted-v2'
+    """The SCC the pods use: restricted-v2 (tcp), or <namespace>-<name>-rdma (cluster-scoped: the
+    namespace in its name keeps two namespaces' clusters of one name apart)."""
+    if cluster['network']['mode'] != 'rdma':
+        return 'restricted-v2'
+    return '%s-%s-rdma' % (cluster['namespace'], cluster['name'])
+
+
+def needs_admin(cluster):
+    """OpenShift with RDMA: the SCC and the grant of its use are a cluster administrator's to apply."""
+    return cluster['openshift'] and cluster['network']['mode'] == 'rdma'
 
 
 def _container_security(cluster):
@@ -71,6 +87,29 @@ def _container_security(cluster):
         caps['add'] = ['IPC_LOCK']
     return {'allowPrivilegeEscalation': False, 'capabilities': caps, 'runAsNonRoot': True,
             'seccompProfile': {'type': 'RuntimeDefault'}}
+
+
+def _pod_security(cluster):
+    sec = cluster['security']
+    out = {'runAsNonRoot': True, 'seccompProfile': {'type': 'RuntimeDefault'},
+           # a large claim is not re-chowned at every pod start, only when its root is not the fsGroup's
+           'fsGroupChangePolicy': 'OnRootMismatch'}
+    for key, field in (('runAsUser', 'run_as_user'), ('runAsGroup', 'run_as_group'), ('fsGroup', 'fs_group')):
+        if sec.get(field) is not None:
+            out[key] = sec[field]
+    return out
+
+
+def _affinity(cluster):
+    if cluster['affinity'] is not None:
+        return cluster['affinity']
+    if cluster['anti_affinity'] == 'none':
+        return None
+    term = {'labelSelector': {'matchLabels': labels(cluster)}, 'topologyKey': 'kubernetes.io/hostname'}
+    if cluster['anti_affinity'] == 'required':
+        return {'podAntiAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': [term]}}
+    return {'podAntiAffinity': {'preferredDuringSchedulingIgnoredDuringExecution': [
+        {'weight': 100, 'podAffinityTerm': term}]}}
 
 
 def _env_list(env):
@@ -86,9 +125,10 @@ def _resources(cluster):
         count = str(cluster['network']['rdma_resource_count'])
         limits[cluster['network']['rdma_resource']] = count
         requests[cluster['network']['rdma_resource']] = count
-    for key, value in cluster['resources'].items():
-        limits[key] = value
-        requests[key] = value
+    for key in ('cpu', 'memory'):
+        if key in cluster['resources']:
+            limits[key] = cluster['resources'][key]
+            requests[key] = cluster['resources'][key]
     out = {}
     if limits:
         out['limits'] = limits
@@ -100,8 +140,12 @@ def _resources(cluster):
 def pod_environment(cluster, nccl_env):
     """The container's variables: the NCCL/gloo environment, the pod identity, the job's own."""
     env = dict(nccl_env)
-    env['HOME'] = '/tmp'  # an OpenShift uid has no home directory; torch and DeepSpeed write caches there
+    # a uid the image does not know (OpenShift's, or runAsUser) has no writable home: HOME and the
+    # caches torch, DeepSpeed's JIT and Triton write go to an emptyDir
+    env['HOME'] = HOME_DIR
+    env['XDG_CACHE_HOME'] = HOME_DIR + '/.cache'
     env['GPUCLUSTER_CONFIG_DIR'] = kc.CONFIG_DIR
+    env['PYTHONUNBUFFERED'] = '1'
     env.update(cluster['train']['env'])
     return env
 
@@ -111,8 +155,11 @@ def statefulset(cluster, nccl_env):
     train = cluster['train']
     env = _env_list(pod_environment(cluster, nccl_env))
     env.insert(0, {'name': 'GPUCLUSTER_POD_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}})
+    env.insert(1, {'name': 'GPUCLUSTER_POD_NAMESPACE', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.namespace'}}})
+    env.insert(2, {'name': 'GPUCLUSTER_POD_IP', 'valueFrom': {'fieldRef': {'fieldPath': 'status.podIP'}}})
     mounts = [{'name': CONFIG_VOLUME, 'mountPath': kc.CONFIG_DIR, 'readOnly': True},
               {'name': SHM_VOLUME, 'mountPath': '/dev/shm'},
+              {'name': HOME_VOLUME, 'mountPath': HOME_DIR},
               {'name': DATA_VOLUME, 'mountPath': cluster['storage']['mount_path']}]
     container = {
         'name': 'trainer', 'image': cluster['image'], 'imagePullPolicy': cluster['image_pull_policy'],
@@ -131,17 +178,23 @@ def statefulset(cluster, nccl_env):
     volumes = [
         {'name': CONFIG_VOLUME, 'configMap': {'name': '%s-config' % name, 'defaultMode': 0o555}},
         {'name': SHM_VOLUME, 'emptyDir': {'medium': 'Memory', 'sizeLimit': cluster['shm_size']}},
+        {'name': HOME_VOLUME, 'emptyDir': {}},
     ]
     spec = {
         'serviceAccountName': name,
         'automountServiceAccountToken': False,
-        'securityContext': {'runAsNonRoot': True, 'seccompProfile': {'type': 'RuntimeDefault'}},
+        'securityContext': _pod_security(cluster),
         'terminationGracePeriodSeconds': 30,
         'containers': [container],
         'volumes': volumes,
     }
     if cluster['node_selector']:
         spec['nodeSelector'] = dict(cluster['node_selector'])
+    affinity = _affinity(cluster)
+    if affinity:
+        spec['affinity'] = affinity
+    if cluster['priority_class']:
+        spec['priorityClassName'] = cluster['priority_class']
     if cluster['tolerations']:
         spec['tolerations'] = [dict(t) for t in cluster['tolerations']]
     if cluster['image_pull_secrets']:
@@ -185,17 +238,8 @@ def render(cluster, nccl_env, entrypoint, files=None):
     name = cluster['name']
     objs = [{'apiVersion': 'v1', 'kind': 'ServiceAccount', 'metadata': _meta(cluster, name),
              'automountServiceAccountToken': False}]
-    if cluster['openshift']:
-        if cluster['network']['mode'] == 'rdma':
-            objs.append(rdma_scc(cluster))
-        objs.append({'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'Role',
-                     'metadata': _meta(cluster, '%s-scc' % name),
-                     'rules': [{'apiGroups': ['security.openshift.io'], 'resources': ['securitycontextconstraints'],
-                                'resourceNames': [scc_name(cluster)], 'verbs': ['use']}]})
-        objs.append({'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'RoleBinding',
-                     'metadata': _meta(cluster, '%s-scc' % name),
-                     'roleRef': {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'Role', 'name': '%s-scc' % name},
-                     'subjects': [{'kind': 'ServiceAccount', 'name': name, 'namespace': cluster['namespace']}]})
+    if cluster['openshift'] and not needs_admin(cluster):
+        objs.extend(scc_grant(cluster))
     if cluster['network']['mode'] == 'rdma' and cluster['network']['attachment_config'] is not None:
         objs.append({'apiVersion': 'k8s.cni.cncf.io/v1', 'kind': 'NetworkAttachmentDefinition',
                      'metadata': _meta(cluster, cluster['network']['attachment']),
@@ -230,22 +274,44 @@ def render(cluster, nccl_env, entrypoint, files=None):
     return objs
 
 
+def scc_grant(cluster):
+    """The Role granting use of the pods' SCC and its binding to their ServiceAccount."""
+    name = cluster['name']
+    return [
+        {'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'Role', 'metadata': _meta(cluster, '%s-scc' % name),
+         'rules': [{'apiGroups': ['security.openshift.io'], 'resources': ['securitycontextconstraints'],
+                    'resourceNames': [scc_name(cluster)], 'verbs': ['use']}]},
+        {'apiVersion': 'rbac.authorization.k8s.io/v1', 'kind': 'RoleBinding', 'metadata': _meta(cluster, '%s-scc' % name),
+         'roleRef': {'apiGroup': 'rbac.authorization.k8s.io', 'kind': 'Role', 'name': '%s-scc' % name},
+         'subjects': [{'kind': 'ServiceAccount', 'name': name, 'namespace': cluster['namespace']}]},
+    ]
+
+
+def admin_objects(cluster):
+    """What a cluster administrator applies once (OpenShift with RDMA): the SCC, and the Role and
+    RoleBinding granting its use (RBAC lets only a holder of \"use\" on an SCC grant it). present
+    applies none of them; it checks that they exist before any pod is made."""
+    if not needs_admin(cluster):
+        return []
+    return [rdma_scc(cluster)] + scc_grant(cluster)
+
+
 def rdma_scc(cluster):
-    """restricted-v2 plus IPC_LOCK, for the RDMA pods' ServiceAccount only."""
+    """restricted-v2 (OpenShift 4.11+) field by field, plus IPC_LOCK in allowedCapabilities."""
     return {
         'apiVersion': 'security.openshift.io/v1', 'kind': 'SecurityContextConstraints',
         'metadata': dict(_meta(cluster, scc_name(cluster), namespaced=False),
                          annotations={'kubernetes.io/description': RDMA_SCC_REASON}),
         'allowHostDirVolumePlugin': False, 'allowHostIPC': False, 'allowHostNetwork': False,
         'allowHostPID': False, 'allowHostPorts': False, 'allowPrivilegeEscalation': False,
-        'allowPrivilegedContainer': False, 'allowedCapabilities': ['IPC_LOCK'],
-        'defaultAddCapabilities': None, 'requiredDropCapabilities': ['KILL', 'MKNOD', 'SETUID', 'SETGID'],
+        'allowPrivilegedContainer': False, 'allowedCapabilities': ['NET_BIND_SERVICE', 'IPC_LOCK'],
+        'defaultAddCapabilities': None, 'requiredDropCapabilities': ['ALL'],
         'fsGroup': {'type': 'MustRunAs'}, 'runAsUser': {'type': 'MustRunAsRange'},
         'seLinuxContext': {'type': 'MustRunAs'}, 'supplementalGroups': {'type': 'RunAsAny'},
         'seccompProfiles': ['runtime/default'], 'readOnlyRootFilesystem': False, 'priority': None,
         'users': [], 'groups': [],
-        'volumes': ['configMap', 'downwardAPI', 'emptyDir', 'ephemeral', 'persistentVolumeClaim', 'projected',
-                    'secret'],
+        'volumes': ['configMap', 'csi', 'downwardAPI', 'emptyDir', 'ephemeral', 'persistentVolumeClaim',
+                    'projected', 'secret'],
     }
 
 
@@ -408,6 +474,25 @@ def problems(objs, cluster):
         if cluster['openshift'] and ('runAsUser' in sc or 'runAsUser' in psc):
             out.append('StatefulSet %s: runAsUser is set; OpenShift assigns the uid from the namespace range'
                        % name)
+    psc = pod.get('securityContext') or {}
+    uid = (container.get('securityContext') or {}).get('runAsUser', psc.get('runAsUser'))
+    if not cluster['openshift']:
+        if uid == 0:
+            out.append('StatefulSet %s: runAsUser 0 with runAsNonRoot: the kubelet refuses the pod' % name)
+        elif uid is None and kc.image_user_verdict(cluster['security'].get('image_user')):
+            out.append('StatefulSet %s: no runAsUser and the image user %r: the kubelet refuses the pod (%s)'
+                       % (name, cluster['security'].get('image_user'),
+                          kc.image_user_verdict(cluster['security'].get('image_user'))))
+    if psc.get('fsGroupChangePolicy') != 'OnRootMismatch':
+        out.append('StatefulSet %s: fsGroupChangePolicy must be OnRootMismatch (else the claim is re-chowned at '
+                   'every pod start)' % name)
+    if cluster['resources']['qos'] == 'Guaranteed':
+        res = container.get('resources') or {}
+        req = res.get('requests') or {}
+        lim = res.get('limits') or {}
+        if not all(lim.get(k) for k in ('cpu', 'memory')) or any(req.get(k) != v for k, v in lim.items()):
+            out.append('StatefulSet %s: requests %s and limits %s are not equal with cpu and memory (not '
+                       'Guaranteed QoS: evicted first)' % (name, req, lim))
     if cluster['openshift']:
         wanted = scc_name(cluster)
         roles = [r for r in _by_kind(objs, 'Role')

@@ -139,8 +139,13 @@ def job_report(text):
     state = data.get('state', 'unknown')
     if state == 'failed' and data.get('failed_pod'):
         bad = next((p for p in pods if p.get('pod') == data['failed_pod']), {})
-        msg = 'job %s failed: pod %s %s (exit %s)' % (
-            data.get('job_id'), data['failed_pod'], bad.get('state'), bad.get('exit_code'))
+        reason = data.get('reason') or bad.get('reason') or '%s (exit %s)' % (bad.get('state'), bad.get('exit_code'))
+        msg = 'job %s failed: pod %s %s' % (data.get('job_id'), data['failed_pod'], reason)
+        if data.get('restarts'):
+            msg += ' (attempt %d of %d)' % (data.get('attempt', 0) + 1, data['restarts'] + 1)
+    elif state == 'restarting':
+        msg = 'job %s restarting (attempt %d of %d) on %d pods' % (
+            data.get('job_id'), data.get('attempt', 0) + 1, data.get('restarts', 0) + 1, len(pods))
     else:
         msg = 'job %s %s on %d pods' % (data.get('job_id'), state, len(pods))
     if data.get('unreachable'):

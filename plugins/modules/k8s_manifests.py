@@ -109,10 +109,22 @@ objects:
   type: list
   elements: dict
 manifests:
-  description: The objects themselves, in apply order.
+  description: The objects themselves, in apply order (what C(present) applies).
   returned: success
   type: list
   elements: dict
+admin_manifests:
+  description:
+    - What a cluster administrator applies once and C(present) never does (OpenShift with RDMA the SCC
+      C(<namespace>-<name>-rdma) and the Role and RoleBinding granting its use); empty otherwise.
+    - C(rendered) writes them to O(dest)/admin/.
+  returned: success
+  type: list
+  elements: dict
+scc:
+  description: The SCC the pods use on OpenShift (C(restricted-v2) or the RDMA one); empty on Kubernetes.
+  returned: success
+  type: str
 hostfile:
   description: The DeepSpeed hostfile of the ConfigMap.
   returned: success
@@ -129,6 +141,11 @@ validated:
   type: dict
 files:
   description: The manifest files (written or already up to date).
+  returned: state is rendered
+  type: list
+  elements: str
+admin_files:
+  description: The files of O(dest)/admin/ (see RV(admin_manifests)).
   returned: state is rendered
   type: list
   elements: str

@@ -8,6 +8,7 @@ the manifest directory (one file per object, in apply order, idempotent)."""
 
 from __future__ import annotations
 
+import ast
 import glob
 import json
 import os
@@ -26,6 +27,7 @@ CRD_SCHEMAS = {
     ('security.openshift.io/v1', 'SecurityContextConstraints'): 'securitycontextconstraints-security.openshift.io-v1.json',
 }
 FILE_RE = re.compile(r'^[0-9]{2}-[a-z]+-[a-z0-9.-]+\.yaml$')
+ADMIN_DIR = 'admin'     # objects a cluster administrator applies (OpenShift RDMA SCC); present does not
 
 
 class RenderError(ValueError):
@@ -73,6 +75,52 @@ def config_files(cluster, cluster_file):
         raise RenderError('%s: files: %d KiB in all; a ConfigMap holds at most 1 MiB (put large files on the '
                           'shared volume and use k8s_state=synced)' % (cluster_file, size // 1024))
     return out
+
+
+def module_imports(text):
+    """Top-level module names a Python source imports (absolute imports; an import guarded by
+    try/except ImportError is optional and left out)."""
+    tree = ast.parse(text)
+    optional = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(
+                isinstance(h.type, ast.Name) and h.type.id in ('ImportError', 'ModuleNotFoundError')
+                for h in node.handlers):
+            for inner in node.body:
+                for sub in ast.walk(inner):
+                    optional.add(id(sub))
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in optional:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split('.')[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split('.')[0])
+    return names
+
+
+def check_imports(cluster, files, cluster_file):
+    """Refuse a ConfigMap script that imports a module lying next to it on the controller but not
+    shipped in the ConfigMap (the pods would die with ModuleNotFoundError). files: {key: text}."""
+    base = os.path.dirname(os.path.abspath(cluster_file))
+    for key, text in sorted(files.items()):
+        if not key.endswith('.py'):
+            continue
+        try:
+            names = module_imports(text)
+        except SyntaxError as exc:
+            raise RenderError('%s: files.%s is not valid Python (line %s: %s)'
+                              % (cluster_file, key, exc.lineno, exc.msg)) from None
+        path = cluster['files'][key]
+        here = os.path.dirname(path if os.path.isabs(path) else os.path.join(base, path))
+        for name in sorted(names):
+            sibling = os.path.join(here, name + '.py')
+            if name + '.py' not in files and os.path.isfile(sibling):
+                shown = os.path.join(os.path.dirname(path), name + '.py')
+                raise RenderError('%s: files.%s imports %s, which is not in the ConfigMap (the pods would fail '
+                                  'with ModuleNotFoundError): add files.%s.py: %s'
+                                  % (cluster_file, key, name, name, shown))
 
 
 def _describe(obj):
@@ -153,10 +201,12 @@ def file_name(index, obj):
     return '%02d-%s-%s.yaml' % (index, obj['kind'].lower(), obj['metadata']['name'])
 
 
-def read_manifests(directory):
+def read_manifests(directory, missing_ok=False):
     """(objects, their file names) of a manifest directory in file order."""
     objects, sources = [], []
     paths = sorted(p for p in glob.glob(os.path.join(directory, '*.yaml')) if FILE_RE.match(os.path.basename(p)))
+    if not paths and missing_ok:
+        return objects, sources
     if not paths:
         raise RenderError('%s: no manifests (NN-kind-name.yaml) in this directory' % directory)
     for path in paths:

@@ -5,7 +5,8 @@ import pytest
 from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
 
 BASE = {'name': 'trainer', 'namespace': 'ml-team', 'image': 'registry.example.com/ml/ds:1',
-        'replicas': 3, 'gpus_per_pod': 8, 'train': {'command': ['/shared/train.py']}}
+        'replicas': 3, 'gpus_per_pod': 8, 'resources': {'cpu': '16', 'memory': '64Gi'},
+        'train': {'command': ['/shared/train.py']}}
 
 
 def with_(**changes):
@@ -33,7 +34,55 @@ def test_pods_have_service_dns_names_and_mixed_slots():
 @pytest.mark.parametrize('changes,message', [
     ({'replicas': '3'}, "k.yml: replicas must be a whole number from 1 to 1024, got '3' (str)"),
     ({'replicas': 0}, 'k.yml: replicas must be from 1 to 1024, got 0'),
-    ({'name': 'Trainer'}, "k.yml: name must be a DNS label (lower case letters, digits, \"-\"), got 'Trainer'"),
+    ({'name': 'Trainer'}, 'k.yml: name must be a DNS-1035 label (lower case letters, digits and "-", a letter first: '
+                          "it names a Service), got 'Trainer'"),
+    ({'name': '2026-nlp'}, 'k.yml: name must be a DNS-1035 label'),
+    ({'namespace': 'n' * 64}, 'k.yml: namespace must be at most 63 characters (a DNS-1123 label), got 64'),
+    ({'namespace': 'ML-team'}, "k.yml: namespace must be a DNS-1123 label (lower case letters, digits and \"-\", a "
+                               "letter or digit at both ends), got 'ML-team'"),
+    ({'labels': {'team': 'NLP team!'}}, "k.yml: labels.team must be a label value: empty or at most 63 letters, digits, "
+                                        "\"-\", \"_\" or \".\" (a letter or digit at both ends), got 'NLP team!'"),
+    ({'labels': {'team': 'x' * 64}}, 'k.yml: labels.team must be a label value'),
+    ({'labels': {'Example.com/team': 'nlp'}}, "k.yml: labels.Example.com/team has the prefix 'Example.com', which must "
+                                              'be a DNS-1123 subdomain'),
+    ({'labels': {'example.com/' + 'k' * 64: 'nlp'}}, 'k.yml: labels.example.com/kkkk'),
+    ({'node_selector': {'nvidia.com/gpu.product': 'H100 80GB'}},
+     "k.yml: node_selector.nvidia.com/gpu.product must be a label value: empty or at most 63"),
+    ({'node_selector': {'-gpu': 'yes'}}, 'k.yml: node_selector.-gpu must be a label key'),
+    ({'tolerations': [{'key': 'gpu type', 'operator': 'Exists'}]}, "k.yml: tolerations[0].key must be a label key"),
+    ({'storage': {'storage_class': 'CephFS'}}, "k.yml: storage.storage_class must be a DNS-1123 subdomain"),
+    ({'priority_class': 'High'}, 'k.yml: priority_class must be a DNS-1123 subdomain'),
+    ({'image_pull_secrets': ['Reg']}, 'k.yml: image_pull_secrets[0] must be a DNS-1123 subdomain'),
+    ({'network': {'mode': 'rdma', 'rdma_resource': 'rdma/x', 'ib_hca': 'mlx5_0,^mlx5_1', 'attachment': 'a'}},
+     'k.yml: network.ib_hca must be NCCL_IB_HCA: HCA names with optional :port'),
+    ({'network': {'mode': 'rdma', 'rdma_resource': 'rdma/x', 'ib_hca': ['=mlx5_0', '=mlx5_1'], 'attachment': 'a'}},
+     "k.yml: network.ib_hca[1] must be an HCA name with an optional :port such as \"mlx5_1:1\" (\"^\" and \"=\" go "
+     "before the first one only), got '=mlx5_1'"),
+    ({'network': {'mode': 'rdma', 'rdma_resource': 'rdma/x', 'ib_hca': 'mlx5_0:x', 'attachment': 'a'}},
+     'k.yml: network.ib_hca must be NCCL_IB_HCA'),
+    ({'network': {'mode': 'rdma', 'rdma_resource': 'rdma/x', 'ib_hca': 'mlx5_0', 'attachment': 'Net/a'}},
+     'k.yml: network.attachment must be a DNS-1123 label'),
+    ({'resources': {'cpu': '8'}}, 'k.yml: resources.memory is required: the pods get requests = limits (Guaranteed QoS'),
+    ({'resources': {'cpu': '8', 'memory': '16Gi'}},
+     'k.yml: resources.memory is 16Gi but /dev/shm alone may hold shm_size 16Gi: a memory emptyDir is counted'),
+    ({'resources': {'qos': 'BestEffort', 'cpu': '8'}}, 'k.yml: resources.cpu is set but resources.qos is BestEffort'),
+    ({'security': {'run_as_user': 0}}, 'k.yml: security.run_as_user is 0 (root): the pods run with runAsNonRoot'),
+    ({'security': {'run_as_user': 'image'}}, 'k.yml: security.image_user is required with run_as_user: image'),
+    ({'security': {'run_as_user': 'image', 'image_user': ''}},
+     "k.yml: security.image_user '': the kubelet refuses the pod (container has runAsNonRoot and image will run as root)"),
+    ({'security': {'run_as_user': 'image', 'image_user': 'root'}},
+     "k.yml: security.image_user 'root': the kubelet refuses the pod (container has runAsNonRoot and image has "
+     'non-numeric user (root), cannot verify user is non-root)'),
+    ({'security': {'run_as_user': 'image', 'image_user': 'trainer:trainer'}},
+     "k.yml: security.image_user 'trainer:trainer': the kubelet refuses the pod (container has runAsNonRoot and "
+     'image has non-numeric user (trainer)'),
+    ({'security': {'run_as_user': 'image', 'image_user': '0:0'}}, "k.yml: security.image_user '0:0': the kubelet refuses"),
+    ({'openshift': True, 'security': {'run_as_user': 1000}},
+     'k.yml: security.run_as_user is set but openshift is true: restricted-v2 assigns the uid'),
+    ({'affinity': {'nodeAffinity': {}}, 'anti_affinity': 'required'}, 'k.yml: anti_affinity is set together with affinity'),
+    ({'train': {'command': ['x'], 'resume_args': ['--resume-from', '/c']}},
+     'k.yml: train.resume_args are added when the job is restarted; they need train.restarts 1 or more'),
+    ({'train': {'command': ['x'], 'restarts': -1}}, 'k.yml: train.restarts must be from 0 to 100, got -1'),
     ({'replica': 3}, 'k.yml: replica is not a field of a cluster file'),
     ({'slots_per_pod': 9}, 'k.yml: slots_per_pod is 9 but a pod gets 8 GPU(s) (gpus_per_pod)'),
     ({'pod_slots': {3: 1}}, 'k.yml: pod_slots.3 must be a pod ordinal from 0 to 2'),
@@ -66,3 +115,28 @@ def test_missing_required_fields_and_non_mapping():
         kc.check({'name': 'a', 'namespace': 'b'}, 'k.yml')
     with pytest.raises(kc.ClusterFileError, match=r"^k.yml: the file must be a mapping, got \['a'\] \(list\)"):
         kc.check(['a'], 'k.yml')
+
+
+def test_what_the_api_server_accepts_is_accepted():
+    c = kc.check(with_(namespace='2026-nlp', labels={'team': 'nlp', 'example.com/cost-centre': 'A_1.b', 'empty': ''},
+                       node_selector={'nvidia.com/gpu.product': 'NVIDIA-H100-80GB-HBM3'},
+                       priority_class='training-high', network={
+                           'mode': 'rdma', 'rdma_resource': 'rdma/x', 'ib_hca': '^=mlx5_1:1,mlx5_2', 'attachment': 'net/rdma'}),
+                 'k.yml')
+    assert c['namespace'] == '2026-nlp' and c['network']['ib_hca'] == '^=mlx5_1:1,mlx5_2'
+    assert c['network']['ib_gid_index'] is None
+    assert kc.check(with_(namespace='n' * 63), 'k.yml')['namespace'] == 'n' * 63
+    hca = with_(network={'mode': 'rdma', 'rdma_resource': 'rdma/x', 'ib_hca': ['=mlx5_0:1', 'mlx5_1:1'],
+                         'attachment': 'a', 'ib_gid_index': 3})
+    assert kc.check(hca, 'k.yml')['network']['ib_hca'] == '=mlx5_0:1,mlx5_1:1'
+    assert kc.check(hca, 'k.yml')['network']['ib_gid_index'] == 3
+
+
+def test_security_defaults_plain_kubernetes_and_openshift():
+    plain = kc.check(with_(), 'k.yml')['security']
+    assert plain == {'run_as_user': 1000, 'run_as_group': 1000, 'fs_group': 1000, 'image_user': None}
+    image = kc.check(with_(security={'run_as_user': 'image', 'image_user': '1001:1001'}), 'k.yml')['security']
+    assert image == {'run_as_user': None, 'run_as_group': 1001, 'fs_group': 1001, 'image_user': '1001:1001'}
+    ocp = kc.check(with_(openshift=True), 'k.yml')['security']
+    assert ocp == {'run_as_user': None, 'run_as_group': None, 'fs_group': None, 'image_user': None}
+    assert kc.check(with_(resources={'qos': 'BestEffort'}), 'k.yml')['resources'] == {'qos': 'BestEffort'}

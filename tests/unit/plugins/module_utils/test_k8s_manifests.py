@@ -14,14 +14,15 @@ def cluster(network='tcp', storage='rwx', openshift=False, **extra):
     data = {'name': 'trainer', 'namespace': 'ml-team', 'image': 'img:1', 'replicas': 3, 'gpus_per_pod': 8,
             'pod_slots': {2: 4}, 'network': RDMA if network == 'rdma' else {'mode': 'tcp'},
             'storage': {'mode': storage, 'storage_class': 'cephfs'}, 'openshift': openshift,
-            'train': {'command': ['/shared/train.py']}}
+            'resources': {'cpu': '16', 'memory': '64Gi'}, 'train': {'command': ['/shared/train.py']}}
     data.update(extra)
     return kc.check(data, 'k.yml')
 
 
 def render(c):
     env = nccl_environment(c['network']['mode'], c['network']['socket_ifname'], ib_hca=c['network'].get('ib_hca', ''),
-                           master_addr=kc.pod_dns(c, 0), master_port=c['train']['master_port'])
+                           ib_gid_index=c['network']['ib_gid_index'], master_addr=kc.pod_dns(c, 0),
+                           master_port=c['train']['master_port'])
     return km.render(c, env, '# entrypoint\n')
 
 
@@ -43,9 +44,12 @@ def env_of(objs):
 def test_every_variant_renders_consistent_objects(network, storage, openshift):
     c = cluster(network, storage, openshift)
     objs = render(c)
-    assert km.problems(objs, c) == []
-    assert ('SecurityContextConstraints' in kinds(objs)) == (openshift and network == 'rdma')
-    assert ('RoleBinding' in kinds(objs)) == openshift
+    admin = km.admin_objects(c)
+    assert km.problems(objs + admin, c) == []
+    # the SCC and the grant of its use are the administrator's (present applies objs only)
+    assert 'SecurityContextConstraints' not in kinds(objs)
+    assert kinds(admin) == (['SecurityContextConstraints', 'Role', 'RoleBinding'] if openshift and network == 'rdma' else [])
+    assert ('RoleBinding' in kinds(objs)) == (openshift and network == 'tcp')
     assert ('NetworkAttachmentDefinition' in kinds(objs)) == (network == 'rdma')
     assert ('PersistentVolumeClaim' in kinds(objs)) == (storage == 'rwx')
     assert ('volumeClaimTemplates' in sts_of(objs)['spec']) == (storage == 'per-pod')
@@ -70,7 +74,10 @@ def test_tcp_and_rdma_environment_follow_the_nccl_env_rules():
     assert rdma['NCCL_SOCKET_IFNAME'] == 'net1' and rdma['NCCL_IB_HCA'] == 'mlx5_0,mlx5_1' and rdma['NCCL_IB_DISABLE'] == '0'
     ctr = sts_of(rdma_objs)['spec']['template']['spec']['containers'][0]
     assert ctr['securityContext']['capabilities'] == {'drop': ['ALL'], 'add': ['IPC_LOCK']}
-    assert ctr['resources']['limits'] == {'nvidia.com/gpu': '8', 'rdma/rdma_shared_device_a': '1'}
+    assert ctr['resources']['limits'] == {'nvidia.com/gpu': '8', 'rdma/rdma_shared_device_a': '1', 'cpu': '16',
+                                          'memory': '64Gi'}
+    assert ctr['resources']['requests'] == ctr['resources']['limits']  # Guaranteed QoS
+    assert 'NCCL_IB_GID_INDEX' not in rdma  # NCCL chooses unless network.ib_gid_index is given
     assert sts_of(rdma_objs)['spec']['template']['metadata']['annotations'] == {'k8s.v1.cni.cncf.io/networks': 'rdma-net'}
 
 
@@ -86,7 +93,7 @@ def test_openshift_tcp_stays_within_restricted_v2():
 
 
 def test_headless_service_and_shm():
-    objs = render(cluster(shm_size='64Gi'))
+    objs = render(cluster(shm_size='64Gi', resources={'cpu': '16', 'memory': '80Gi'}))
     svc = next(o for o in objs if o['kind'] == 'Service')
     assert svc['spec']['clusterIP'] == 'None' and svc['spec']['publishNotReadyAddresses'] is True
     vols = {v['name']: v for v in sts_of(objs)['spec']['template']['spec']['volumes']}
@@ -127,3 +134,48 @@ def test_rdma_without_ipc_lock_and_openshift_root_are_named():
     def run_as_root(o):
         sts_of(o)['spec']['template']['spec']['securityContext']['runAsUser'] = 0
     assert any('runAsUser is set' in p for p in broken(run_as_root, openshift=True))
+
+
+def test_plain_kubernetes_pods_run_as_a_numeric_non_root_uid_guaranteed_and_spread():
+    objs = render(cluster(priority_class='training-high'))
+    pod = sts_of(objs)['spec']['template']['spec']
+    assert pod['securityContext'] == {'runAsNonRoot': True, 'seccompProfile': {'type': 'RuntimeDefault'},
+                                      'fsGroupChangePolicy': 'OnRootMismatch', 'runAsUser': 1000,
+                                      'runAsGroup': 1000, 'fsGroup': 1000}
+    assert pod['priorityClassName'] == 'training-high'
+    term = pod['affinity']['podAntiAffinity']['preferredDuringSchedulingIgnoredDuringExecution'][0]
+    assert term['podAffinityTerm']['topologyKey'] == 'kubernetes.io/hostname'
+    assert term['podAffinityTerm']['labelSelector']['matchLabels']['app.kubernetes.io/instance'] == 'trainer'
+    res = pod['containers'][0]['resources']
+    assert res['requests'] == res['limits'] and res['limits']['memory'] == '64Gi'
+    env = env_of(objs)
+    assert env['HOME'] == km.HOME_DIR and {v['name']: v for v in pod['volumes']}['home'] == {'name': 'home', 'emptyDir': {}}
+    fields = [e['valueFrom']['fieldRef']['fieldPath'] for e in pod['containers'][0]['env'] if 'valueFrom' in e]
+    assert fields == ['metadata.name', 'metadata.namespace', 'status.podIP']
+    required = sts_of(render(cluster(anti_affinity='required')))['spec']['template']['spec']['affinity']
+    assert 'requiredDuringSchedulingIgnoredDuringExecution' in required['podAntiAffinity']
+    assert 'affinity' not in sts_of(render(cluster(anti_affinity='none')))['spec']['template']['spec']
+
+
+def test_the_image_user_and_openshift_leave_the_uid_to_the_image_or_the_scc():
+    image = sts_of(render(cluster(security={'run_as_user': 'image', 'image_user': '1001'})))
+    assert 'runAsUser' not in image['spec']['template']['spec']['securityContext']
+    ocp = render(cluster('rdma', openshift=True))
+    psc = sts_of(ocp)['spec']['template']['spec']['securityContext']
+    assert not {'runAsUser', 'runAsGroup', 'fsGroup'} & set(psc) and psc['fsGroupChangePolicy'] == 'OnRootMismatch'
+    scc = km.admin_objects(cluster('rdma', openshift=True))[0]
+    assert scc['metadata']['name'] == 'ml-team-trainer-rdma' and 'namespace' not in scc['metadata']
+    assert scc['requiredDropCapabilities'] == ['ALL'] and scc['allowedCapabilities'] == ['NET_BIND_SERVICE', 'IPC_LOCK']
+    assert scc['runAsUser'] == {'type': 'MustRunAsRange'} and scc['allowPrivilegeEscalation'] is False
+    other = km.admin_objects(cluster('rdma', openshift=True, namespace='nlp'))[0]
+    assert other['metadata']['name'] != scc['metadata']['name']  # two namespaces, two SCCs
+
+
+def test_a_pod_the_kubelet_would_refuse_is_named():
+    def root(o):
+        sts_of(o)['spec']['template']['spec']['securityContext']['runAsUser'] = 0
+    assert any('runAsUser 0 with runAsNonRoot' in p for p in broken(root))
+
+    def burstable(o):
+        sts_of(o)['spec']['template']['spec']['containers'][0]['resources']['requests']['memory'] = '1Gi'
+    assert any('not Guaranteed QoS' in p for p in broken(burstable))

@@ -1,6 +1,7 @@
 """The pod entrypoint (roles/k8s/files/k8s_pod.py): its agent and pod 0's wait, over real sockets on
 127.0.0.1 with the pods' names resolved by a stand-in resolver."""
 import importlib.util
+import io
 import json
 import os
 import socket
@@ -58,19 +59,19 @@ def test_a_pod_that_does_not_resolve_is_named_at_the_bound(job, monkeypatch):
     sock = serve(k8s_pod.Agent(job, 'trainer-0'))
     try:
         start = time.time()
-        why = k8s_pod.wait_for_peers(job, 2)
+        why, hellos = k8s_pod.wait_for_peers(job, 2)
         assert time.time() - start < 6
     finally:
         sock.close()
     assert why['trainer-2'] == 'trainer-2.trainer.ns.svc.cluster.local does not resolve'
     assert why['trainer-1'] == ("trainer-1.trainer.ns.svc.cluster.local answers as 'trainer-0': the hostfile does "
                                 "not match the pods")
-    assert 'trainer-0' not in why
+    assert 'trainer-0' not in why and list(hellos) == ['trainer-0']
 
 
 def test_launch_names_the_first_missing_pod_in_one_line_and_starts_nothing(job, monkeypatch, capsys):
-    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s: {'trainer-2': 'x does not resolve',
-                                                                 'trainer-1': 'y does not answer'})
+    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s: ({'trainer-2': 'x does not resolve',
+                                                                  'trainer-1': 'y does not answer'}, {}))
     started = []
     monkeypatch.setattr(k8s_pod, 'request', lambda *a, **k: started.append(a))
     assert k8s_pod.launch(job, 'j1', 20, detach=True, timeout=0) == 3
@@ -82,29 +83,197 @@ def test_launch_names_the_first_missing_pod_in_one_line_and_starts_nothing(job, 
 
 def test_the_agent_starts_reports_and_stops_only_for_pod_0(job, monkeypatch, tmp_path):
     monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['10.0.0.5'] if name.startswith('trainer-0') else [])
-    agent = k8s_pod.Agent(job, 'trainer-1')
-    monkeypatch.setattr(agent, 'command', lambda job_id, rank: ['sh', '-c', 'echo rank %d; sleep 30' % rank])
+    out = io.StringIO()
+    agent = k8s_pod.Agent(job, 'trainer-1', out=out)
+    monkeypatch.setattr(agent, 'command', lambda job_id, rank, attempt=0: ['sh', '-c', 'echo rank %d; sleep 30' % rank])
+    threading.Thread(target=agent.reaper, daemon=True).start()
     sock = serve(agent)
     port = job['agent_port']
     try:
         hello = _request('127.0.0.1', port, {'op': 'hello'})
-        assert hello == {'ok': True, 'pod': 'trainer-1', 'ordinal': 1, 'slots': 1, 'running': []}
+        assert {k: hello[k] for k in ('ok', 'pod', 'ordinal', 'slots', 'running')} == {
+            'ok': True, 'pod': 'trainer-1', 'ordinal': 1, 'slots': 1, 'running': []}
+        assert hello['uid'] == os.getuid() and len(hello['memlock']) == 2 and int(hello['cap_eff'], 16) >= 0
         assert agent.allowed('10.0.0.5') and not agent.allowed('10.0.0.9')
         assert _request('127.0.0.1', port, {'op': 'start', 'job_id': 'bad id'})['error'] == "bad job id 'bad id'"
         assert _request('127.0.0.1', port, {'op': 'start', 'job_id': 'j1', 'node_rank': 1})['state'] == 'running'
         refused = _request('127.0.0.1', port, {'op': 'start', 'job_id': 'j2', 'node_rank': 1})
         assert refused == {'ok': False, 'error': 'job j1 is still running on trainer-1'}
-        time.sleep(0.3)
+        time.sleep(0.5)
         status = _request('127.0.0.1', port, {'op': 'status', 'job_id': 'j1'})
         assert status['state'] == 'running' and status['tail'] == ['rank 1']
-        stopped = _request('127.0.0.1', port, {'op': 'stop', 'job_id': 'j1'}, timeout=30)
-        assert stopped['state'] == 'stopped' and stopped['exit_code'] == -15
-        assert _request('127.0.0.1', port, {'op': 'status', 'job_id': 'j1'})['state'] == 'failed'
+        # the part's output is on PID 1's stdout too (kubectl logs), and its state on the volume
+        assert '[j1 trainer-1] rank 1\n' in out.getvalue()
+        on_disk = json.loads((tmp_path / 'jobs' / 'j1' / 'trainer-1.json').read_text())
+        assert on_disk['state'] == 'running' and on_disk['pid'] == status['pid']
+        stopped = _request('127.0.0.1', port, {'op': 'stop', 'job_id': 'j1', 'reason': 'stopped: test'}, timeout=30)
+        assert stopped['state'] == 'stopped' and stopped['exit_code'] == -15 and stopped['reason'] == 'stopped: test'
+        assert not k8s_pod.group_alive(status['pid'])
+        assert _request('127.0.0.1', port, {'op': 'status', 'job_id': 'j1'})['state'] == 'stopped'
     finally:
         sock.close()
-        for rec in agent.jobs.values():
-            if rec['proc'].poll() is None:
-                rec['proc'].kill()
+        for pid in list(k8s_pod.CHILDREN):
+            agent._kill_group(pid)
+
+
+@pytest.mark.parametrize('script,code,reason', [
+    ('exit 3', 3, 'exit 3'),
+    ('kill -9 $$', -9, 'killed by SIGKILL (an out-of-memory kill does this)'),
+])
+def test_a_part_that_ends_badly_is_failed_with_its_reason_and_leaves_no_process(job, script, code, reason):
+    agent = k8s_pod.Agent(job, 'trainer-2', out=io.StringIO())
+    agent.command = lambda job_id, rank, attempt=0: ['sh', '-c', '(sleep 60 &) ; sleep 0.3; ' + script]
+    agent.start('j1', 2)
+    deadline = time.time() + 10
+    while time.time() < deadline and agent.jobs['j1']['state'] == 'running':
+        agent.reap()
+        time.sleep(0.1)
+    rec = agent.jobs['j1']
+    assert (rec['state'], rec['exit_code'], rec['reason']) == ('failed', code, reason)
+    while time.time() < deadline and k8s_pod.group_alive(rec['pid']):
+        time.sleep(0.1)
+    assert not k8s_pod.group_alive(rec['pid'])  # the background sleep of its group was killed too
+
+
+def test_a_restarted_container_reports_its_part_failed_and_signals_nothing(job, monkeypatch):
+    first = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    first.command = lambda job_id, rank, attempt=0: ['sleep', '30']
+    first.start('j1', 1)
+    pid = first.jobs['j1']['pid']
+    try:
+        out = io.StringIO()
+        second = k8s_pod.Agent(job, 'trainer-1', out=out)  # the container started again: a new agent
+        second.recover()
+        status = second.status('j1')
+        assert status['state'] == 'failed' and status['reason'].startswith('restarted: the container ended')
+        assert 'kubectl describe pod trainer-1' in out.getvalue()
+        second.stop('j1')
+        assert k8s_pod.group_alive(pid)  # not this container's process: left alone
+    finally:
+        first._kill_group(pid)
+        first.reap()
+
+
+def cluster_of_agents(job, monkeypatch, commands):
+    """Three agents on three local ports, each pod's address mapped to its own port."""
+    ports = [job['agent_port'], free_port(), free_port()]
+    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['127.0.0.1'])
+    by_name = {p['address']: ports[i] for i, p in enumerate(job['pods'])}
+    monkeypatch.setattr(k8s_pod, 'request', lambda addr, port, msg, timeout=5: _request('127.0.0.1', by_name[addr], msg, timeout))
+    agents, socks = [], []
+    for i in range(3):
+        agent = k8s_pod.Agent(dict(job, agent_port=ports[i]), 'trainer-%d' % i, out=io.StringIO())
+        agent.command = (lambda rank: lambda job_id, r, attempt=0: commands(rank, attempt))(i)
+        threading.Thread(target=agent.reaper, daemon=True).start()
+        agents.append(agent)
+        socks.append(serve(agent))
+    return agents, socks
+
+
+def wait_record(job, job_id, states, seconds=20):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        rec = k8s_pod.read_job_record(k8s_pod.STATE_ROOT, job_id) or {}
+        if rec.get('state') in states:
+            return rec
+        time.sleep(0.2)
+    return k8s_pod.read_job_record(k8s_pod.STATE_ROOT, job_id)
+
+
+def test_a_failed_rank_ends_the_job_on_every_pod_within_seconds_naming_the_pod(job, monkeypatch):
+    agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sh', '-c', 'sleep 1; exit 7'] if rank == 1
+                                      else ['sleep', '60'])
+    try:
+        assert k8s_pod.start_all(job, 'j1') == ''
+        start = time.time()
+        assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
+        rec = wait_record(job, 'j1', ('failed',))
+        assert time.time() - start < 15  # 1 s polls, then 5 polls gathering the others' states
+        assert (rec['state'], rec['failed_pod'], rec['reason']) == ('failed', 'trainer-1', 'exit 7')
+        states = k8s_pod.all_status(job, 'j1')
+        assert [s['state'] for s in states] == ['stopped', 'failed', 'stopped']
+        assert states[0]['reason'] == 'stopped: pod trainer-1 exit 7'
+        assert not any(k8s_pod.group_alive(a.jobs['j1']['pid']) for a in agents)
+        summary = k8s_pod.summary(job, 'j1', states, rec)
+        assert (summary['state'], summary['failed_pod'], summary['reason']) == ('failed', 'trainer-1', 'exit 7')
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_restarts_start_the_whole_job_again_with_the_resume_arguments(job, monkeypatch, tmp_path):
+    data = json.loads((tmp_path / 'job.json').read_text())
+    data.update(restarts=1, resume_args=['--resume-from', '/ckpt'])
+    (tmp_path / 'job.json').write_text(json.dumps(data))
+    job.update(restarts=1, resume_args=['--resume-from', '/ckpt'], peer_wait=5)
+    seen = []
+
+    def commands(rank, attempt):
+        seen.append((rank, attempt))
+        if attempt == 0:
+            return ['sh', '-c', 'sleep 1; exit 9'] if rank == 2 else ['sleep', '60']
+        return ['sh', '-c', 'sleep 0.5']
+    agents, socks = cluster_of_agents(job, monkeypatch, commands)
+    try:
+        assert k8s_pod.start_all(job, 'j1') == ''
+        assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
+        rec = wait_record(job, 'j1', ('finished', 'failed'), seconds=30)
+        assert rec['state'] == 'finished' and rec['attempt'] == 1
+        assert rec['history'][0]['failed_pod'] == 'trainer-2' and rec['history'][0]['reason'] == 'exit 9'
+        assert sorted(seen) == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+        real = k8s_pod.Agent(job, 'trainer-1')
+        assert real.command('j1', 1, attempt=1)[-2:] == ['--resume-from', '/ckpt']
+        assert '--resume-from' not in real.command('j1', 1, attempt=0)
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+KILLED = 'exit 247 (a rank was killed by SIGKILL: an out-of-memory kill does this)'
+
+
+@pytest.mark.parametrize('states,pod,reason', [
+    # a rank killed in trainer-2 (DeepSpeed's launcher exits 247), trainer-0's rank then fails on the
+    # broken collective, and ended first: trainer-2 is the cause
+    ([('failed', 1, 'exit 1', 10.0), ('running', None, '', None), ('failed', 247, KILLED, 10.5)], 'trainer-2', KILLED),
+    # a container restarted beats the others' exits, whenever they ended
+    ([('failed', 1, 'exit 1', 10.0), ('failed', None, 'restarted: the container ended while its part ran', None),
+      ('failed', 1, 'exit 1', 10.2)], 'trainer-1', 'restarted: the container ended while its part ran'),
+    ([('failed', 1, 'exit 1', 10.0), ('unreachable', None, '', None), ('stopped', -15, 'stopped: pod trainer-0 exit 1', 11.0)],
+     'trainer-1', 'unreachable ()'),
+    ([('failed', 2, 'exit 2', 12.0), ('failed', 1, 'exit 1', 11.0), ('finished', 0, 'exit 0', 9.0)], 'trainer-1', 'exit 1'),
+    ([('running', None, '', None), ('finished', 0, 'exit 0', 9.0), ('running', None, '', None)], None, None),
+])
+def test_the_cause_is_named_not_the_collateral_failure(states, pod, reason):
+    rows = [{'pod': 'trainer-%d' % i, 'state': st, 'exit_code': code, 'reason': why, 'ended': ended}
+            for i, (st, code, why, ended) in enumerate(states)]
+    assert k8s_pod.blame(rows) == ((pod, reason) if pod else None)
+
+
+def test_a_launcher_exit_code_names_the_signal_that_killed_its_rank():
+    assert k8s_pod.rank_signal(247).name == 'SIGKILL' and k8s_pod.rank_signal(137).name == 'SIGKILL'
+    assert k8s_pod.rank_signal(143).name == 'SIGTERM' and k8s_pod.rank_signal(1) is None
+    assert k8s_pod.describe_exit(247 << 8) == (247, 'exit 247 (a rank was killed by SIGKILL: an out-of-memory kill does this)')
+
+
+def test_rdma_needs_ipc_lock_or_an_unlimited_memlock():
+    assert k8s_pod.rdma_verdict({'cap_eff': '%016x' % (1 << 14), 'memlock': [8 << 20, 8 << 20]}) == ''
+    assert k8s_pod.rdma_verdict({'cap_eff': '0', 'memlock': [-1, -1]}) == ''
+    assert k8s_pod.rdma_verdict({'cap_eff': '0', 'memlock': [8 << 20, 8 << 20]}).startswith(
+        'cannot register RDMA memory: memlock limit 8192 KiB and IPC_LOCK not effective (CapEff 0)')
+
+
+def test_launch_refuses_an_rdma_job_where_a_pod_cannot_register_memory(job, monkeypatch, capsys):
+    job['network_mode'] = 'rdma'
+    ok = {'cap_eff': '%016x' % (1 << 14), 'memlock': [65536, 65536]}
+    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s: ({}, {'trainer-0': ok, 'trainer-1': ok,
+                                                                      'trainer-2': {'cap_eff': '0', 'memlock': [65536, 65536]}}))
+    started = []
+    monkeypatch.setattr(k8s_pod, 'request', lambda *a, **k: started.append(a))
+    assert k8s_pod.launch(job, 'j1', 20, detach=True, timeout=0) == 6
+    err = capsys.readouterr().err
+    assert err.startswith('k8s_pod: job j1 not started: pod trainer-2 cannot register RDMA memory: memlock limit 64 KiB')
+    assert err.endswith('; nothing was started\n') and started == []
 
 
 @pytest.mark.parametrize('states,state,failed', [

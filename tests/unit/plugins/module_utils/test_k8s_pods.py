@@ -52,6 +52,9 @@ def test_nothing_there_is_absent():
     ('{"failed_pod": "trainer-1", "job_id": "j2", "pods": [{"pod": "trainer-0", "state": "running"}, '
      '{"pod": "trainer-1", "state": "failed", "exit_code": 1}], "state": "failed", "unreachable": [], "world_size": 4}',
      'failed', 'job j2 failed: pod trainer-1 failed (exit 1)'),
+    ('{"failed_pod": "trainer-2", "job_id": "j4", "reason": "restarted: the container ended while its part ran", '
+     '"pods": [{"pod": "trainer-2", "state": "failed"}], "state": "failed", "attempt": 1, "restarts": 1}',
+     'failed', 'job j4 failed: pod trainer-2 restarted: the container ended while its part ran (attempt 2 of 2)'),
     ('{"failed_pod": null, "job_id": "j3", "pods": [{"pod": "trainer-0", "state": "absent"}, '
      '{"pod": "trainer-2", "state": "unreachable"}], "state": "absent", "unreachable": ["trainer-2"], "world_size": 4}',
      'absent', 'job j3 absent on 2 pods; unreachable: trainer-2'),

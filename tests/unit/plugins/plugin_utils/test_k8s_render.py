@@ -1,5 +1,7 @@
 import copy
+import glob
 import os
+import sys
 
 import pytest
 
@@ -17,10 +19,12 @@ pytest.importorskip('kubernetes_validate')
 def example():
     c = kr.load_cluster_file(EXAMPLE)
     env = nccl_environment(c['network']['mode'], c['network']['socket_ifname'], ib_hca=c['network']['ib_hca'],
-                           master_addr=kc.pod_dns(c, 0), master_port=c['train']['master_port'])
+                           ib_gid_index=c['network']['ib_gid_index'], master_addr=kc.pod_dns(c, 0),
+                           master_port=c['train']['master_port'])
     objs = km.render(c, env, kr.read_text(os.path.join(kr.role_files(), kc.ENTRYPOINT), 'entrypoint'),
                      kr.config_files(c, EXAMPLE))
-    return c, objs
+    # the objects present applies, then what the administrator applies (the RDMA SCC and its grant)
+    return c, objs + km.admin_objects(c)
 
 
 def test_the_example_passes_both_versions_and_the_shipped_schemas():
@@ -30,15 +34,57 @@ def test_the_example_passes_both_versions_and_the_shipped_schemas():
                       'crd_schemas': ['securitycontextconstraints-security.openshift.io-v1.json']}
 
 
+CLUSTER_FILES = sorted(glob.glob(os.path.join(ROOT, 'inventories', '*', 'k8s-cluster*.yml'))
+                       + glob.glob(os.path.join(ROOT, 'molecule', '*', 'k8s-cluster*.yml')))
+IMAGE_MODULES = {'torch', 'deepspeed'}  # what a training image brings besides the standard library
+
+
+@pytest.mark.parametrize('path', CLUSTER_FILES, ids=lambda p: os.path.relpath(p, ROOT))
+def test_every_shipped_cluster_file_ships_every_module_its_script_imports(path):
+    # the ConfigMap's scripts run from /etc/gpucluster: what they import is the standard library, the
+    # image's torch and deepspeed, or another key of the ConfigMap (gpucluster_progress.py)
+    c = kr.load_cluster_file(path)
+    files = kr.config_files(c, path)
+    script = os.path.basename(c['train']['command'][0])
+    assert c['train']['command'][0] == kc.CONFIG_DIR + '/' + script and script in files
+    seen, todo = set(), [script]
+    while todo:
+        key = todo.pop()
+        seen.add(key)
+        for name in kr.module_imports(files[key]):
+            if name in sys.stdlib_module_names or name in IMAGE_MODULES:
+                continue
+            assert name + '.py' in files, '%s: %s imports %s, not in the ConfigMap' % (path, key, name)
+            if name + '.py' not in seen:
+                todo.append(name + '.py')
+    assert 'gpucluster_progress.py' in seen
+    kr.check_imports(c, files, path)  # and the render-time check agrees
+
+
+def test_a_script_whose_sibling_module_is_not_shipped_is_refused(tmp_path):
+    (tmp_path / 'train.py').write_text('import os\nimport torch\nfrom helpers import thing\n'
+                                       'try:\n    import optional_mod\nexcept ImportError:\n    pass\n')
+    (tmp_path / 'helpers.py').write_text('X = 1\n')
+    (tmp_path / 'optional_mod.py').write_text('Y = 1\n')
+    cf = tmp_path / 'k.yml'
+    cf.write_text('name: t\nnamespace: ns\nimage: i\nresources: {qos: BestEffort}\nfiles: {train.py: train.py}\n'
+                  'train: {command: [/etc/gpucluster/train.py]}\n')
+    c = kr.load_cluster_file(str(cf))
+    with pytest.raises(kr.RenderError) as err:
+        kr.check_imports(c, kr.config_files(c, str(cf)), str(cf))
+    assert str(err.value) == ('%s: files.train.py imports helpers, which is not in the ConfigMap (the pods would '
+                              'fail with ModuleNotFoundError): add files.helpers.py: helpers.py' % cf)
+
+
 @pytest.mark.parametrize('mutate,expected', [
-    (lambda o: o[-1]['spec'].update(podManagmentPolicy=o[-1]['spec'].pop('podManagementPolicy')),
+    (lambda o: o[5]['spec'].update(podManagmentPolicy=o[5]['spec'].pop('podManagementPolicy')),
      "StatefulSet trainer: Kubernetes 1.30.0: spec: Additional properties are not allowed ('podManagmentPolicy'"),
-    (lambda o: o[-1]['spec'].update(replicas='three'),
+    (lambda o: o[5]['spec'].update(replicas='three'),
      "StatefulSet trainer: Kubernetes 1.30.0: spec.replicas: 'three' is not of type 'integer'"),
     (lambda o: next(x for x in o if x['kind'] == 'SecurityContextConstraints').update(allowHostIPC='no'),
-     "SecurityContextConstraints trainer-rdma: allowHostIPC: 'no' is not of type 'boolean'"),
+     "SecurityContextConstraints ml-team-trainer-rdma: allowHostIPC: 'no' is not of type 'boolean'"),
     (lambda o: next(x for x in o if x['kind'] == 'SecurityContextConstraints').update(allowedCapabilitys=['IPC_LOCK']),
-     "SecurityContextConstraints trainer-rdma: (top): Additional properties are not allowed ('allowedCapabilitys'"),
+     "SecurityContextConstraints ml-team-trainer-rdma: (top): Additional properties are not allowed ('allowedCapabilitys'"),
 ])
 def test_a_broken_manifest_is_refused_with_the_object_and_field(mutate, expected):
     c, objs = example()
@@ -57,10 +103,11 @@ def test_nad_schema_refuses_a_config_that_is_not_json_text():
 
 def test_manifests_are_written_idempotently_and_stale_files_removed(tmp_path):
     c, objs = example()
+    objs = objs[:6]  # the applied ones (the admin's three go to admin/)
     files, removed, diffs = kr.write_manifests(objs, str(tmp_path))
     assert [os.path.basename(f) for f in files][:2] == ['01-serviceaccount-trainer.yaml',
-                                                        '02-securitycontextconstraints-trainer-rdma.yaml']
-    assert len(diffs) == 9 and removed == []
+                                                        '02-networkpolicy-trainer-peers.yaml']
+    assert len(diffs) == 6 and removed == []
     assert kr.write_manifests(objs, str(tmp_path))[2] == []
     (tmp_path / '99-configmap-old.yaml').write_text('kind: ConfigMap\n')
     (tmp_path / 'notes.yaml').write_text('mine\n')
@@ -68,13 +115,13 @@ def test_manifests_are_written_idempotently_and_stale_files_removed(tmp_path):
     assert removed == [str(tmp_path / '99-configmap-old.yaml')]
     assert (tmp_path / 'notes.yaml').exists()
     back, sources = kr.read_manifests(str(tmp_path))
-    assert back == objs and os.path.basename(sources[-1]) == '09-statefulset-trainer.yaml'
+    assert back == objs and os.path.basename(sources[-1]) == '06-statefulset-trainer.yaml'
 
 
 def test_check_mode_writes_nothing(tmp_path):
     _, objs = example()
-    _, _, diffs = kr.write_manifests(objs, str(tmp_path / 'm'), check=True)
-    assert len(diffs) == 9 and not (tmp_path / 'm').exists()
+    _, _, diffs = kr.write_manifests(objs[:6], str(tmp_path / 'm'), check=True)
+    assert len(diffs) == 6 and not (tmp_path / 'm').exists()
 
 
 def test_a_missing_cluster_file_and_bad_yaml_name_the_file(tmp_path):
