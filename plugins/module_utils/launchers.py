@@ -801,7 +801,7 @@ class Job:
             refused = ', '.join('%s (%s)' % (r['pid'], r['reason']) for r in outcome['refused'])
             self.fail('node %s: %d process(es) of job %s are left: %s%s'
                       % (self.me, len(outcome['left']), self.job_id, ', '.join(str(p['pid']) for p in outcome['left']),
-                         '; the kernel refused to signal %s' % refused if refused else ' (they survived SIGKILL)'),
+                         '; the kernel refused to signal %s' % refused if refused else ' (they survived SIGKILL for %d s)' % pr.KILL_WAIT_SECONDS),
                       stopped_pids=outcome['signalled'], refused=outcome['refused'])
         return self.result(changed=bool(outcome['signalled']) or bool(sid) or bool(boxes), running=False,
                            stopped_pids=outcome['signalled'], refused=outcome['refused'],

@@ -369,6 +369,11 @@ def jobs_running(uid=None, proc='/proc'):
     return out
 
 
+# Seconds a SIGKILLed process is given to go: one in uninterruptible I/O (a busy or slow shared
+# filesystem) dies only once its I/O returns, seconds later on a loaded node.
+KILL_WAIT_SECONDS = 15.0
+
+
 def stop_job(job_id, uid=None, grace=10.0, proc='/proc', leaders=(), sleep=time.sleep, clock=time.time):
     """SIGTERM a job's processes (see job_processes), wait up to grace seconds, SIGKILL what is left.
 
@@ -378,7 +383,7 @@ def stop_job(job_id, uid=None, grace=10.0, proc='/proc', leaders=(), sleep=time.
     uid = os.geteuid() if uid is None else uid
     signalled, refused = [], []
     own_group = os.getpgid(0)
-    for sig, wait in ((signal.SIGTERM, float(grace)), (signal.SIGKILL, 5.0)):
+    for sig, wait in ((signal.SIGTERM, float(grace)), (signal.SIGKILL, KILL_WAIT_SECONDS)):
         procs = job_processes(job_id, uid, proc, leaders)
         if not procs:
             break
