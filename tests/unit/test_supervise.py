@@ -190,3 +190,18 @@ def test_two_supervisors_never_act_on_one_job(tmp_path):
     assert sv.lock(str(tmp_path / 'lock')) is None
     first.close()
     assert sv.lock(str(tmp_path / 'lock')) is not None
+
+
+def test_the_report_says_who_supervises_the_job_or_that_nobody_does(tmp_path):
+    (tmp_path / 'supervise').mkdir()
+    (tmp_path / 'supervise' / 'supervisor.json').write_text(json.dumps(
+        {'unit': 'gpucluster-supervise@j-1.service', 'pid': 4242, 'host': 'head', 'doing': 'reading',
+         'time': NOW - 5, 'restarts': 1}))
+    (tmp_path / 'events.jsonl').write_text(json.dumps({'event': 'supervising', 'time': NOW - 60}) + '\n')
+    held = sv.lock(str(tmp_path / 'supervise' / 'lock'))
+    lines = sv.report(str(tmp_path), NOW)
+    assert lines[0] == 'supervised by gpucluster-supervise@j-1.service (pid 4242 on head, reading 5 s ago; restarts 1)'
+    assert lines[1].startswith('supervision: supervised; 0 restart(s)')
+    held.close()  # the supervisor died: the job runs on, and status says so
+    assert sv.report(str(tmp_path), NOW)[0] == ('nobody supervises this job (no supervisor holds %s/supervise/lock)'
+                                                % tmp_path)

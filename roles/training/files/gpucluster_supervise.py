@@ -5,6 +5,7 @@
 job stalls, judge its nodes with the quick health tier, restart it from its latest complete checkpoint.
 
     gpucluster_supervise.py <job dir>/supervise/settings.json
+    gpucluster_supervise.py --report <job dir>      # who supervises it, the summary and the last events
 
 Run by the unit gpucluster-supervise@<job id>.service as the training account (train.yml
 -e training_supervise=true starts it; training_state=stopped stops it before the job). Every read and
@@ -18,6 +19,7 @@ and plan_restart(); summarize() counts restarts, steps lost and time lost from t
 import fcntl
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -246,8 +248,9 @@ class Supervisor:
             log.close()
 
     def train(self, state, limit=None, **extra):
-        return self.playbook(self.s['train_playbook'], dict(extra, training_state=state, training_job_id=self.job),
-                             limit=limit)
+        # training_supervisor_acting: stopped.yml leaves this supervisor's own unit alone
+        return self.playbook(self.s['train_playbook'], dict(extra, training_state=state, training_job_id=self.job,
+                                                            training_supervisor_acting=True), limit=limit)
 
     def read(self):
         path = os.path.join(self.dir, 'status.json')
@@ -353,9 +356,31 @@ class Supervisor:
         return plan['resume_step']
 
 
+def report(job_dir, now=None):
+    """What status prints of a supervised job: who supervises it (or that nobody does) and its events."""
+    now = time.time() if now is None else now
+    held = lock(os.path.join(job_dir, 'supervise', 'lock'))
+    try:
+        with open(os.path.join(job_dir, 'supervise', 'supervisor.json')) as handle:
+            beat = json.load(handle)
+    except (OSError, ValueError):
+        beat = {}
+    if held is not None:
+        held.close()
+        who = 'nobody supervises this job (no supervisor holds %s/supervise/lock)' % job_dir
+    else:
+        who = 'supervised by %s (pid %s on %s, %s %.0f s ago; restarts %s)' % (
+            beat.get('unit') or 'a supervisor', beat.get('pid', '?'), beat.get('host', '?'), beat.get('doing', '?'),
+            now - beat.get('time', now), beat.get('restarts', '?'))
+    return [who] + summary_lines(read_events(os.path.join(job_dir, EVENTS)))
+
+
 def main(argv):
+    if len(argv) == 3 and argv[1] == '--report':
+        print('\n'.join(report(argv[2])))
+        return 0
     if len(argv) != 2:
-        print('usage: gpucluster_supervise.py <settings.json>', file=sys.stderr)
+        print('usage: gpucluster_supervise.py <settings.json> | --report <job dir>', file=sys.stderr)
         return 2
     with open(argv[1]) as handle:
         settings = json.load(handle)
@@ -364,7 +389,15 @@ def main(argv):
         print('job %s is supervised already (the lock %s/supervise/lock is held): this supervisor does nothing'
               % (settings['job_id'], settings['job_dir']), flush=True)
         return 3
-    return Supervisor(settings).run()
+    sup = Supervisor(settings)
+
+    def stopped(signum, _frame):
+        # systemctl stop (training_state=stopped does it first): the job's processes are not touched here
+        event(settings['job_dir'], 'stopped', why='the supervisor was stopped (signal %d); the job itself is stopped '
+              'by training_state=stopped, or runs on unsupervised' % signum)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, stopped)
+    return sup.run()
 
 
 if __name__ == '__main__':
