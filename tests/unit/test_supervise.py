@@ -146,6 +146,9 @@ def test_the_health_report_names_failing_nodes_and_those_it_has_no_record_of():
     report['records'].append({'node': 'w2', 'check': 'nfs', 'status': 'fail'})
     assert sv.bad_nodes(report, NODES) == ['w1', 'w2']
     assert sv.bad_nodes({}, NODES) == NODES
+    # a node that could not be reached: its checks are unknown, none ok
+    report['records'].append({'node': 'w1', 'check': 'reachable', 'status': 'unknown'})
+    assert sv.bad_nodes(report, NODES) == ['w1', 'w2']
 
 
 def test_the_event_log_tells_the_story_and_the_summary_counts_restarts_steps_and_time_lost(tmp_path, monkeypatch):

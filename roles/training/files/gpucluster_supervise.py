@@ -89,11 +89,12 @@ def decide(obs):
 
 
 def bad_nodes(health, nodes):
-    """Nodes whose quick health check failed or gave no answer (no record of it in the report)."""
+    """Nodes whose quick health check failed, or gave no answer (no record of it in the report that
+    is ok or warn: a node that could not be reached has none, or only unknown ones)."""
     records = (health or {}).get('records') or []
-    seen = set(r.get('node') for r in records)
+    answered = set(r.get('node') for r in records if r.get('status') in ('ok', 'warn'))
     failing = set(r.get('node') for r in records if r.get('status') == 'fail')
-    return [n for n in nodes if n in failing or n not in seen]
+    return [n for n in nodes if n in failing or n not in answered]
 
 
 def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
@@ -241,7 +242,7 @@ class Supervisor:
         log.flush()
         try:
             return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout or self.s['action_timeout'],
-                                  check=False).returncode
+                                  env=dict(os.environ, **self.s.get('environment', {})), check=False).returncode
         except subprocess.TimeoutExpired:
             return 124
         finally:
@@ -266,7 +267,8 @@ class Supervisor:
             return None
 
     def health(self, nodes):
-        report_dir = os.path.join(self.dir, 'health')
+        # on the head's own disk (the health report is written as root, which shared storage may squash)
+        report_dir = self.s['health_report_dir']
         try:
             os.unlink(os.path.join(report_dir, 'latest-quick.json'))
         except OSError:
