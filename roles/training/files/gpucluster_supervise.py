@@ -26,6 +26,11 @@ import sys
 import time
 
 EVENTS = 'events.jsonl'
+# The supervisor's playbook runs reach a frozen node: SSH gives up on it (a connection multiplexed over
+# an open master gets no ConnectTimeout, so the server is asked to answer every 5 s), and a read ends.
+SSH_ENV = {'ANSIBLE_SSH_ARGS': '-C -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=5 '
+                               '-o ServerAliveCountMax=3',
+           'ANSIBLE_TIMEOUT': '10'}
 FAULTS = ('failed', 'unreachable', 'stalled')
 
 
@@ -242,16 +247,18 @@ class Supervisor:
         log.flush()
         try:
             return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout or self.s['action_timeout'],
-                                  env=dict(os.environ, **self.s.get('environment', {})), check=False).returncode
+                                  env=dict(os.environ, **dict(SSH_ENV, **self.s.get('environment', {}))),
+                                  check=False).returncode
         except subprocess.TimeoutExpired:
             return 124
         finally:
             log.close()
 
-    def train(self, state, limit=None, **extra):
+    def train(self, state, limit=None, timeout=None, **extra):
         # training_supervisor_acting: stopped.yml leaves this supervisor's own unit alone
         return self.playbook(self.s['train_playbook'], dict(extra, training_state=state, training_job_id=self.job,
-                                                            training_supervisor_acting=True), limit=limit)
+                                                            training_supervisor_acting=True), limit=limit,
+                             timeout=timeout)
 
     def read(self):
         path = os.path.join(self.dir, 'status.json')
@@ -259,7 +266,8 @@ class Supervisor:
             os.unlink(path)
         except OSError:
             pass
-        self.train('status', training_status_file=path, training_progress_report=True)
+        self.train('status', timeout=self.s.get('read_timeout', 300), training_status_file=path,
+                   training_progress_report=True)
         try:
             with open(path) as handle:
                 return json.load(handle)
