@@ -208,3 +208,33 @@ def test_the_report_says_who_supervises_the_job_or_that_nobody_does(tmp_path):
     held.close()  # the supervisor died: the job runs on, and status says so
     assert sv.report(str(tmp_path), NOW)[0] == ('nobody supervises this job (no supervisor holds %s/supervise/lock)'
                                                 % tmp_path)
+
+
+def test_a_stopped_supervisor_ends_its_playbook_run_but_not_a_job_started_in_a_session_of_its_own(tmp_path):
+    import threading
+    import time as clock
+    # stands in for ansible-playbook: it starts a "job" in its own session (as training_job does), then works on
+    playbook = tmp_path / 'ansible-playbook'
+    playbook.write_text('#!/bin/bash\nsetsid sleep 60 & echo $! > %s/job.pid\nsleep 60\n' % tmp_path)
+    playbook.chmod(0o755)
+    (tmp_path / 'supervise').mkdir()
+    settings = {'job_id': 'j-1', 'job_dir': str(tmp_path), 'nodes': NODES, 'ansible_playbook': str(playbook),
+                'inventory': 'inv', 'vars_file': 'vars.json', 'action_timeout': 30}
+    sup = sv.Supervisor(settings)
+    done = []
+    runner = threading.Thread(target=lambda: done.append(sup.playbook('train.yml', {'training_state': 'started'})))
+    runner.start()
+    for _ in range(100):
+        if (tmp_path / 'job.pid').exists() and (tmp_path / 'job.pid').read_text().strip():
+            break
+        clock.sleep(0.05)
+    run = sup.child
+    sup.end_child()
+    runner.join(10)
+    job = int((tmp_path / 'job.pid').read_text())
+    try:
+        assert done == [-15] and run.poll() is not None
+        os.kill(job, 0)  # the job lives on
+    finally:
+        os.kill(job, 9)
+    assert 'train.yml' in (tmp_path / 'supervise' / 'ansible.log').read_text()

@@ -234,6 +234,7 @@ class Supervisor:
         self.job_dir = settings['job_dir']
         self.dir = os.path.join(self.job_dir, 'supervise')
         self.state = {'nodes': list(settings['nodes']), 'restarts': 0, 'failures': []}
+        self.child = None
 
     def playbook(self, playbook, extra, limit=None, timeout=None):
         cmd = [self.s['ansible_playbook'], '-i', self.s['inventory'], playbook, '-e', '@' + self.s['vars_file']]
@@ -245,14 +246,34 @@ class Supervisor:
         log = open(os.path.join(self.dir, 'ansible.log'), 'a')
         log.write('\n# %s %s\n' % (time.strftime('%Y-%m-%dT%H:%M:%S'), ' '.join(cmd)))
         log.flush()
+        # its own process group: the supervisor ends it (and only it) when it is stopped; a job the run
+        # starts lives in sessions of its own (training_job) and is not part of it
+        self.child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                      env=dict(os.environ, **dict(SSH_ENV, **self.s.get('environment', {}))))
         try:
-            return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout or self.s['action_timeout'],
-                                  env=dict(os.environ, **dict(SSH_ENV, **self.s.get('environment', {}))),
-                                  check=False).returncode
+            return self.child.wait(timeout=timeout or self.s['action_timeout'])
         except subprocess.TimeoutExpired:
+            self.end_child()
             return 124
         finally:
+            self.child = None
             log.close()
+
+    def end_child(self):
+        """End the playbook run in progress (its process group: SIGTERM, SIGKILL after 10 s)."""
+        child = self.child
+        if child is None or child.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(child.pid, sig)
+            except OSError:
+                return
+            try:
+                child.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
 
     def train(self, state, limit=None, timeout=None, **extra):
         # training_supervisor_acting: stopped.yml leaves this supervisor's own unit alone
@@ -402,7 +423,10 @@ def main(argv):
     sup = Supervisor(settings)
 
     def stopped(signum, _frame):
-        # systemctl stop (training_state=stopped does it first): the job's processes are not touched here
+        # systemctl stop (training_state=stopped does it first) or RuntimeMaxSec: the playbook run in
+        # progress ends with it (a restart half done is stopped by training_state=stopped next); the
+        # job's own processes are not touched here
+        sup.end_child()
         event(settings['job_dir'], 'stopped', why='the supervisor was stopped (signal %d); the job itself is stopped '
               'by training_state=stopped, or runs on unsupervised' % signum)
         sys.exit(0)
