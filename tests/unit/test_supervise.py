@@ -238,3 +238,112 @@ def test_a_stopped_supervisor_ends_its_playbook_run_but_not_a_job_started_in_a_s
     finally:
         os.kill(job, 9)
     assert 'train.yml' in (tmp_path / 'supervise' / 'ansible.log').read_text()
+
+
+FAKE_PLAYBOOK = r'''#!/usr/bin/env python3
+# stands in for ansible-playbook: answers the supervisor's runs from a script of results
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+extra = {}
+for i, word in enumerate(sys.argv):
+    if word == '-e' and sys.argv[i + 1].startswith('{'):
+        extra.update(json.loads(sys.argv[i + 1]))
+limit = sys.argv[sys.argv.index('--limit') + 1] if '--limit' in sys.argv else ''
+with open(os.path.join(here, 'script.json')) as handle:
+    script = json.load(handle)
+kind = 'health' if 'health_tier' in extra else extra['training_state']
+with open(os.path.join(here, 'calls.log'), 'a') as handle:
+    handle.write(json.dumps([kind, limit, extra.get('training_resume_from', '')]) + '\n')
+if kind in ('status', 'health'):
+    answer = script[kind].pop(0)
+    path = extra['training_status_file'] if kind == 'status' else os.path.join(extra['health_report_dir'],
+                                                                               'latest-quick.json')
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'w') as handle:
+        json.dump(answer, handle)
+with open(os.path.join(here, 'script.json'), 'w') as handle:
+    json.dump(script, handle)
+'''
+
+
+def _progress(step, node_states=None):
+    return {'state': 'running', 'stall': {'stalled': False},
+            'ranks': [_row('head', 0, step), _row('head', 1, step), _row('w1', 2, step), _row('w2', 3, step)]}
+
+
+def _failed(node, step):
+    return {'result': {'state': 'failed', 'failed_nodes': [node], 'first_failure': {'node': node, 'exit_code': -9}},
+            'progress': dict(_progress(step), state='failed')}
+
+
+def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_step=20):
+    import gpucluster_progress as gp
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    playbook = bin_dir / 'ansible-playbook'
+    playbook.write_text('#!%s\n%s' % (sys.executable, FAKE_PLAYBOOK.split('\n', 1)[1]))
+    playbook.chmod(0o755)
+    (bin_dir / 'script.json').write_text(json.dumps({'status': statuses, 'health': healths}))
+    job = tmp_path / 'job'
+    (job / 'supervise').mkdir(parents=True)
+    ckpt = tmp_path / 'ckpt'
+    ckpt.mkdir()
+    if checkpoint_step is not None:
+        (ckpt / ('step%d' % checkpoint_step)).mkdir()
+        gp.commit_checkpoint(str(ckpt), 'step%d' % checkpoint_step, checkpoint_step, 4)
+    settings = {'job_id': 'j-1', 'job_dir': str(job), 'nodes': NODES, 'hosts': {}, 'restarts': restarts,
+                'min_nodes': min_nodes, 'seconds': 60, 'interval': 0.01, 'action_timeout': 30,
+                'checkpoint_dir': str(ckpt), 'ansible_playbook': str(playbook), 'inventory': 'inv',
+                'train_playbook': 'gpucluster.multinode.train', 'health_playbook': 'gpucluster.multinode.health',
+                'vars_file': 'vars.json', 'health_report_dir': str(tmp_path / 'health')}
+    rc = sv.Supervisor(settings).run()
+    calls = [json.loads(line) for line in (bin_dir / 'calls.log').read_text().splitlines()]
+    return rc, calls, sv.read_events(str(job / 'events.jsonl'))
+
+
+def _healthy(*bad):
+    return {'records': [{'node': n, 'check': 'ssh', 'status': 'fail' if n in bad else 'ok'} for n in NODES]}
+
+
+def test_the_loop_stops_checks_and_restarts_a_killed_rank_on_all_nodes_then_sees_it_train_and_finish(tmp_path):
+    running = {'result': {'state': 'running'}, 'progress': _progress(12)}
+    statuses = [running, _failed('w1', 23), {'result': {'state': 'running'}, 'progress': _progress(25)},
+                {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy()])
+    assert rc == 0
+    assert [c[0] for c in calls] == ['status', 'status', 'stopped', 'health', 'started', 'status', 'status']
+    assert calls[4] == ['started', 'head,w1,w2', str(tmp_path / 'ckpt')]
+    assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'checked', 'restart', 'training',
+                                            'done']
+    restart = events[4]
+    assert (restart['nodes'], restart['resume_step'], restart['lost_steps'], restart['attempt']) == (NODES, 20, 3, 1)
+    assert sv.summarize(events)['restarts'] == 1 and sv.summarize(events)['outcome'] == 'finished'
+
+
+def test_the_loop_leaves_out_a_node_that_fails_its_check(tmp_path):
+    statuses = [{'result': {'state': 'unknown', 'unknown_nodes': ['w2']}}, {'result': {'state': 'running'},
+                                                                            'progress': _progress(21)},
+                {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy('w2')])
+    assert rc == 0 and calls[3] == ['started', 'head,w1', str(tmp_path / 'ckpt')]
+    assert events[1]['seen'] == 'unreachable' and events[3]['nodes'] == ['w2']
+    assert events[4]['left_out'] == ['w2'] and events[4]['why'] == 'without w2'
+
+
+def test_a_node_failing_after_every_restart_gives_up_after_training_restarts_with_the_reason(tmp_path):
+    statuses = [_failed('w1', 23), _failed('w1', 26), _failed('w1', 29)]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy(), _healthy(), _healthy()], restarts=2)
+    assert rc == 1
+    assert [c[0] for c in calls].count('started') == 2
+    assert [e['event'] for e in events].count('restart') == 2
+    assert events[-1]['event'] == 'gave_up' and events[-1]['why'] == 'training_restarts (2) used up'
+
+
+def test_without_a_checkpoint_the_restart_starts_from_the_beginning_and_says_so(tmp_path):
+    statuses = [_failed('w1', 23), {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy()], checkpoint_step=None)
+    assert rc == 0 and calls[3] == ['started', 'head,w1,w2', '']
+    restart = [e for e in events if e['event'] == 'restart'][0]
+    assert restart['resume_step'] == 0 and restart['lost_steps'] == 23
+    assert restart['why'] == ('on all nodes (w1 passed the check: a transient failure); no complete checkpoint under '
+                              '%s yet: restarting from the beginning' % (tmp_path / 'ckpt'))

@@ -373,8 +373,11 @@ class Supervisor:
         self.state['restarts'] += 1
         self.state['nodes'] = plan['nodes']
         lost = None if obs['step'] is None else max(0, obs['step'] - plan['resume_step'])
-        why = plan['why'] if ckpt is not None else plan['why'] + '; no checkpoint directory declared ' \
-            '(training_supervise_checkpoint_dir): restarting from the beginning'
+        why = plan['why']
+        if ckpt is None and self.s.get('checkpoint_dir'):
+            why += '; no complete checkpoint under %s yet: restarting from the beginning' % self.s['checkpoint_dir']
+        elif ckpt is None:
+            why += '; no checkpoint directory declared (training_supervise_checkpoint_dir): restarting from the beginning'
         event(self.job_dir, 'restart', nodes=plan['nodes'], left_out=plan['left_out'], resume_step=plan['resume_step'],
               lost_steps=lost, attempt=self.state['restarts'], why=why)
         self.heartbeat('restarting')
