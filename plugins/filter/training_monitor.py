@@ -35,7 +35,7 @@ def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_
     """{state, slowest_node, stall, lines, ranks, nodes, node_errors, summary} from the per-node
     results of training_progress (in the order of hosts). A node whose read failed is named with
     its error and makes the state unknown; nodes holds each node's own state (unknown there)."""
-    rows = []
+    rows, flight = [], None
     results = [r or {} for r in results]
     errors = training_read_errors(results, hosts)
     for host, result in zip(hosts, results):
@@ -46,7 +46,9 @@ def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_
             continue
         rows.extend(result['ranks'])
         step_regex = step_regex if step_regex is not None else result.get('step_regex')
-    view = jm.verdict(rows, float(stall_seconds), errors, step_regex)
+        # every node reads the same dumps on the shared storage: the first that found some says it
+        flight = flight or (result.get('flight') or {}).get('lines')
+    view = jm.verdict(rows, float(stall_seconds), errors, step_regex, flight)
     view['nodes'] = jm.node_states(rows, list(hosts), errors)
     view['summary'] = jm.summary(view['ranks'], job_id, view['state'], view['slowest_node'], time.time())
     return view

@@ -354,29 +354,29 @@ def expand_hostlist(text):
 # --- rendering --------------------------------------------------------------------------
 
 TORCHRUN_HEADER = ('# node address torchrun-options (torchrun $(awk -v n="$(hostname -s)" '
-                   '\'$1 == n {$1 = $2 = ""; print}\' FILE) train.py)')
+                   '\'$1 == n {$1 = $2 = ""; print}\' %s) train.py)')
 
 
-def render_torchrun(hosts, master_addr=None, master_port=29500):
+def render_torchrun(hosts, master_addr=None, master_port=29500, path=None):
     """One line per node: name, address, then the torchrun options it runs with (--nnodes,
     --node-rank, --nproc-per-node, --master-addr, --master-port); the head (first) is rank 0 and,
     unless master_addr is given, the master address."""
     if isinstance(master_port, bool) or not isinstance(master_port, int) or not 1 <= master_port <= 65535:
         raise HostfileError('master_port must be a port from 1 to 65535, got %r' % (master_port,))
     master = master_addr or hosts[0]['address']
-    lines = [TORCHRUN_HEADER]
+    lines = [TORCHRUN_HEADER % (path or 'FILE')]
     for rank, h in enumerate(hosts):
         lines.append('%s %s --nnodes=%d --node-rank=%d --nproc-per-node=%d --master-addr=%s --master-port=%d'
                      % (h['name'], h['address'], len(hosts), rank, h['slots'], master, master_port))
     return '\n'.join(lines) + '\n'
 
 
-def render(hosts, fmt='deepspeed', use_address=False, master_addr=None, master_port=29500):
+def render(hosts, fmt='deepspeed', use_address=False, master_addr=None, master_port=29500, path=None):
     """The hostfile text (with a final newline) for ordered host dicts {name, address, slots}."""
     if fmt not in FORMATS:
         raise HostfileError('format must be one of %s, got %r' % (', '.join(FORMATS), fmt))
     if fmt == 'torchrun':
-        return render_torchrun(hosts, master_addr, master_port)
+        return render_torchrun(hosts, master_addr, master_port, path)
     key = 'address' if use_address else 'name'
     labels = [str(h[key]) for h in hosts]
     if fmt == 'slurm':
@@ -391,13 +391,13 @@ def render(hosts, fmt='deepspeed', use_address=False, master_addr=None, master_p
 
 
 def build(entries, fmt='deepspeed', head=None, default_slots=1, include=None, exclude=None,
-          use_address=False, slots_label='slots', gpus_label='gpus', master_addr=None, master_port=29500):
+          use_address=False, slots_label='slots', gpus_label='gpus', master_addr=None, master_port=29500, path=None):
     """normalize + select + render: returns {content, hosts, total_slots}."""
     hosts = normalize(entries, head=head, default_slots=default_slots,
                       slots_label=slots_label, gpus_label=gpus_label)
     hosts = select(hosts, include, exclude)
     return {
-        'content': render(hosts, fmt, use_address, master_addr, master_port),
+        'content': render(hosts, fmt, use_address, master_addr, master_port, path),
         'hosts': hosts,
         'total_slots': sum(h['slots'] for h in hosts),
     }

@@ -538,15 +538,18 @@ def node_states(rows, hosts, node_errors):
     return out
 
 
-def verdict(rows, stall_seconds, node_errors=None, step_regex=None):
+def verdict(rows, stall_seconds, node_errors=None, step_regex=None, collectives=None):
     """state (running, stalled, finished, failed, not running, unknown), slowest node, stall and the
     lines to print, from every node's rows. A node whose read failed (node_errors: {node: why})
-    makes the state unknown: what the other nodes show says nothing of it."""
+    makes the state unknown: what the other nodes show says nothing of it. collectives: the lines
+    of the NCCL flight recorder's dumps (flight_recorder.analyse), named with a stall."""
     node_errors = node_errors or {}
     rows = sorted(rows, key=lambda r: r['rank'])
     alive = [r for r in rows if r.get('alive')]
     exited = [r for r in rows if not r.get('alive') and r.get('exit') != 'finished']
     st = stall(rows, stall_seconds)
+    if st['stalled'] and collectives:
+        st['collectives'] = list(collectives)
     slow, slow_why = slowest_node(rows)
     if node_errors:
         state = 'unknown'

@@ -121,7 +121,7 @@ attributes:
 seealso:
   - plugin: gpucluster.multinode.cluster_job_nodes
     plugin_type: filter
-author: gpucluster.multinode contributors
+author: gpucluster.multinode contributors (!UNKNOWN)
 '''
 
 EXAMPLES = r'''
@@ -252,7 +252,7 @@ def main():
         result = hf.build(entries, fmt=params['format'], head=head, default_slots=params['default_slots'],
                           include=params['include'], exclude=params['exclude'],
                           use_address=params['use_address'], master_addr=params['master_addr'],
-                          master_port=params['master_port'])
+                          master_port=params['master_port'], path=path)
     except hf.HostfileError as exc:
         module.fail_json(msg=to_native(exc))
 

@@ -54,6 +54,14 @@ options:
     description: The nvidia-smi binary; a node without it reports that it has no GPU figures.
     type: str
     default: nvidia-smi
+  step_regex:
+    description:
+      - Regular expression (Python, searched in each line) of a step line in the node's log
+        C(<job_dir>/logs/<node>.log), for ranks that write no progress file. Named groups C(step)
+        (else the first number of the match), optional C(loss) and C(time) (seconds since the epoch).
+      - Empty reads no log.
+    type: str
+    default: ''
   textfile:
     description: Write the figures to this node_exporter textfile (C(.prom)); empty writes none.
     type: path

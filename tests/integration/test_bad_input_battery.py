@@ -87,6 +87,13 @@ CASES = [
          'host bat-head: training_tensorboard_port 29500 is also training_master_port and cluster_master_port',
          extra={'training_state': 'tensorboard', 'training_tensorboard_port': 29500}),
     case('train-limit-without-head', 'train', '--limit leaves out the head bat-head', args=['--limit', '!bat-head']),
+    # status/watch/logs: the documented bounds are checked before any node is read or written.
+    case('train-status-sample-seconds-60', 'train',
+         'training: training_progress_sample_seconds must be 0 to 30 (got 60)',
+         extra={'training_state': 'status', 'training_job_id': 'bat-job', 'training_progress_sample_seconds': 60}),
+    case('train-watch-metrics-dir-under-proc', 'train',
+         'training: training_metrics_dir must be an absolute directory outside /proc, /sys and /dev',
+         extra={'training_state': 'watch', 'training_job_id': 'bat-job', 'training_metrics_dir': '/proc/gpucluster'}),
     case('train-container-runtime-one-node', 'train',
          'host bat-worker-1: training_container_runtime is podman, on bat-head none; '
          'training_container_runtime must be the same on every node of the cluster',

@@ -35,3 +35,25 @@ def test_the_status_read_errors_give_an_unknown_verdict():
     result = training_unknown_result(errors, 'j-1')
     assert result['state'] == 'unknown' and result['unknown_nodes'] == ['w1']
     assert result['lines'] == ['job j-1: unknown (its state could not be read on w1)', 'w1: read failed: boom']
+
+
+def test_a_stall_names_the_collective_the_flight_recorder_dumps_show(tmp_path):
+    # the dumps two gloo ranks wrote when rank 1 stopped before a collective (recorded fixture)
+    import os
+    import shutil
+    from ansible_collections.gpucluster.multinode.plugins.module_utils import flight_recorder as fr
+    fixture = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'flight', 'gloo-rank1-stopped')
+    os.makedirs(str(tmp_path / 'flight'))
+    for name in ('rank_0', 'rank_1'):
+        shutil.copy(os.path.join(fixture, name), str(tmp_path / 'flight' / name))
+    flight = fr.read_job(str(tmp_path))
+    rows = [dict(ROW, node='head', rank=0, seconds_since_step=120.0), dict(ROW, node='w1', rank=1, seconds_since_step=120.0)]
+    view = training_progress_view([{'ranks': rows[:1], 'flight': flight}, {'ranks': rows[1:], 'flight': flight}],
+                                  ['head', 'w1'], 60, 'j-1')
+    assert view['state'] == 'stalled'
+    assert view['stall']['collectives'] == flight['lines']
+    assert any(line.startswith('  collective: process group 0: rank(s) 0 wait in gloo:all_reduce #5')
+               for line in view['lines'])
+    # no dumps (a CPU job, or no timeout yet): the stall is reported without them
+    view = training_progress_view([{'ranks': rows[:1], 'flight': {}}, {'ranks': rows[1:]}], ['head', 'w1'], 60, 'j-1')
+    assert view['state'] == 'stalled' and view['stall']['collectives'] is None

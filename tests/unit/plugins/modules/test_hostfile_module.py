@@ -137,6 +137,8 @@ def test_each_format_of_the_guides(tmp_path, out):
     res = run(tmp_path, path=str(out / 'torchrun.txt'), format='torchrun', hosts=hosts, master_port=29511)
     lines = (out / 'torchrun.txt').read_text().splitlines()
     assert lines[0].startswith('# node address torchrun-options')
+    # the header's command reads this very file: a by-hand launch copies it as it stands
+    assert lines[0].endswith("'$1 == n {$1 = $2 = \"\"; print}' %s) train.py)" % (out / 'torchrun.txt'))
     assert lines[1:] == [
         'gpu-master 192.168.1.100 --nnodes=3 --node-rank=0 --nproc-per-node=2 --master-addr=192.168.1.100 --master-port=29511',
         'gpu-worker-1 192.168.1.101 --nnodes=3 --node-rank=1 --nproc-per-node=1 --master-addr=192.168.1.100 --master-port=29511',
