@@ -435,12 +435,19 @@ def parse_inspect(text):
 
 
 def parse_apptainer_inspect(text):
-    """{labels, recipe} of a SIF from ``apptainer inspect --json --labels SIF`` ({"data": {"attributes":
-    {"labels": {...}}}, "type": "container"}): the recipe label the image was built with (gpucluster.recipe,
-    carried over from the OCI image) is what two SIF files built from the same recipe share."""
+    """{labels, recipe} of a SIF from ``apptainer inspect --json --labels SIF``: the recipe label the image
+    was built with (gpucluster.recipe, carried over from the OCI image) is what two SIF files built from
+    the same recipe share.
+
+    The JSON has had three shapes across Singularity/Apptainer releases, all read: the JSON:API envelope
+    {"data": {"attributes": {"labels": {...}}, "type": "container"}}, the same without "data", and
+    (Singularity 3.1) the labels as a JSON string inside it."""
     try:
         data = json.loads(text or '')
-        labels = data['data']['attributes'].get('labels') or {}
+        body = data.get('data', data) if isinstance(data, dict) else None
+        labels = body['attributes'].get('labels') or {}
+        if isinstance(labels, str):
+            labels = json.loads(labels)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ContainerError('apptainer inspect did not print its JSON (%s: %s)' % (type(exc).__name__, exc)) from exc
     if not isinstance(labels, dict):

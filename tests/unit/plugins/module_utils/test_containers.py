@@ -1,6 +1,7 @@
 """Command lines of a job in a container image (podman, Apptainer/Singularity, enroot through pyxis),
 the Slurm script lines, and the readers of podman's output (recorded on a lab node, podman 4.3)."""
 
+import json
 import os
 import shlex
 
@@ -446,3 +447,18 @@ def test_apptainer_inspect_gives_the_recipe_the_sif_was_built_from():
     assert info['labels']['gpucluster.deepspeed_ops'] == '/etc/gpucluster/deepspeed-ops.json'
     with pytest.raises(cn.ContainerError, match='apptainer inspect did not print its JSON'):
         cn.parse_apptainer_inspect('FATAL:   could not open image /shared/images/x.sif: no such file')
+
+
+LABELS = {'gpucluster.recipe': 'abc123', 'org.label-schema.schema-version': '1.0'}
+
+
+@pytest.mark.parametrize('shape', [
+    # the JSON:API envelope (Singularity 3.0's documented output, Apptainer)
+    {'data': {'attributes': {'labels': LABELS}, 'type': 'container'}},
+    # Singularity 3.1.x and later releases: no "data" envelope
+    {'attributes': {'labels': LABELS}, 'type': 'container'},
+    # Singularity 3.1.0: the labels as a JSON string
+    {'attributes': {'labels': json.dumps(LABELS, indent='\t')}, 'type': 'container'},
+])
+def test_apptainer_inspect_is_read_in_each_shape_its_releases_printed(shape):
+    assert cn.parse_apptainer_inspect(json.dumps(shape, indent='\t'))['recipe'] == 'abc123'
