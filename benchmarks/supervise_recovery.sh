@@ -26,7 +26,7 @@ for round in $(seq 1 "$ROUNDS"); do
   ansible-playbook playbooks/train.yml -i "$INV" -e training_job_id="$job" -e training_supervise=true \
     -e training_restarts=1 -e training_env='{"DS_ACCELERATOR": "cpu"}' "${extra[@]}" \
     -e "{\"training_script_args\": [\"--steps\", \"100000\", \"--save-every\", \"$SAVE_EVERY\", \"--step-delay\", \"0.2\",
-         \"--checkpoint-dir\", \"$ckpt\", \"--tensorboard-dir\", \"\"]}" >/dev/null
+         \"--checkpoint-dir\", \"$ckpt\"]}" >/dev/null
   # a fault at a random point between two checkpoints, after two of them
   until [ "$(on "$HEAD" "cat $ckpt/latest" | tr -dc 0-9)" -ge $((2 * SAVE_EVERY)) ] 2>/dev/null; do sleep 2; done
   sleep "$(python3 -c "import random; print(round(random.uniform(0, $SAVE_EVERY * 0.5), 1))")"
