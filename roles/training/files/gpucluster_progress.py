@@ -22,10 +22,15 @@ require_gpus() refuses to run a rank on the CPU when the launch said the job has
 (GPUCLUSTER_EXPECT_GPUS=<n>, set by training_job in containers and under Slurm with GPUs).
 """
 
+import json
 import os
 import resource
 import socket
 import time
+
+# The file a checkpoint's tag directory holds once every rank wrote its part (the examples write it,
+# then move `latest` onto the tag): a tag without it is a save that did not finish.
+CHECKPOINT_DONE = 'gpucluster.json'
 
 
 def expected_gpus(environ=None):
@@ -143,6 +148,73 @@ def heartbeat_line(phase, step=None, now=None):
     if step is not None:
         words += ' step=%d' % step
     return '%s time=%.3f' % (words, time.time() if now is None else now)
+
+
+def _write_atomic(path, text):
+    """Write text to path through a temporary file moved over it (os.replace): a crash leaves the
+    old file or the new one, never half of one."""
+    tmp = '%s.tmp.%d' % (path, os.getpid())
+    with open(tmp, 'w') as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def commit_checkpoint(directory, tag, step, world, **extra):
+    """Mark the tag complete (its gpucluster.json: step, world size, time), then point `latest` at it.
+
+    Call it on one rank once every rank finished writing the tag (after a barrier). The pointer moves
+    last: a crash before leaves `latest` on the previous complete tag."""
+    record = dict(extra, step=int(step), world_size=int(world), saved=time.time())
+    _write_atomic(os.path.join(directory, tag, CHECKPOINT_DONE), json.dumps(record, sort_keys=True) + '\n')
+    _write_atomic(os.path.join(directory, 'latest'), tag + '\n')
+    return record
+
+
+def checkpoint_record(directory, tag):
+    """The tag's gpucluster.json as a dict, or None when the tag is not complete (missing, unreadable)."""
+    try:
+        with open(os.path.join(directory, tag, CHECKPOINT_DONE)) as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get('step'), int) else None
+
+
+def latest_complete_checkpoint(directory):
+    """(tag, record, note) of the checkpoint to resume from: the tag `latest` names when it is complete,
+    else the complete tag with the highest step (a save cut short, or a `latest` written by a DeepSpeed
+    without the marker: note says which was skipped and why); (None, None, note) when none is complete."""
+    named = None
+    try:
+        with open(os.path.join(directory, 'latest')) as handle:
+            named = handle.read().strip() or None
+    except OSError:
+        pass
+    if named:
+        record = checkpoint_record(directory, named)
+        if record is not None:
+            return named, record, None
+    complete = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return None, None, 'checkpoint directory %s cannot be read' % directory
+    for name in names:
+        record = checkpoint_record(directory, name) if os.path.isdir(os.path.join(directory, name)) else None
+        if record is not None:
+            complete.append((record['step'], name, record))
+    skipped = ('latest names %s, which is not complete (no %s: its save did not finish)' % (named, CHECKPOINT_DONE)
+               if named else 'no latest file')
+    if not complete:
+        if named and os.path.isdir(os.path.join(directory, named)):
+            # a directory saved before the marker existed (DeepSpeed's own `latest`): nothing tells
+            # whether it is whole, so it is taken as DeepSpeed would take it, and said so
+            return named, {}, 'latest names %s, saved without %s (an older save): loaded as it is' % (named, CHECKPOINT_DONE)
+        return None, None, '%s under %s, and no complete checkpoint' % (skipped, directory)
+    step, name, record = max(complete)
+    return name, record, '%s; resuming from %s (step %d), the newest complete one' % (skipped, name, step)
 
 
 def add_arguments(parser):

@@ -5,7 +5,13 @@
 
 Runs on GPUs with NCCL and on CPUs with gloo (DS_ACCELERATOR=cpu), under the deepspeed
 launcher, torchrun, mpirun or srun. Rank 0 logs the loss of every step; checkpoints are saved
-with DeepSpeed's own format and training resumes from the latest one with --resume-from.
+with DeepSpeed's own format (every --save-every steps and at the end) and training resumes from
+the latest complete one with --resume-from. A save is atomic: every rank writes the tag step<N>,
+then rank 0 writes step<N>/gpucluster.json (step, world size) and moves `latest` onto the tag
+last (DeepSpeed's own `latest` is not written: it is rewritten in place while other ranks may
+still write), so a node lost in the middle of a save leaves `latest` on the previous complete tag.
+A checkpoint saved on another world size is loaded with its model weights and a fresh optimizer
+state (ZeRO partitions the optimizer state by world size), and the script says so.
 --engine ddp trains the same model with torch's DistributedDataParallel and never imports
 DeepSpeed (no JIT build of its CPU ops: a quick check of a launcher).
 
@@ -23,7 +29,8 @@ import torch
 import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpucluster_progress import Progress, add_arguments, require_gpus  # noqa: E402  pylint: disable=wrong-import-position
+from gpucluster_progress import (  # noqa: E402  pylint: disable=wrong-import-position
+    CHECKPOINT_DONE, Progress, add_arguments, commit_checkpoint, latest_complete_checkpoint, require_gpus)
 
 STARTED = time.time()
 
@@ -76,6 +83,48 @@ class DDPEngine:
         self.optimizer.step()
 
 
+def save(engine, args, step, rank, world):
+    """Every rank writes its part of step<N> (DeepSpeed's save ends with a barrier); then rank 0 marks
+    the tag complete and moves `latest` onto it; a second barrier keeps the ranks together."""
+    tag = 'step%d' % step
+    if rank == 0:
+        # a tag written again (a run resumed from an older step) is not complete until it is marked again
+        try:
+            os.unlink(os.path.join(args.checkpoint_dir, tag, CHECKPOINT_DONE))
+        except OSError:
+            pass
+    engine.save_checkpoint(args.checkpoint_dir, tag=tag, client_state={'step': step}, save_latest=False)
+    if rank == 0:
+        commit_checkpoint(args.checkpoint_dir, tag, step, world, zero_stage=engine.zero_optimization_stage())
+        print('saved checkpoint %s (step %d, world %d)' % (os.path.join(args.checkpoint_dir, tag), step, world),
+              flush=True)
+    dist.barrier()
+
+
+def resume(engine, args, rank, world):
+    """Load the latest complete checkpoint under --resume-from; its step. A tag whose save did not finish
+    is passed over (said on rank 0); on another world size only the model weights are loaded."""
+    tag, record, note = latest_complete_checkpoint(args.resume_from)
+    if tag is None:
+        raise SystemExit('no checkpoint to resume from: %s' % note)
+    if rank == 0 and note:
+        print(note, flush=True)
+    saved_world = record.get('world_size')
+    resized = saved_world is not None and saved_world != world
+    if resized and engine.zero_optimization_stage() >= 3:
+        raise SystemExit('checkpoint %s was saved by %d ranks and this run has %d: ZeRO stage 3 partitions the model '
+                         'itself by world size; resume it on %d ranks' % (tag, saved_world, world, saved_world))
+    path, client_state = engine.load_checkpoint(args.resume_from, tag=tag, load_module_only=resized)
+    if path is None:
+        raise SystemExit('checkpoint %s under %s could not be loaded' % (tag, args.resume_from))
+    step = int(record.get('step', (client_state or {}).get('step', 0)))
+    if rank == 0:
+        resized_note = (' (saved with world %d, now world %d: model weights loaded, the optimizer state starts afresh)'
+                        % (saved_world, world)) if resized else ''
+        print('resumed from %s at step %d%s' % (path, step, resized_note), flush=True)
+    return step
+
+
 def main():
     args = parse_args()
     on_gpu = torch.cuda.is_available()
@@ -113,12 +162,7 @@ def main():
     start_step = 0
     if args.resume_from:
         progress.heartbeat('load')
-        path, client_state = engine.load_checkpoint(args.resume_from)
-        if path is None:
-            raise SystemExit('no checkpoint found under %s' % args.resume_from)
-        start_step = int((client_state or {}).get('step', 0))
-        if rank == 0:
-            print('resumed from %s at step %d' % (path, start_step), flush=True)
+        start_step = resume(engine, args, rank, world)
         progress.heartbeat('train', start_step)
 
     dtype = next(engine.module.parameters()).dtype
@@ -140,14 +184,14 @@ def main():
         if args.checkpoint_dir and args.save_every and step % args.save_every == 0:
             # heartbeats before and after the save: a long save is not a stall
             progress.heartbeat('checkpoint', step)
-            engine.save_checkpoint(args.checkpoint_dir, tag='step%d' % step, client_state={'step': step})
+            save(engine, args, step, rank, world)
             progress.heartbeat('train', step)
         if args.step_delay:
             time.sleep(args.step_delay)
 
-    if args.checkpoint_dir:
+    if args.checkpoint_dir and args.steps > start_step and not (args.save_every and args.steps % args.save_every == 0):
         progress.heartbeat('checkpoint', args.steps)
-        engine.save_checkpoint(args.checkpoint_dir, tag='step%d' % args.steps, client_state={'step': args.steps})
+        save(engine, args, args.steps, rank, world)
         progress.heartbeat('train', args.steps)
     # The loss of the last step, averaged over ranks.
     progress.finish(dist, loss.detach().to(device=device, dtype=torch.float32), args.steps, backend)

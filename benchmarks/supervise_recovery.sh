@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Seconds from a fault to the supervised job's next step, and steps lost against the checkpoint
+# interval: a supervised DeepSpeed job (train_tiny.py, --save-every SAVE_EVERY) whose rank on WORKER
+# is killed ROUNDS times, once per job; each round reads the job's events.jsonl on the head.
+#   benchmarks/supervise_recovery.sh     # INV=lab/inventory WORKER=<a worker> ROUNDS=3 SAVE_EVERY=5
+# The head needs what a supervised job needs (training_supervise_inventory, ansible-playbook and this
+# collection there, see roles/training/README.md): pass them with EXTRA='-e training_supervise_inventory=...'.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+# shellcheck source=benchmarks/lib.sh
+source benchmarks/lib.sh
+INV=${INV:-lab/inventory}
+ROUNDS=${ROUNDS:-3}
+SAVE_EVERY=${SAVE_EVERY:-5}
+WORKER=${WORKER:?name the worker whose rank is killed (WORKER=...)}
+HEAD=$(ansible-inventory -i "$INV" --graph head | sed -n 's/.*--//p' | head -1)
+read -r -a extra <<< "${EXTRA:-}"
+on() { ansible -i "$INV" "$1" -b --become-user "${TRAIN_USER:-train}" -m ansible.builtin.command -a "$2" -o \
+         | sed -n 's/.*(stdout) //p'; }
+
+to_step=(); lost=()
+for round in $(seq 1 "$ROUNDS"); do
+  job=bench-sup-$$-$round
+  ckpt=/shared/ckpt/$job
+  ansible-playbook playbooks/train.yml -i "$INV" -e training_job_id="$job" -e training_supervise=true \
+    -e training_restarts=1 -e training_env='{"DS_ACCELERATOR": "cpu"}' "${extra[@]}" \
+    -e "{\"training_script_args\": [\"--steps\", \"100000\", \"--save-every\", \"$SAVE_EVERY\", \"--step-delay\", \"0.2\",
+         \"--checkpoint-dir\", \"$ckpt\"]}" >/dev/null
+  # a fault at a random point between two checkpoints, after two of them
+  until [ "$(on "$HEAD" "cat $ckpt/latest" | tr -dc 0-9)" -ge $((2 * SAVE_EVERY)) ] 2>/dev/null; do sleep 2; done
+  sleep "$(python3 -c "import random; print(round(random.uniform(0, $SAVE_EVERY * 0.5), 1))")"
+  rank=$(on "$HEAD" "grep -l host=$WORKER /shared/jobs/$job/progress/ -r" | head -1)
+  pid=$(on "$HEAD" "head -1 $rank" | sed -n 's/.* pid=\([0-9]*\).*/\1/p')
+  fault=$(date +%s.%N)
+  on "$WORKER" "kill -9 $pid" >/dev/null
+  until on "$HEAD" "cat /shared/jobs/$job/events.jsonl" | grep -q '"event": "\(training\|gave_up\)"'; do sleep 2; done
+  events=$(on "$HEAD" "cat /shared/jobs/$job/events.jsonl")
+  read -r secs steps < <(EVENTS=$events python3 - "$fault" <<'PY'
+import json, os, sys
+events = [json.loads(l) for l in os.environ['EVENTS'].splitlines() if l.strip()]
+again = [e for e in events if e['event'] == 'training']
+restart = [e for e in events if e['event'] == 'restart']
+print('%.1f %s' % ((again[0]['time'] - float(sys.argv[1])) if again else -1, restart[0]['lost_steps'] if restart else -1))
+PY
+)
+  echo "round $round: training again ${secs} s after the kill, ${steps} step(s) lost (checkpoint every $SAVE_EVERY)"
+  to_step+=("$secs"); lost+=("$steps")
+  ansible-playbook playbooks/train.yml -i "$INV" -e training_state=stopped -e training_job_id="$job" >/dev/null || true
+done
+print_series 'fault to next step (s):        ' 1 "${to_step[*]}"
+print_series "steps lost (interval $SAVE_EVERY):      " 0 "${lost[*]}"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
