@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
 """A stand-in for the kubelet: runs one pod of a rendered StatefulSet as a podman container by the

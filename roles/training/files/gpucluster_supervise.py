@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
 """Supervise one training job from the head: stop it when a rank fails, a node stops answering or the
