@@ -35,6 +35,32 @@ def job(tmp_path, monkeypatch):
     return data
 
 
+_REAPERS = []
+
+
+def start_reaper(agent):
+    """The agent's reaper (waitpid(-1) as PID 1 does) for the length of one test: left running, it
+    would reap the children of later tests in this process."""
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            agent.reap()
+            time.sleep(0.2)
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    _REAPERS.append((stop, thread))
+
+
+@pytest.fixture(autouse=True)
+def reapers_end_with_their_test():
+    yield
+    while _REAPERS:
+        stop, thread = _REAPERS.pop()
+        stop.set()
+        thread.join(5)
+
+
 def serve(agent):
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -86,7 +112,7 @@ def test_the_agent_starts_reports_and_stops_only_for_pod_0(job, monkeypatch, tmp
     out = io.StringIO()
     agent = k8s_pod.Agent(job, 'trainer-1', out=out)
     monkeypatch.setattr(agent, 'command', lambda job_id, rank, attempt=0: ['sh', '-c', 'echo rank %d; sleep 30' % rank])
-    threading.Thread(target=agent.reaper, daemon=True).start()
+    start_reaper(agent)
     sock = serve(agent)
     port = job['agent_port']
     try:
@@ -164,7 +190,7 @@ def cluster_of_agents(job, monkeypatch, commands):
     for i in range(3):
         agent = k8s_pod.Agent(dict(job, agent_port=ports[i]), 'trainer-%d' % i, out=io.StringIO())
         agent.command = (lambda rank: lambda job_id, r, attempt=0: commands(rank, attempt))(i)
-        threading.Thread(target=agent.reaper, daemon=True).start()
+        start_reaper(agent)
         agents.append(agent)
         socks.append(serve(agent))
     return agents, socks
