@@ -225,21 +225,23 @@ class Agent:
         except (OSError, ValueError):
             pass
 
+    def job_ids(self):
+        """The job ids of the state directory (sorted; a name that is no job id is skipped)."""
+        try:
+            names = sorted(os.listdir(self.state_root()))
+        except OSError:
+            return []
+        return [name for name in names if JOB_ID_RE.match(name)]
+
     def recover(self):
         """At start: a part this pod ran when its container ended is failed, reason restarted."""
         root = self.state_root()
-        try:
-            names = sorted(os.listdir(root))
-        except OSError:
-            return
-        for job_id in names:
+        for job_id in self.job_ids():
             path = os.path.join(root, job_id, '%s.json' % self.name)
             try:
                 with open(path) as handle:
                     rec = json.load(handle)
             except (OSError, ValueError):
-                continue
-            if not JOB_ID_RE.match(job_id):
                 continue
             if rec.get('state') == 'running':
                 rec.update(state='failed', exit_code=None, ended=time.time(),
@@ -398,13 +400,9 @@ class Agent:
         if self.ordinal != 0:
             return
         root = self.state_root()
-        try:
-            names = sorted(os.listdir(root))
-        except OSError:
-            return
-        for job_id in names:
+        for job_id in self.job_ids():
             record = read_job_record(root, job_id)
-            if record and record.get('state') == 'running' and JOB_ID_RE.match(job_id):
+            if record and record.get('state') == 'running':
                 thread = threading.Thread(target=self._supervise, args=(job_id, 1.0), daemon=True)
                 self.supervisors[job_id] = thread
                 thread.start()
