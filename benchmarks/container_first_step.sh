@@ -2,8 +2,8 @@
 # Time to the first logged step of a DeepSpeed job in containers against the same job on the hosts,
 # on one lab in one run: the first container job right after the image was loaded again on every
 # node (no container has run from it yet), then warm container jobs against warm host jobs
-# (goal: a container job within 1.2x of a host job; before the image carried DeepSpeed's ops the
-# first container job took 167.5 s against 13-14 s on the hosts).
+# (goals: the first container job within 1.5x of the first host job, a warm one within 1.2x of a
+# warm host job; before the image carried DeepSpeed's ops the first took 167.5 s against 13-14 s).
 #   a lab with both: python_env on the hosts and the container step (container_runtime=podman)
 #   INV=.lab/inv ROUNDS=3 benchmarks/container_first_step.sh
 # It prints figures and ratios; it is not a test (nothing fails on a slow figure).
@@ -59,5 +59,5 @@ print_series 'host, first job to first step (s):          ' 1 "$host_first"
 print_series 'container, first job after the load (s):    ' 1 "$ctr_first"
 print_series 'host, later jobs to first step (s):         ' 1 "${host[*]}"
 print_series 'container, later jobs to first step (s):    ' 1 "${ctr[*]}"
-print_median_ratio 'ratio first container / first host:         ' "$ctr_first" "$host_first" ' (goal <= 1.2; 167.5 / 13.5 before)'
+print_median_ratio 'ratio first container / first host:         ' "$ctr_first" "$host_first" ' (goal <= 1.5; 167.5 / 13.5 before)'
 print_median_ratio 'ratio warm container / warm host:           ' "${ctr[*]}" "${host[*]}" ' (goal <= 1.2)'
