@@ -51,8 +51,9 @@ def training_verdict(results, nodes=None):
     # torchrun: every agent exits non-zero once one rank dies; the culprit is the node whose rank
     # failed first (a signal such as SIGKILL breaks a tie), as torchrun's own reports say.
     # (Under Slurm one log holds every node's report: the report's own host is the node.)
+    # DeepSpeed: the head's pdsh lines hold every node's launcher report, each naming its node.
     reports = [(r['rank_failure']['time'], 0 if (r['rank_failure'].get('exit_code') or 0) < 0 else 1,
-                r['rank_failure']['host'] if r.get('slurm_job_id') else r.get('node'))
+                r['rank_failure'].get('node') or (r['rank_failure']['host'] if r.get('slurm_job_id') else r.get('node')))
                for r in results if r.get('rank_failure')]
     reports = [rep for rep in reports if rep[2] in failed]
     if reports:

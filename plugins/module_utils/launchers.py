@@ -188,6 +188,12 @@ class DeepSpeed(Launcher):
             return
         text = '\n'.join(pr.tail(j.log, BIG))
         out['node_exit_codes'] = tr.pdsh_exit_codes(text)
+        failure = tr.deepspeed_rank_failure(text)
+        if failure:
+            # pdsh names a host as the hostfile does (name or address): the node's name
+            failure['node'] = next((n['name'] for n in j.nodes if failure['host'] in (n['name'], n['address'])),
+                                   failure['host'])
+        out['rank_failure'] = failure
         out['node_log_tails'] = tr.pdsh_node_tails(text, [n['name'] for n in j.nodes], j.p['log_lines'])
         out['unreachable'] = lf.unreachable_nodes(text, j.nodes)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import signal
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.processes import JOB_ENV
 
@@ -312,6 +313,31 @@ def torchrun_failure(text):
     signame = re.search(r'\((SIG[A-Z0-9]+)\)', found.group('rest'))
     return {'time': found.group('time'), 'host': found.group('host'), 'rank': int(found.group('rank')),
             'exit_code': int(found.group('code')), 'signal': signame.group(1) if signame else None}
+
+
+# DeepSpeed's launch.py (one per node, through pdsh on the head) when one of its ranks exited non-zero:
+# "<host>: [2026-11-25 22:52:37,123] [ERROR] [launch.py:259:sigkill_handler] [...] exits with return code = -9"
+DS_LAUNCH_EXIT_RE = re.compile(r'^(?P<host>[^\s:]+): \[(?P<time>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+)\] \[ERROR\] '
+                               r'\[launch\.py:\d+:sigkill_handler\] .* exits with return code = (?P<code>-?\d+)\s*$', re.M)
+
+
+def deepspeed_rank_failure(text):
+    """{time, host, exit_code, signal} of the node whose DeepSpeed launcher first reported a rank's non-zero
+    exit, from the pdsh lines in the head's log (the other nodes' ranks fail after it, when their peer is
+    gone); a rank ended by a signal (a negative code) wins a tie. None when no node reported one."""
+    found = []
+    for match in DS_LAUNCH_EXIT_RE.finditer(text or ''):
+        code = int(match.group('code'))
+        if code:
+            found.append((match.group('time'), 0 if code < 0 else 1, match.group('host'), code))
+    if not found:
+        return None
+    when, _, host, code = min(found)
+    try:
+        name = signal.Signals(-code).name if code < 0 else None
+    except ValueError:
+        name = None
+    return {'time': when, 'host': host, 'exit_code': code, 'signal': name}
 
 
 ATTEMPT_RE = re.compile(r'^attempt_(\d+)$')

@@ -344,8 +344,11 @@ restarts_in_place:
   type: int
   sample: 1
 rank_failure:
-  description: The first observed rank failure in torchrun's report on this node (time, host, rank, exit code, signal).
-  returned: state is status and launcher is torchrun
+  description:
+    - torchrun - the first observed rank failure in torchrun's report on this node (time, host, rank, exit code, signal).
+    - deepspeed (on the head) - the node whose launcher first reported a rank's non-zero exit, from the pdsh lines
+      (time, host as pdsh names it, node, exit code, signal); the culprit when the other nodes' ranks fail after it.
+  returned: state is status and launcher is torchrun, or deepspeed on the head
   type: dict
   sample: {time: "2026-11-22_14:36:36", host: lab-worker-1, rank: 1, exit_code: -9, signal: SIGKILL}
 log_tail:

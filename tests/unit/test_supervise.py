@@ -256,6 +256,8 @@ with open(os.path.join(here, 'calls.log'), 'a') as handle:
     handle.write(json.dumps([kind, limit, extra.get('training_resume_from', '')]) + '\n')
 if kind in ('status', 'health'):
     answer = script[kind].pop(0)
+    if answer is None:
+        sys.exit(2)  # a run that failed before it wrote anything
     path = extra['training_status_file'] if kind == 'status' else os.path.join(extra['health_report_dir'],
                                                                                'latest-quick.json')
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -328,6 +330,16 @@ def test_the_loop_leaves_out_a_node_that_fails_its_check(tmp_path):
     assert rc == 0 and calls[3] == ['started', 'head,w1', str(tmp_path / 'ckpt')]
     assert events[1]['seen'] == 'unreachable' and events[3]['nodes'] == ['w2']
     assert events[4]['left_out'] == ['w2'] and events[4]['why'] == 'without w2'
+
+
+def test_a_health_run_that_wrote_no_report_calls_no_node_failing_and_judges_by_the_fault(tmp_path):
+    statuses = [_failed('w1', 23), {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [None])
+    assert rc == 0 and calls[3] == ['started', 'head,w2', str(tmp_path / 'ckpt')]
+    checked = [e for e in events if e['event'] == 'checked'][0]
+    assert checked['nodes'] == ['w1']
+    assert checked['why'].startswith('the quick health tier wrote no report (health.yml rc 2; its output in ')
+    assert checked['why'].endswith('judged by the fault alone: w1')
 
 
 def test_a_node_failing_after_every_restart_gives_up_after_training_restarts_with_the_reason(tmp_path):

@@ -295,18 +295,20 @@ class Supervisor:
             return None
 
     def health(self, nodes):
+        """(the quick tier's report, rc of its run); the report is None when the run wrote none."""
         # on the head's own disk (the health report is written as root, which shared storage may squash)
         report_dir = self.s['health_report_dir']
         try:
             os.unlink(os.path.join(report_dir, 'latest-quick.json'))
         except OSError:
             pass
-        self.playbook(self.s['health_playbook'], {'health_tier': 'quick', 'health_report_dir': report_dir}, limit=nodes)
+        rc = self.playbook(self.s['health_playbook'], {'health_tier': 'quick', 'health_report_dir': report_dir},
+                           limit=nodes)
         try:
             with open(os.path.join(report_dir, 'latest-quick.json')) as handle:
-                return json.load(handle)
+                return json.load(handle), rc
         except (OSError, ValueError):
-            return {}
+            return None, rc
 
     def checkpoint(self):
         """Step of the latest complete checkpoint (None when the job declares no checkpoint directory)."""
@@ -359,10 +361,16 @@ class Supervisor:
         event(self.job_dir, 'job_stopped', why='every rank, container and launcher stopped' if rc == 0 else
               'stop ended with rc %d (a node that does not answer keeps its frozen ranks)' % rc)
         self.heartbeat('checking nodes')
-        report = self.health(self.state['nodes'])
-        bad = bad_nodes(report, self.state['nodes'])
-        event(self.job_dir, 'checked', nodes=bad, why='quick health tier: %s' % (
-            ('failing or not answering: ' + ', '.join(bad)) if bad else 'every node passed'))
+        report, rc = self.health(self.state['nodes'])
+        if report is None:
+            # no verdict was read: no node is called failing for it; the fault's own culprits are judged
+            bad = list(act['nodes'])
+            why = ('the quick health tier wrote no report (health.yml rc %d; its output in %s): judged by the fault '
+                   'alone: %s' % (rc, os.path.join(self.dir, 'ansible.log'), ', '.join(bad) or 'no node named'))
+        else:
+            bad = bad_nodes(report, self.state['nodes'])
+            why = 'quick health tier: %s' % (('failing or not answering: ' + ', '.join(bad)) if bad else 'every node passed')
+        event(self.job_dir, 'checked', nodes=bad, why=why)
         ckpt = self.checkpoint()
         plan = plan_restart(self.state, obs, act['nodes'], bad, ckpt, self.s)
         if plan['action'] == 'give_up':

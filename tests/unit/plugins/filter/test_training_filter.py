@@ -96,3 +96,16 @@ def test_status_says_how_often_torchrun_restarted_the_ranks_in_place_and_where_t
     assert 'torchrun restarts unknown: the rank log directory could not be read on w2' in verdict['lines']
     # no restart: no line
     assert not any('restart' in line for line in training_verdict(results[1:2])['lines'])
+
+
+def test_a_deepspeed_job_names_the_node_whose_rank_was_killed_not_the_head_whatever_the_order_of_pdsh_lines():
+    # as Ansible hands the head's result over: node_exit_codes in name order, the head first
+    results = [dict(job_id='j1', node='lab-head', role='launcher', running=False, exit_code=247,
+                    node_exit_codes={'lab-head': 1, 'lab-worker-1': 247, 'lab-worker-2': 1},
+                    rank_failure={'time': '2026-11-25 22:52:37,123', 'host': 'lab-worker-1', 'node': 'lab-worker-1',
+                                  'exit_code': -9, 'signal': 'SIGKILL'}),
+               dict(job_id='j1', node='lab-worker-1', role='ranks', running=False, exit_code=None),
+               dict(job_id='j1', node='lab-worker-2', role='ranks', running=False, exit_code=None)]
+    verdict = training_verdict(results, ['lab-head', 'lab-worker-1', 'lab-worker-2'])
+    assert verdict['state'] == 'failed'
+    assert verdict['failed_nodes'][0] == 'lab-worker-1' and verdict['first_failure']['node'] == 'lab-worker-1'

@@ -231,6 +231,17 @@ def write_log(lab, node, text):
     (logs / ('%s.log' % node)).write_text(text)
 
 
+def test_deepspeed_status_names_the_node_whose_launcher_reported_a_rank_exit_first_by_its_name(lab):
+    # the recorded head log of a 2+1+1 lab, its hosts renamed to this cluster's, bravo-2 by its address (a
+    # hostfile by address)
+    text = fixture('pdsh', 'deepspeed-head-log-rank-killed-on-worker-1.txt')
+    text = text.replace('lab-worker-1', '10.99.0.12').replace('lab-worker-2', 'charlie').replace('lab-head', 'alpha')
+    write_log(lab, 'alpha', text)
+    out = job(lab, 'deepspeed', 'alpha').status()
+    assert out['rank_failure']['node'] == 'bravo-2' and out['rank_failure']['signal'] == 'SIGKILL'
+    assert out['node_exit_codes'] == {'10.99.0.12': 247, 'charlie': 1, 'alpha': 1}
+
+
 def test_deepspeed_status_names_the_worker_pdsh_could_not_reach(lab):
     write_log(lab, 'alpha', fixture('pdsh', 'deepspeed-head-log-worker-blocked.txt'))
     out = job(lab).status()

@@ -296,3 +296,24 @@ def test_secret_env_values_masks_secrets_and_long_unknown_values_but_never_a_set
            'TOKENIZERS_PARALLELISM': 'false', 'HF_TOKEN': 'hf_S3cretTokenValue', 'WANDB_API_KEY': 'abc',
            'MY_ENDPOINT': 'https://user:pw@example.com/x', 'RUN_TAG': 'a1', 'NCCL_IB_AUTH_KEY': 'k3y-v4lue'}
     assert tr.secret_env_values(env) == {'hf_S3cretTokenValue', 'abc', 'https://user:pw@example.com/x', 'k3y-v4lue'}
+
+
+def _fixture(*parts):
+    with open(os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', *parts)) as handle:
+        return handle.read()
+
+
+def test_the_node_whose_deepspeed_launcher_reported_first_is_read_from_a_recorded_head_log():
+    # recorded: worker-1's rank killed (SIGKILL) on a 2+1+1 lab; worker-2 and the head failed 3 s later
+    text = _fixture('pdsh', 'deepspeed-head-log-rank-killed-on-worker-1.txt')
+    assert tr.deepspeed_rank_failure(text) == {'time': '2026-11-25 22:52:37,123', 'host': 'lab-worker-1',
+                                               'exit_code': -9, 'signal': 'SIGKILL'}
+    assert tr.deepspeed_rank_failure('') is None
+
+
+def test_a_signal_wins_a_tie_between_deepspeed_launcher_reports():
+    line = '%s: [2026-11-25 22:52:40,625] [ERROR] [launch.py:259:sigkill_handler] [\'python\'] exits with return code = %d\n'
+    text = line % ('w2', 1) + line % ('w1', -6) + line % ('w3', 0)
+    assert tr.deepspeed_rank_failure(text)['host'] == 'w1'
+    assert tr.deepspeed_rank_failure(text)['signal'] == 'SIGABRT'
+    assert tr.deepspeed_rank_failure(line % ('w3', 0)) is None
