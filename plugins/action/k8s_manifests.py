@@ -12,9 +12,9 @@ from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpucluster.multinode.plugins.filter.nccl_env import nccl_environment
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_manifests as km
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import k8s_render as kr
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import render as kr
 
 ARGS = {
     'cluster_file': {'type': 'path', 'required': True},

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
 
 RDMA_SCC_REASON = ('IPC_LOCK (RDMA memory registration pins pages) is not allowed by restricted-v2; '
                    'this SCC is restricted-v2 plus IPC_LOCK in allowedCapabilities (drop ALL, non-root, '

@@ -16,8 +16,8 @@ import re
 
 import yaml
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_manifests as km
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
 
 # The two Kubernetes versions every rendered object is validated against (strict schemas): the
 # oldest still common (OpenShift 4.17 runs 1.30) and a current one.
@@ -37,7 +37,7 @@ class RenderError(ValueError):
 def role_files():
     """roles/k8s/files of this collection."""
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.normpath(os.path.join(here, '..', '..', 'roles', 'k8s', 'files'))
+    return os.path.normpath(os.path.join(here, '..', '..', '..', 'roles', 'k8s', 'files'))
 
 
 def read_text(path, label):
