@@ -11,7 +11,7 @@ import os
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpucluster.multinode.plugins.filter.nccl_env import nccl_environment
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.nccl_env import nccl_environment
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import render as kr
@@ -62,7 +62,7 @@ class ActionModule(ActionBase):
         except (kc.ClusterFileError, kr.RenderError) as exc:
             result.update(failed=True, msg=str(exc))
             return result
-        except Exception as exc:  # the filter's own refusal (AnsibleFilterError) included
+        except Exception as exc:  # nccl_environment's refusal (AnsibleFilterError) included
             result.update(failed=True, msg='%s: %s' % (args['cluster_file'], exc))
             return result
         pods = kc.pods(cluster)

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.filter.nccl_env import nccl_environment
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.nccl_env import nccl_environment
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
 

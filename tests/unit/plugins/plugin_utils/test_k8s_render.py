@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.filter.nccl_env import nccl_environment
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.nccl_env import nccl_environment
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import render as kr
