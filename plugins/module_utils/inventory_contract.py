@@ -17,17 +17,13 @@ import re
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
+from ansible_collections.gpucluster.multinode.plugins.module_utils.hostfile import natural_key
 
 USER_RE = re.compile(r'^[a-z_][a-z0-9_-]{0,31}$')
 # RFC 1123 host names: labels of letters, digits and inner hyphens, 63 characters each, 253 in all.
 HOSTNAME_RE = re.compile(r'^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$', re.I)
 # The widest cluster_cidr taken without cluster_cidr_allow_wide: the firewall opens it to everything.
 WIDEST_PREFIX = {4: 16, 6: 48}
-
-
-def natural_key(name):
-    """Sort key that puts worker-2 before worker-10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', str(name))]
 
 
 def _get(hostvars, host, name, default=None):
