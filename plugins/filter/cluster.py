@@ -11,7 +11,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile
-from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory_contract as contract
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory
 
 

@@ -16,7 +16,7 @@ without claiming a GPU). Every problem raises hostfile.HostfileError naming the 
 from __future__ import annotations
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
-from ansible_collections.gpucluster.multinode.plugins.module_utils.inventory_contract import cluster_address
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.inventory_contract import cluster_address
 
 
 def _facts_gpu_count(hv, host):
