@@ -42,6 +42,8 @@ class HostfileError(ValueError):
 
 
 def type_name(value):
+    """The plain type name of a value a user wrote, for error messages (str for Ansible's own string class,
+    and so on); the one such helper of the collection."""
     for kind in (bool, int, float, str, list, dict):
         if isinstance(value, kind):
             return kind.__name__

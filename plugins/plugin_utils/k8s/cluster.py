@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
+from ansible_collections.gpucluster.multinode.plugins.module_utils.hostfile import type_name
 
 # The API server's rules (k8s.io/apimachinery/pkg/util/validation): an RFC 1035 label (a Service
 # name: a letter first), an RFC 1123 label (namespaces: digits first allowed), an RFC 1123 subdomain,
@@ -44,15 +45,28 @@ CONFIG_DIR = '/etc/gpucluster'
 ENTRYPOINT = 'k8s_pod.py'
 
 
+def get_path(obj, *path, default=None):
+    """obj[path[0]][path[1]]... of an object read from YAML or JSON (a key, or an index into a list);
+    default when a step is missing or None."""
+    for key in path:
+        if isinstance(obj, dict):
+            obj = obj.get(key)
+        elif isinstance(obj, list) and isinstance(key, int) and key < len(obj):
+            obj = obj[key]
+        else:
+            return default
+        if obj is None:
+            return default
+    return obj
+
+
 class ClusterFileError(ValueError):
     """A bad cluster file; the message names the file and the field."""
 
 
 def _kind(value):
-    for kind in (bool, int, float, str, list, dict):
-        if isinstance(value, kind):
-            return kind.__name__
-    return 'null' if value is None else type(value).__name__
+    """The type name of a value of the cluster file, null for YAML's null."""
+    return 'null' if value is None else type_name(value)
 
 
 class _Checker:
