@@ -35,7 +35,9 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi as ns
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.health_reports import gauge_lines
 
 PROGRESS_DIR = 'progress'
 PROGRESS_RE = re.compile(r'^rank-(\d+)\.log$')
@@ -312,7 +314,6 @@ GPU_FIELDS = ('index', 'uuid', 'utilization.gpu', 'memory.used', 'memory.total')
 
 def gpu_rows_by_index(rows):
     """{index: {utilization_pct, memory_used_mib, memory_total_mib, uuid}} from nvidia_smi.parse_query_csv rows."""
-    from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi as ns
     out = {}
     for row in rows or []:
         index = ns.convert(row.get('index'), 'int')
@@ -458,7 +459,6 @@ def textfile_records(rows, job_id, timestamp_s, node=None, world=None):
     """The rows in node_exporter's textfile format, written by health_reports' gauge writer.
 
     Every sample carries job_id and node; node defaults to the rows' node."""
-    from ansible_collections.gpucluster.multinode.plugins.module_utils.health_reports import gauge_lines
     node = node or (rows[0]['node'] if rows else '')
     lines = []
     for key, (name, text, factor) in METRICS.items():

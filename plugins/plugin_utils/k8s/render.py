@@ -135,7 +135,7 @@ def _path_of(error):
 
 def schema_check(obj, versions, schema_dir):
     """'' when the object passes its schema for every version, else the first error in one line."""
-    import jsonschema
+    import jsonschema  # here: an optional controller dependency (requirements/controller.txt), only the schema check needs it
     key = (obj.get('apiVersion'), obj.get('kind'))
     if key in CRD_SCHEMAS:
         with open(os.path.join(schema_dir, CRD_SCHEMAS[key])) as handle:
@@ -145,7 +145,7 @@ def schema_check(obj, versions, schema_dir):
             return '%s: %s: %s (schema %s)' % (_describe(obj), _path_of(errors[0]), errors[0].message,
                                                CRD_SCHEMAS[key])
         return ''
-    try:
+    try:  # here: an optional controller dependency, only the schema check needs it
         import kubernetes_validate
     except ImportError:
         raise RenderError('kubernetes-validate is not installed on the controller (pip install -r '
