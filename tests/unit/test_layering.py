@@ -26,7 +26,7 @@ CONTROLLER_ONLY = ('plugins/plugin_utils/',)
 # The most module_utils files (and lines, all files together) each module ships. A module whose
 # payload grows past its bound fails here: look at what it pulls in before raising the bound.
 PAYLOAD_MAX = {
-    'bandwidth': (4, 1200),
+    'bandwidth': (5, 1200),
     'collective': (8, 2100),
     'container_image_info': (3, 1600),
     'deepspeed_ops': (2, 800),
