@@ -43,6 +43,10 @@ STORAGE_MODES = ('rwx', 'per-pod')
 DEFAULT_IFNAME = {'tcp': 'eth0', 'rdma': 'net1'}
 CONFIG_DIR = '/etc/gpucluster'
 ENTRYPOINT = 'k8s_pod.py'
+# The label keys that select a cluster's pods: the collection sets them (manifests.labels), a cluster
+# file's labels may not (roles/k8s/tasks/validate.yml spells the same selector).
+NAME_LABEL = 'app.kubernetes.io/name'
+INSTANCE_LABEL = 'app.kubernetes.io/instance'
 
 
 def get_path(obj, *path, default=None):
@@ -339,7 +343,7 @@ def check(data, where='cluster file'):
     out['shm_size'] = c.quantity(data.get('shm_size', '16Gi'), 'shm_size')
     out['node_selector'] = c.label_map(data.get('node_selector'), 'node_selector')
     out['labels'] = c.label_map(data.get('labels'), 'labels')
-    for reserved in ('app.kubernetes.io/name', 'app.kubernetes.io/instance'):
+    for reserved in (NAME_LABEL, INSTANCE_LABEL):
         if reserved in out['labels']:
             c.fail('labels.' + reserved, 'is set by the collection (it selects the pods)')
     tolerations = data.get('tolerations', [])

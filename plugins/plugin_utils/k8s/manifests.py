@@ -34,7 +34,7 @@ MANAGED_BY = 'gpucluster.multinode'
 
 def labels(cluster):
     """The labels that select the pods (and mark every object the collection made)."""
-    return {'app.kubernetes.io/name': 'gpucluster-training', 'app.kubernetes.io/instance': cluster['name']}
+    return {kc.NAME_LABEL: 'gpucluster-training', kc.INSTANCE_LABEL: cluster['name']}
 
 
 def _meta(cluster, name, namespaced=True):
