@@ -188,3 +188,38 @@ def test_a_module_ships_no_controller_code_and_stays_within_its_bound(module):
     assert len(files) <= most_files and lines <= most_lines, (
         '%s ships %d module_utils files, %d lines (bound: %d files, %d lines):\n%s'
         % (name, len(files), lines, most_files, most_lines, shown))
+
+
+TESTS = os.path.join(ROOT, 'tests', 'unit')
+
+
+def layers_used(path):
+    """The directories of plugins/ whose code a test file uses: imported, or named by path (a module run
+    as Ansible runs it, e.g. os.path.join(ROOT, 'plugins', 'modules', 'hostfile.py'))."""
+    used = {name[len(PREFIX):].split('.')[0] for _, name, _ in collection_imports(path)}
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            words = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            used.update(b for a, b in zip(words, words[1:]) if a == 'plugins')
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith('plugins/'):
+            used.add(node.value.split('/')[1])
+    return used
+
+
+def test_a_test_file_is_filed_under_the_layer_of_its_code():
+    """tests/unit/plugins/<directory>/ holds the tests of plugins/<directory>: each file there uses code of
+    that directory (a plugin_utils test may use module_utils to make its input, not the other way
+    round). Tests of a role's scripts are under tests/unit/roles/<role>/."""
+    wrong = []
+    for path in sorted(glob.glob(os.path.join(TESTS, 'plugins', '*', 'test_*.py'))):
+        layer = os.path.basename(os.path.dirname(path))
+        used = sorted(layers_used(path))
+        if layer not in used:
+            wrong.append('%s uses no code of plugins/%s (it uses: %s); file it under the directory of the code '
+                         'it tests' % (rel(path), layer, ', '.join(used) or 'nothing of plugins/'))
+    for path in sorted(glob.glob(os.path.join(TESTS, 'roles', '*'))):
+        if not os.path.isdir(os.path.join(ROOT, 'roles', os.path.basename(path))):
+            wrong.append('%s names no role under roles/' % rel(path))
+    assert not wrong, '\n'.join(wrong)
