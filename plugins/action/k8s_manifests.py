@@ -11,10 +11,10 @@ import os
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpucluster.multinode.plugins.filter.nccl_env import nccl_environment
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_manifests as km
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import k8s_render as kr
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.nccl_env import nccl_environment
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import render as kr
 
 ARGS = {
     'cluster_file': {'type': 'path', 'required': True},
@@ -62,7 +62,7 @@ class ActionModule(ActionBase):
         except (kc.ClusterFileError, kr.RenderError) as exc:
             result.update(failed=True, msg=str(exc))
             return result
-        except Exception as exc:  # the filter's own refusal (AnsibleFilterError) included
+        except Exception as exc:  # nccl_environment's refusal (AnsibleFilterError) included
             result.update(failed=True, msg='%s: %s' % (args['cluster_file'], exc))
             return result
         pods = kc.pods(cluster)

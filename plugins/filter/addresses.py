@@ -1,13 +1,13 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""Address filter (cidr_network) over module_utils/addresses, on Python's ipaddress module."""
+"""Address filter (cidr_network) over plugin_utils/addresses, on Python's ipaddress module."""
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import addresses
 
 
 def _wrap(func):

@@ -11,7 +11,8 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile
-from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory_contract as contract
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory
 
 
 def cluster_contract_errors(groups, hostvars):
@@ -30,7 +31,7 @@ def cluster_nodes(groups):
 
 
 def cluster_job_nodes(groups, hostvars, by='name', hosts=None):
-    """Nodes of a job, head first: name, address, slots (module_utils/hostfile.slots_of:
+    """Nodes of a job, head first: name, address, slots (plugin_utils/inventory.slots_of:
     node_slots, else gpu_slots, else detected GPUs, else 1) and host (the inventory name).
 
     With by='address' the name is the cluster address (for hostfiles on clusters without names).
@@ -46,7 +47,7 @@ def cluster_job_nodes(groups, hostvars, by='name', hosts=None):
                                      'the master address): keep it in the limit' % head)
         names = [n for n in names if n in hosts]
     try:
-        nodes = hostfile.hosts_from_inventory(names, hostvars)
+        nodes = inventory.hosts_from_inventory(names, hostvars)
     except hostfile.HostfileError as exc:
         raise AnsibleFilterError(str(exc)) from exc
     return [dict(n, host=n['name'], name=n['address'] if by == 'address' else n['name']) for n in nodes]

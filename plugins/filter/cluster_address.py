@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory_contract
 
 DOCUMENTATION = r'''
 name: cluster_address

@@ -22,7 +22,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_test_inputs as inputs
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import cluster_test_reports as reports
-from ansible_collections.gpucluster.multinode.plugins.module_utils.inventory_contract import cluster_address
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.inventory_contract import cluster_address
 
 
 def bandwidth_plan(nodes, hostvars, pairs=None, schedule='round_robin', threshold_gbps=None,

@@ -9,7 +9,7 @@ role (and site.yml's preflight) can fail before ufw or firewalld is touched.
 
 from __future__ import annotations
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import addresses
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 
 DOCUMENTATION = r'''

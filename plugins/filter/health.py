@@ -8,7 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import health_checks
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_reports
-from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory_contract as contract
 
 
 def _plain(value):

@@ -63,13 +63,14 @@ _value:
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory
 
 
 def hostfile_hosts(names, hostvars, default_slots=1, include=None, exclude=None):
     """[{name, address, slots}], head first, from inventory names and hostvars."""
     try:
-        hosts = hf.hosts_from_inventory(list(names) if not isinstance(names, str) else names,
-                                        hostvars, default_slots)
+        hosts = inventory.hosts_from_inventory(list(names) if not isinstance(names, str) else names,
+                                               hostvars, default_slots)
         return hf.select(hosts, include, exclude)
     except hf.HostfileError as exc:
         raise AnsibleFilterError(str(exc)) from exc

@@ -9,13 +9,13 @@ import time
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_pods
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import pods as k8s_pods
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training
 
 
 def k8s_pod_report(pods, statefulset, expected):
     """pods: the resources of k8s_info (kind Pod); statefulset: the StatefulSet resource or None;
-    expected: the pod names of the cluster file. See module_utils/k8s_pods.report."""
+    expected: the pod names of the cluster file. See plugin_utils/k8s/pods.report."""
     if isinstance(statefulset, list):
         statefulset = statefulset[0] if statefulset else None
     return k8s_pods.report(pods or [], statefulset, list(expected or []))

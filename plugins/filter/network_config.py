@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
-from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import addresses
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory_contract as contract
 
 DOCUMENTATION = r'''
 ---

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_view as jv
 
 
 def training_read_errors(results, hosts):
@@ -48,15 +48,15 @@ def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_
         step_regex = step_regex if step_regex is not None else result.get('step_regex')
         # every node reads the same dumps on the shared storage: the first that found some says it
         flight = flight or (result.get('flight') or {}).get('lines')
-    view = jm.verdict(rows, float(stall_seconds), errors, step_regex, flight)
-    view['nodes'] = jm.node_states(rows, list(hosts), errors)
-    view['summary'] = jm.summary(view['ranks'], job_id, view['state'], view['slowest_node'], time.time())
+    view = jv.verdict(rows, float(stall_seconds), errors, step_regex, flight)
+    view['nodes'] = jv.node_states(rows, list(hosts), errors)
+    view['summary'] = jv.summary(view['ranks'], job_id, view['state'], view['slowest_node'], time.time())
     return view
 
 
 def training_rank_line(row):
     """The one-line view of a rank (as in the view's lines)."""
-    return jm.rank_line(row)
+    return jv.rank_line(row)
 
 
 class FilterModule:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import netbench
+from ansible_collections.gpucluster.multinode.plugins.module_utils.hostfile import type_name
 
 _SIZE_RE = re.compile(r'^\s*(?P<number>\d+)\s*(?P<unit>[KMGkmg])?(?:i?B)?\s*$')
 _UNITS = {None: 1, 'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
@@ -20,14 +21,6 @@ _UNITS = {None: 1, 'K': 1 << 10, 'M': 1 << 20, 'G': 1 << 30}
 
 class ClusterTestError(ValueError):
     """Bad input for a cluster test; the message names the variable (and the host)."""
-
-
-_KINDS = (bool, int, float, str, list, dict)
-
-
-def _type_name(value):
-    """The plain type name a user wrote (str for Ansible's own string class, and so on)."""
-    return next((kind.__name__ for kind in _KINDS if isinstance(value, kind)), type(value).__name__)
 
 
 def _where(label, host=None):
@@ -48,7 +41,7 @@ def parse_size(value, label='size', host=None):
         number = int(m.group('number')) * _UNITS[(m.group('unit') or '').upper() or None]
     else:
         raise ClusterTestError('%s must be a size in bytes (like 1048576 or 1M), got %r (%s)'
-                               % (where, value, _type_name(value)))
+                               % (where, value, type_name(value)))
     if number <= 0:
         raise ClusterTestError('%s must be above 0 bytes, got %r' % (where, value))
     return number
@@ -58,7 +51,7 @@ def check_sizes(values, label='sizes', host=None, multiple_of=1):
     """A non-empty, strictly increasing list of sizes in bytes (each a multiple of multiple_of)."""
     where = _where(label, host)
     if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple)):
-        raise ClusterTestError('%s must be a list of message sizes, got %r (%s)' % (where, values, _type_name(values)))
+        raise ClusterTestError('%s must be a list of message sizes, got %r (%s)' % (where, values, type_name(values)))
     if not values:
         raise ClusterTestError('%s is empty; give at least one message size, e.g. [1M, 64M]' % where)
     sizes = []
@@ -90,7 +83,7 @@ def check_positive(value, label, host=None, allow_none=True):
         except ValueError:
             number = None
     if number is None or number != number:
-        raise ClusterTestError('%s must be a positive number, got %r (%s)' % (where, value, _type_name(value)))
+        raise ClusterTestError('%s must be a positive number, got %r (%s)' % (where, value, type_name(value)))
     if number <= 0:
         raise ClusterTestError('%s must be a positive number, got %r' % (where, value))
     return number
@@ -103,7 +96,7 @@ def check_thresholds(thresholds, sizes, label='thresholds', host=None):
         return {}
     if not isinstance(thresholds, dict):
         raise ClusterTestError('%s must be a dict of message size to minimum busbw in GB/s, got %r (%s)'
-                               % (where, thresholds, _type_name(thresholds)))
+                               % (where, thresholds, type_name(thresholds)))
     out = {}
     for key, value in thresholds.items():
         size = parse_size(key, '%s key' % label, host)
@@ -133,7 +126,7 @@ def plan_pairs(nodes, pairs=None, schedule='round_robin'):
     else:
         if isinstance(pairs, (str, dict)) or not isinstance(pairs, (list, tuple)):
             raise ClusterTestError('pairs must be a list of [node, node] pairs, got %r (%s)'
-                                   % (pairs, _type_name(pairs)))
+                                   % (pairs, type_name(pairs)))
         wanted = []
         for index, pair in enumerate(pairs):
             if isinstance(pair, str) or not isinstance(pair, (list, tuple)) or len(pair) != 2:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import re
+import resource
+import tarfile
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.processes import JOB_ENV
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import join, q
@@ -107,7 +109,6 @@ def memlock_decision(wanted, hard_limit, node):
 
 def read_memlock_hard_limit():
     """This process' hard RLIMIT_MEMLOCK in bytes, None when unlimited (what a job started from here gets)."""
-    import resource
     hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
     return None if hard == resource.RLIM_INFINITY else hard
 
@@ -501,7 +502,6 @@ def describe_mismatch(item, image):
 def archive_image_id(path):
     """The image id (config digest) an OCI archive holds (what ``podman load`` will show), read from
     its index and manifest without loading it; {id, name}."""
-    import tarfile
     try:
         with tarfile.open(path) as tar:
             index = json.load(tar.extractfile('index.json'))

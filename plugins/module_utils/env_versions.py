@@ -202,6 +202,8 @@ def ray_version(env_path):
     dirs = site_packages(env_path)
     if not dirs:
         return ''
+    # imported here: importlib.metadata is Python 3.8+, and ansible-core 2.16 (requires_ansible) still
+    # runs modules with an older node Python, where only this reading should fail, not the whole module
     from importlib import metadata
     return versions_from_distributions(metadata.distributions(path=dirs))['ray'] or ''
 
@@ -227,6 +229,8 @@ def _python_on_disk(dirs):
 
 def from_site_dirs(dirs):
     """Every key read from the metadata in ``dirs`` (``torch_nccl`` None)."""
+    # imported here: importlib.metadata is Python 3.8+, and ansible-core 2.16 (requires_ansible) still
+    # runs modules with an older node Python, where only this reading should fail, not the whole module
     from importlib import metadata
     out = empty()
     out.update(versions_from_distributions(metadata.distributions(path=list(dirs))))

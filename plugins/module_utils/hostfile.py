@@ -5,15 +5,13 @@
 torchrun table.
 
 Node code: the ``hostfile`` module (hosts given as parameters) and the launchers of
-``training_job`` and ``collective`` render with it; the controller's filters
-(``cluster_job_nodes``, ``hostfile_hosts``) read the inventory with hosts_from_inventory().
+``training_job`` and ``collective`` render with it. The controller's filters (``cluster_job_nodes``,
+``hostfile_hosts``) read the hosts and their slots from the inventory with
+plugin_utils/inventory.py, which builds the same host dicts with normalize().
 
-Slots per host (how many ranks a launcher starts there), resolved in ONE place, slots_of():
-``node_slots`` in the inventory wins, then ``gpu_slots`` (the GPUs the node has), then the
-detected GPU count (``ansible_facts.gpu_facts.gpu_count`` from ``gpucluster.multinode.gpu_facts``);
-a host with no GPU, or whose GPU count is unknown, gets ``default_slots`` (1 unless told), so
-a CPU-only lab still gets a usable hostfile (and asks for 2 ranks with ``node_slots: 2``
-without claiming a GPU). The module takes ``slots`` per host instead.
+Slots per host (how many ranks a launcher starts there): a host's ``slots`` when given, else its
+detected GPU count ``gpus``; a host with no GPU, or whose GPU count is unknown, gets
+``default_slots`` (1 unless told), so a CPU-only lab still gets a usable hostfile.
 
 One renderer, render(), writes every hostfile (deepspeed, Open MPI, MPICH, plain, Slurm, torchrun)
 with each host's own slots; world_size() and rank_layout() say how many ranks run where.
@@ -27,10 +25,6 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
-from ansible_collections.gpucluster.multinode.plugins.module_utils.inventory_contract import (
-    cluster_address,
-    natural_key,
-)
 
 FORMATS = ('deepspeed', 'openmpi', 'mpich', 'plain', 'slurm', 'torchrun')
 MAX_SLOTS = cluster_defaults.MAX_SLOTS
@@ -38,18 +32,25 @@ _NAME_RE = re.compile(r'^[A-Za-z0-9_.:-]+$')
 _SUFFIX_RE = re.compile(r'^(.*?)(\d+)$')
 
 
+def natural_key(name):
+    """Sort key that puts worker-2 before worker-10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', str(name))]
+
+
 class HostfileError(ValueError):
     """Bad input for a hostfile; the message names the host and the variable."""
 
 
-def _type_name(value):
+def type_name(value):
+    """The plain type name of a value a user wrote, for error messages (str for Ansible's own string class,
+    and so on); the one such helper of the collection."""
     for kind in (bool, int, float, str, list, dict):
         if isinstance(value, kind):
             return kind.__name__
     return type(value).__name__
 
 
-def _count(value, host, label, low):
+def whole_number(value, host, label, low):
     """An integer >= low from an int or a numeric string (INI inventories give strings)."""
     where = 'host %s: %s' % (host, label) if host else label
     if isinstance(value, bool):
@@ -60,7 +61,7 @@ def _count(value, host, label, low):
         value = int(value)
     if not isinstance(value, int):
         raise HostfileError('%s must be a whole number of %d or more, got %r (%s)'
-                            % (where, low, value, _type_name(value)))
+                            % (where, low, value, type_name(value)))
     if value < low or value > MAX_SLOTS:
         hint = '; leave the host out with exclude instead' if label.endswith('slots') and value == 0 else ''
         raise HostfileError('%s must be from %d to %d, got %d%s' % (where, low, MAX_SLOTS, value, hint))
@@ -69,15 +70,15 @@ def _count(value, host, label, low):
 
 def check_default_slots(value):
     """default_slots as an int >= 1 (shared by the module and the filter)."""
-    return _count(value, None, 'default_slots', 1)
+    return whole_number(value, None, 'default_slots', 1)
 
 
 def resolve_slots(host, slots, gpus, default_slots, slots_label='slots', gpus_label='gpus'):
     """Slots for one host: explicit slots, else detected GPUs, else default_slots."""
     if slots is not None:
-        return _count(slots, host, slots_label, 1)
+        return whole_number(slots, host, slots_label, 1)
     if gpus is not None:
-        gpus = _count(gpus, host, gpus_label, 0)
+        gpus = whole_number(gpus, host, gpus_label, 0)
         if gpus > 0:
             return gpus
     return default_slots
@@ -109,7 +110,7 @@ def select(hosts, include=None, exclude=None):
         if wanted is None:
             continue
         if isinstance(wanted, str) or not isinstance(wanted, (list, tuple, set)):
-            raise HostfileError('%s must be a list of host names, got %r (%s)' % (label, wanted, _type_name(wanted)))
+            raise HostfileError('%s must be a list of host names, got %r (%s)' % (label, wanted, type_name(wanted)))
         unknown = [str(w) for w in wanted if w not in names]
         if unknown:
             raise HostfileError('%s names %s, which %s not in the host list (%s)'
@@ -137,7 +138,7 @@ def normalize(entries, head=None, default_slots=1, slots_label='slots', gpus_lab
             entry = {'name': entry}
         if not isinstance(entry, dict):
             raise HostfileError('hosts[%d]: must be a host name or a dict with name, address, slots, got %r (%s)'
-                                % (index, entry, _type_name(entry)))
+                                % (index, entry, type_name(entry)))
         name = _check_name(entry.get('name'), 'hosts[%d]' % index)
         if name in seen:
             raise HostfileError('host %s: listed twice' % name)
@@ -146,7 +147,7 @@ def normalize(entries, head=None, default_slots=1, slots_label='slots', gpus_lab
             address = name
         elif not isinstance(address, str):
             raise HostfileError('host %s: address must be a string, got %r (%s)'
-                                % (name, address, _type_name(address)))
+                                % (name, address, type_name(address)))
         seen[name] = {
             'name': name,
             'address': address,
@@ -159,44 +160,6 @@ def normalize(entries, head=None, default_slots=1, slots_label='slots', gpus_lab
     elif head not in seen:
         raise HostfileError('head %s is not in the host list (%s)' % (head, ', '.join(names)))
     return [seen[n] for n in order_hosts(names, head)]
-
-
-def _facts_gpu_count(hv, host):
-    """(gpu_count, where it was read) from the GPU facts of a host, or (None, None).
-
-    gpucluster.multinode.gpu_facts sets ansible_facts.gpu_facts.gpu_count; the older
-    ansible_facts.gpu.gpu_count is read too.
-    """
-    facts = hv.get('ansible_facts') or {}
-    if not isinstance(facts, dict):
-        return None, None
-    for key in ('gpu_facts', 'gpu'):
-        gpu = facts.get(key)
-        if isinstance(gpu, dict) and gpu.get('gpu_count') is not None:
-            return gpu.get('gpu_count'), 'ansible_facts.%s.gpu_count' % key
-    return None, None
-
-
-def slots_of(hostvars_of_host, detected_gpus=None, default_slots=1, host=None):
-    """Ranks a launcher starts on a host: node_slots, else gpu_slots, else the detected GPUs
-    (detected_gpus, or the host's gpu_facts when None), else default_slots.
-
-    hostvars_of_host: the host's hostvars (a dict). Raises HostfileError naming the host and the
-    variable when a value is not a whole number in range."""
-    hv = hostvars_of_host or {}
-    host = host or hv.get('inventory_hostname') or '?'
-    default_slots = check_default_slots(default_slots)
-    for var in ('node_slots', 'gpu_slots'):
-        if hv.get(var) not in (None, ''):
-            return _count(hv.get(var), host, var, 1)
-    label = 'detected_gpus'
-    if detected_gpus is None:
-        detected_gpus, label = _facts_gpu_count(hv, host)
-    if detected_gpus is not None:
-        gpus = _count(detected_gpus, host, label, 0)
-        if gpus > 0:
-            return gpus
-    return default_slots
 
 
 def world_size(hosts):
@@ -228,33 +191,6 @@ def describe_layout(hosts):
         span = '%d' % first if first == last else '%d-%d' % (first, last)
         parts.append('%s %d (%s)' % (name, last - first + 1, span))
     return '%d rank(s): %s' % (world_size(hosts), ', '.join(parts))
-
-
-def hosts_from_inventory(names, hostvars, default_slots=1):
-    """Host dicts from inventory names: address = cluster_address, slots from slots_of().
-
-    The head (a host whose group_names holds 'head') comes first; when no host is in
-    'head' the first name given is the head.
-    """
-    if isinstance(names, str) or not isinstance(names, (list, tuple)):
-        raise HostfileError('the hosts to list must be a list of inventory names, got %r (%s)'
-                            % (names, _type_name(names)))
-    heads = []
-    entries = []
-    for name in names:
-        try:
-            hv = hostvars[name]
-        except KeyError:
-            raise HostfileError('host %s: not in hostvars (is it in the inventory?)' % name) from None
-        if 'head' in (hv.get('group_names') or []):
-            heads.append(name)
-        entries.append({
-            'name': name,
-            'address': cluster_address(hostvars, name),
-            'slots': slots_of(hv, default_slots=default_slots, host=name),
-        })
-    head = sorted(heads, key=natural_key)[0] if heads else None
-    return normalize(entries, head=head, default_slots=default_slots, slots_label='node_slots')
 
 
 # --- Slurm host lists ---------------------------------------------------------------

@@ -20,6 +20,7 @@ import re
 import time
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
+from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
 from ansible_collections.gpucluster.multinode.plugins.module_utils import flight_recorder as fr
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import launch_failures as lf
@@ -54,7 +55,6 @@ class Runner:
         return self.module.get_bin_path(name)
 
     def versions(self, python, environ):
-        from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
         # from the packages' metadata, no import: the preflight stays quick, and an environment whose
         # torch does not import fails the start at once (the watch names the node)
         return env_versions.read(self.module, python, imports=False, environ=environ, timeout=120)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils.inventory_contract import natural_key
+from ansible_collections.gpucluster.multinode.plugins.module_utils.hostfile import natural_key
 
 
 def round_robin(nodes):

@@ -23,6 +23,7 @@ import signal
 import socket
 import stat as stat_mod
 import struct
+import subprocess
 import time
 
 JOB_ENV = 'GPUCLUSTER_JOB_ID'
@@ -272,8 +273,6 @@ def spawn_detached(command, env, cwd, log_path, state_dir, job_id=None, proc='/p
     exit_files: more paths the exit status is copied to (a job directory other nodes read).
 
     Returns the identity record."""
-    import subprocess  # only here: starting a detached session is what this helper is for
-
     private_dir(state_dir)
     for name in (EXIT_CODE_FILE, PIDFILE):
         try:

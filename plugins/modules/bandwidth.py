@@ -238,6 +238,7 @@ stopped:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import bandwidth
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 
 
 def main():
@@ -246,7 +247,7 @@ def main():
             state=dict(type='str', required=True, choices=['check', 'server', 'client', 'schedule', 'stopped']),
             node=dict(type='str', required=True),
             tool=dict(type='str', default='iperf3', choices=['iperf3', 'ib_write_bw']),
-            port=dict(type='int', default=5201),
+            port=dict(type='int', default=cluster_defaults.BANDWIDTH_PORT),
             bind=dict(type='str'),
             server=dict(type='str'),
             peer=dict(type='str'),

@@ -136,6 +136,8 @@ def distributions_digest(python):
     dirs = env_versions.site_dirs(python)
     if not dirs:
         return None
+    # imported here: importlib.metadata is Python 3.8+, and ansible-core 2.16 (requires_ansible) still
+    # runs modules with an older node Python, where only this reading should fail, not the whole module
     from importlib import metadata
     names = sorted('%s==%s' % ((d.metadata.get('Name') or '?').lower(), d.version)
                    for d in metadata.distributions(path=list(dirs)))

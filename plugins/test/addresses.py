@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import addresses
 
 
 class TestModule:

@@ -18,9 +18,9 @@ import time
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.filter.nccl_env import nccl_environment
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_manifests as km
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.nccl_env import nccl_environment
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 spec = importlib.util.spec_from_file_location('kubelet', os.path.join(ROOT, 'molecule', 'k8s', 'kubelet.py'))

@@ -43,7 +43,7 @@ def cause_of(exc):
     """The likely cause of a failed TCP connect, in words a user acts on.
 
     The only copy: this script runs on the nodes without the collection, and the smoke test's
-    report reads the cause it prints (tests/unit/plugins/module_utils/test_smoke_script.py).
+    report reads the cause it prints (tests/unit/roles/cluster_tests/test_smoke_script.py).
     """
     if isinstance(exc, socket.gaierror):
         return 'name not resolvable'

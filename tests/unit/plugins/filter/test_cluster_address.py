@@ -2,7 +2,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpucluster.multinode.plugins.filter.cluster_address import FilterModule, cluster_address
-from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory_contract as contract
 
 
 def test_cluster_address_wins_over_ansible_host():

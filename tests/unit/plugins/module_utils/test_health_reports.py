@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 import xml.etree.ElementTree as ET
 
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import health_checks
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_records
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_reports
-from test_health_checks import lab_args, lab_nodes
+
+# the recorded lab's nodes, as test_health_checks (beside health_checks, in plugin_utils) builds them
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'plugin_utils'))
+from test_health_checks import lab_args, lab_nodes  # noqa: E402
 
 FIX = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures')
 HEALTH = os.path.join(FIX, 'health')

@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.filter.nccl_env import nccl_environment
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_manifests as km
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import k8s_render as kr
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.nccl_env import nccl_environment
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import render as kr
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 EXAMPLE = os.path.join(ROOT, 'inventories', 'example-k8s', 'k8s-cluster.yml')

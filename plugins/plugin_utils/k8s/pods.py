@@ -14,19 +14,11 @@ from __future__ import annotations
 
 import json
 
-
-def _get(obj, *path, default=None):
-    for key in path:
-        if not isinstance(obj, dict):
-            return default
-        obj = obj.get(key)
-        if obj is None:
-            return default
-    return obj
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s.cluster import get_path
 
 
 def _condition(pod, kind):
-    for cond in _get(pod, 'status', 'conditions', default=[]):
+    for cond in get_path(pod, 'status', 'conditions', default=[]):
         if cond.get('type') == kind:
             return cond
     return {}
@@ -34,36 +26,36 @@ def _condition(pod, kind):
 
 def pod_row(pod):
     """One row of a Pod object."""
-    statuses = _get(pod, 'status', 'containerStatuses', default=[]) + \
-        _get(pod, 'status', 'initContainerStatuses', default=[])
+    statuses = get_path(pod, 'status', 'containerStatuses', default=[]) + \
+        get_path(pod, 'status', 'initContainerStatuses', default=[])
     restarts = sum(int(s.get('restartCount') or 0) for s in statuses)
     reason, message = '', ''
     for s in statuses:
-        waiting = _get(s, 'state', 'waiting')
-        terminated = _get(s, 'state', 'terminated') or _get(s, 'lastState', 'terminated')
+        waiting = get_path(s, 'state', 'waiting')
+        terminated = get_path(s, 'state', 'terminated') or get_path(s, 'lastState', 'terminated')
         if waiting and waiting.get('reason') not in (None, 'ContainerCreating', 'PodInitializing'):
             reason, message = waiting.get('reason', ''), waiting.get('message', '')
             if terminated and not message:
                 message = 'last exit %s (%s)' % (terminated.get('exitCode'), terminated.get('reason', ''))
             break
-        if _get(s, 'state', 'terminated'):
+        if get_path(s, 'state', 'terminated'):
             reason = terminated.get('reason', 'Terminated')
             message = 'exit %s' % terminated.get('exitCode')
             break
-    phase = _get(pod, 'status', 'phase', default='Unknown')
+    phase = get_path(pod, 'status', 'phase', default='Unknown')
     if not reason and phase == 'Pending':
         sched = _condition(pod, 'PodScheduled')
         if sched.get('status') == 'False':
             reason, message = sched.get('reason', 'Unschedulable'), sched.get('message', '')
-    if _get(pod, 'metadata', 'deletionTimestamp'):
+    if get_path(pod, 'metadata', 'deletionTimestamp'):
         reason = reason or 'Terminating'
     ready = _condition(pod, 'Ready').get('status') == 'True'
     return {
-        'name': _get(pod, 'metadata', 'name', default='?'),
+        'name': get_path(pod, 'metadata', 'name', default='?'),
         'phase': phase,
         'ready': ready,
-        'node': _get(pod, 'spec', 'nodeName', default=''),
-        'pod_ip': _get(pod, 'status', 'podIP', default=''),
+        'node': get_path(pod, 'spec', 'nodeName', default=''),
+        'pod_ip': get_path(pod, 'status', 'podIP', default=''),
         'restarts': restarts,
         'reason': reason,
         'message': message,
@@ -105,7 +97,7 @@ def report(pods, statefulset, expected):
                         'CreateContainerError', 'InvalidImageName', 'RunContainerError', 'Error', 'OOMKilled',
                         'Unschedulable')
         or r['restarts'] > 0 and not r['ready'])]
-    sts_status = _get(statefulset, 'status', default={}) if statefulset else {}
+    sts_status = get_path(statefulset, 'status', default={}) if statefulset else {}
     if statefulset is None and not pods:
         state = 'absent'
     elif not not_ready:

@@ -15,19 +15,15 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import addresses
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
+from ansible_collections.gpucluster.multinode.plugins.module_utils.hostfile import natural_key, type_name
 
 USER_RE = re.compile(r'^[a-z_][a-z0-9_-]{0,31}$')
 # RFC 1123 host names: labels of letters, digits and inner hyphens, 63 characters each, 253 in all.
 HOSTNAME_RE = re.compile(r'^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*$', re.I)
 # The widest cluster_cidr taken without cluster_cidr_allow_wide: the firewall opens it to everything.
 WIDEST_PREFIX = {4: 16, 6: 48}
-
-
-def natural_key(name):
-    """Sort key that puts worker-2 before worker-10."""
-    return [int(part) if part.isdigit() else part for part in re.split(r'(\d+)', str(name))]
 
 
 def _get(hostvars, host, name, default=None):
@@ -122,13 +118,6 @@ def cidr_errors(host, cidr, allow_wide=False):
     return []
 
 
-def _type_name(value):
-    for kind in (bool, int, float, str, list, dict):
-        if isinstance(value, kind):
-            return kind.__name__
-    return type(value).__name__
-
-
 def _check_int(errors, host, hostvars, name, low, high):
     value = _get(hostvars, host, name)
     if value is None:
@@ -138,7 +127,7 @@ def _check_int(errors, host, hostvars, name, low, high):
             value = int(value)
         else:
             errors.append('host %s: %s must be an integer from %d to %d, got %r (%s)'
-                          % (host, name, low, high, str(value) if isinstance(value, str) else value, _type_name(value)))
+                          % (host, name, low, high, str(value) if isinstance(value, str) else value, type_name(value)))
             return
     if not low <= value <= high:
         errors.append('host %s: %s must be from %d to %d, got %d' % (host, name, low, high, value))

@@ -16,8 +16,8 @@ import re
 
 import yaml
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_manifests as km
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
 
 # The two Kubernetes versions every rendered object is validated against (strict schemas): the
 # oldest still common (OpenShift 4.17 runs 1.30) and a current one.
@@ -37,7 +37,7 @@ class RenderError(ValueError):
 def role_files():
     """roles/k8s/files of this collection."""
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.normpath(os.path.join(here, '..', '..', 'roles', 'k8s', 'files'))
+    return os.path.normpath(os.path.join(here, '..', '..', '..', 'roles', 'k8s', 'files'))
 
 
 def read_text(path, label):
@@ -135,7 +135,7 @@ def _path_of(error):
 
 def schema_check(obj, versions, schema_dir):
     """'' when the object passes its schema for every version, else the first error in one line."""
-    import jsonschema
+    import jsonschema  # here: an optional controller dependency (requirements/controller.txt), only the schema check needs it
     key = (obj.get('apiVersion'), obj.get('kind'))
     if key in CRD_SCHEMAS:
         with open(os.path.join(schema_dir, CRD_SCHEMAS[key])) as handle:
@@ -145,7 +145,7 @@ def schema_check(obj, versions, schema_dir):
             return '%s: %s: %s (schema %s)' % (_describe(obj), _path_of(errors[0]), errors[0].message,
                                                CRD_SCHEMAS[key])
         return ''
-    try:
+    try:  # here: an optional controller dependency, only the schema check needs it
         import kubernetes_validate
     except ImportError:
         raise RenderError('kubernetes-validate is not installed on the controller (pip install -r '

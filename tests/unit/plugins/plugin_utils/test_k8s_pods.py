@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_pods
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import pods as k8s_pods
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'k8s')
 NAMES = ['trainer-0', 'trainer-1', 'trainer-2']

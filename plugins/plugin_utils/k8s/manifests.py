@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s.cluster import get_path
 
 RDMA_SCC_REASON = ('IPC_LOCK (RDMA memory registration pins pages) is not allowed by restricted-v2; '
                    'this SCC is restricted-v2 plus IPC_LOCK in allowedCapabilities (drop ALL, non-root, '
@@ -33,7 +34,7 @@ MANAGED_BY = 'gpucluster.multinode'
 
 def labels(cluster):
     """The labels that select the pods (and mark every object the collection made)."""
-    return {'app.kubernetes.io/name': 'gpucluster-training', 'app.kubernetes.io/instance': cluster['name']}
+    return {kc.NAME_LABEL: 'gpucluster-training', kc.INSTANCE_LABEL: cluster['name']}
 
 
 def _meta(cluster, name, namespaced=True):
@@ -328,19 +329,6 @@ def _one(objs, kind, problems):
     return found[0]
 
 
-def _get(obj, *path, default=None):
-    for key in path:
-        if isinstance(obj, dict):
-            obj = obj.get(key)
-        elif isinstance(obj, list) and isinstance(key, int) and key < len(obj):
-            obj = obj[key]
-        else:
-            return default
-        if obj is None:
-            return default
-    return obj
-
-
 def _env_of(container):
     return {e.get('name'): e.get('value') for e in container.get('env') or [] if isinstance(e, dict)}
 
@@ -371,10 +359,10 @@ def problems(objs, cluster):
     cm = _one(objs, 'ConfigMap', out)
     if sts is None:
         return out
-    name = _get(sts, 'metadata', 'name')
+    name = get_path(sts, 'metadata', 'name')
     spec = sts.get('spec') or {}
-    tmpl_labels = _get(spec, 'template', 'metadata', 'labels', default={})
-    selector = _get(spec, 'selector', 'matchLabels', default={})
+    tmpl_labels = get_path(spec, 'template', 'metadata', 'labels', default={})
+    selector = get_path(spec, 'selector', 'matchLabels', default={})
     if not selector or any(tmpl_labels.get(k) != v for k, v in selector.items()):
         out.append('StatefulSet %s: spec.selector.matchLabels %s does not match the pod template labels %s'
                    % (name, selector, tmpl_labels))
@@ -385,7 +373,7 @@ def problems(objs, cluster):
         out.append('StatefulSet %s: replicas %r, the cluster file says %d'
                    % (name, spec.get('replicas'), cluster['replicas']))
     if svc is not None:
-        svc_name = _get(svc, 'metadata', 'name')
+        svc_name = get_path(svc, 'metadata', 'name')
         if spec.get('serviceName') != svc_name:
             out.append('StatefulSet %s: serviceName %r is not the headless Service %r'
                        % (name, spec.get('serviceName'), svc_name))
@@ -399,7 +387,7 @@ def problems(objs, cluster):
         if not ssel or any(tmpl_labels.get(k) != v for k, v in ssel.items()):
             out.append('Service %s: selector %s does not select the pod template labels %s'
                        % (svc_name, ssel, tmpl_labels))
-    pod = _get(spec, 'template', 'spec', default={})
+    pod = get_path(spec, 'template', 'spec', default={})
     containers = pod.get('containers') or []
     if not containers:
         out.append('StatefulSet %s: the pod template has no container' % name)
@@ -409,35 +397,35 @@ def problems(objs, cluster):
     mounts = {m.get('mountPath'): m.get('name') for m in container.get('volumeMounts') or []}
     volumes = {v.get('name'): v for v in pod.get('volumes') or []}
     shm = volumes.get(mounts.get('/dev/shm'))
-    if not shm or _get(shm, 'emptyDir', 'medium') != 'Memory':
+    if not shm or get_path(shm, 'emptyDir', 'medium') != 'Memory':
         out.append('StatefulSet %s: /dev/shm must be a memory emptyDir (the runtime default of 64 MiB '
                    'kills NCCL)' % name)
-    elif _get(shm, 'emptyDir', 'sizeLimit') != cluster['shm_size']:
+    elif get_path(shm, 'emptyDir', 'sizeLimit') != cluster['shm_size']:
         out.append('StatefulSet %s: /dev/shm sizeLimit %r, the cluster file says %r'
-                   % (name, _get(shm, 'emptyDir', 'sizeLimit'), cluster['shm_size']))
+                   % (name, get_path(shm, 'emptyDir', 'sizeLimit'), cluster['shm_size']))
     if kc.CONFIG_DIR not in mounts:
         out.append('StatefulSet %s: the ConfigMap is not mounted at %s' % (name, kc.CONFIG_DIR))
     if cm is not None:
-        rows = _parse_hostfile(_get(cm, 'data', 'hostfile', default=''))
+        rows = _parse_hostfile(get_path(cm, 'data', 'hostfile', default=''))
         want = [(p['address'], p['slots']) for p in kc.pods(cluster)]
         if len(rows) != cluster['replicas']:
             out.append('ConfigMap %s: the hostfile has %d line(s) for %d replicas'
-                       % (_get(cm, 'metadata', 'name'), len(rows), cluster['replicas']))
+                       % (get_path(cm, 'metadata', 'name'), len(rows), cluster['replicas']))
         else:
             for (host, slots), (w_host, w_slots) in zip(rows, want):
                 if host != w_host or slots != w_slots:
                     out.append('ConfigMap %s: hostfile line %r slots=%r, expected %s slots=%d (the pods of '
                                'StatefulSet %s)'
-                               % (_get(cm, 'metadata', 'name'), host, slots, w_host, w_slots, name))
+                               % (get_path(cm, 'metadata', 'name'), host, slots, w_host, w_slots, name))
                     break
         if kc.ENTRYPOINT not in (cm.get('data') or {}):
             out.append('ConfigMap %s: the pod entrypoint %s is missing'
-                       % (_get(cm, 'metadata', 'name'), kc.ENTRYPOINT))
-    limits = _get(container, 'resources', 'limits', default={})
+                       % (get_path(cm, 'metadata', 'name'), kc.ENTRYPOINT))
+    limits = get_path(container, 'resources', 'limits', default={})
     if cluster['gpus_per_pod'] and str(limits.get(cluster['gpu_resource'])) != str(cluster['gpus_per_pod']):
         out.append('StatefulSet %s: limits %s=%r, the cluster file says gpus_per_pod %d'
                    % (name, cluster['gpu_resource'], limits.get(cluster['gpu_resource']), cluster['gpus_per_pod']))
-    caps = _get(container, 'securityContext', 'capabilities', default={})
+    caps = get_path(container, 'securityContext', 'capabilities', default={})
     added = caps.get('add') or []
     net = cluster['network']
     if env.get('NCCL_SOCKET_IFNAME') != net['socket_ifname']:
@@ -452,7 +440,7 @@ def problems(objs, cluster):
                        % name)
         if env.get('NCCL_IB_DISABLE') != '0' or not env.get('NCCL_IB_HCA'):
             out.append('StatefulSet %s: rdma mode needs NCCL_IB_DISABLE=0 and NCCL_IB_HCA' % name)
-        if _get(spec, 'template', 'metadata', 'annotations', 'k8s.v1.cni.cncf.io/networks') != net['attachment']:
+        if get_path(spec, 'template', 'metadata', 'annotations', 'k8s.v1.cni.cncf.io/networks') != net['attachment']:
             out.append('StatefulSet %s: the pod template does not request the network attachment %s'
                        % (name, net['attachment']))
     else:
@@ -469,7 +457,7 @@ def problems(objs, cluster):
             out.append('StatefulSet %s: capabilities must drop ALL' % name)
         if not (sc.get('runAsNonRoot') or psc.get('runAsNonRoot')):
             out.append('StatefulSet %s: runAsNonRoot must be true' % name)
-        if _get(sc, 'seccompProfile', 'type', default=_get(psc, 'seccompProfile', 'type')) != 'RuntimeDefault':
+        if get_path(sc, 'seccompProfile', 'type', default=get_path(psc, 'seccompProfile', 'type')) != 'RuntimeDefault':
             out.append('StatefulSet %s: seccompProfile must be RuntimeDefault' % name)
         if cluster['openshift'] and ('runAsUser' in sc or 'runAsUser' in psc):
             out.append('StatefulSet %s: runAsUser is set; OpenShift assigns the uid from the namespace range'
@@ -505,12 +493,12 @@ def problems(objs, cluster):
             if not scc or 'IPC_LOCK' not in (scc[0].get('allowedCapabilities') or []):
                 out.append('OpenShift: rdma mode needs the SCC %s allowing IPC_LOCK' % wanted)
     if cluster['storage']['mode'] == 'rwx':
-        claim = _get(volumes.get(mounts.get(cluster['storage']['mount_path'])), 'persistentVolumeClaim', 'claimName')
-        pvcs = {_get(p, 'metadata', 'name'): p for p in _by_kind(objs, 'PersistentVolumeClaim')}
+        claim = get_path(volumes.get(mounts.get(cluster['storage']['mount_path'])), 'persistentVolumeClaim', 'claimName')
+        pvcs = {get_path(p, 'metadata', 'name'): p for p in _by_kind(objs, 'PersistentVolumeClaim')}
         if claim != claim_name(cluster):
             out.append('StatefulSet %s: %s is not the shared claim %s'
                        % (name, cluster['storage']['mount_path'], claim_name(cluster)))
-        elif claim in pvcs and 'ReadWriteMany' not in (_get(pvcs[claim], 'spec', 'accessModes') or []):
+        elif claim in pvcs and 'ReadWriteMany' not in (get_path(pvcs[claim], 'spec', 'accessModes') or []):
             out.append('PersistentVolumeClaim %s: rwx storage needs accessModes ReadWriteMany' % claim)
     elif not spec.get('volumeClaimTemplates'):
         out.append('StatefulSet %s: per-pod storage needs volumeClaimTemplates' % name)

@@ -2,7 +2,7 @@ import copy
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
 
 BASE = {'name': 'trainer', 'namespace': 'ml-team', 'image': 'registry.example.com/ml/ds:1',
         'replicas': 3, 'gpus_per_pod': 8, 'resources': {'cpu': '16', 'memory': '64Gi'},

@@ -2,9 +2,9 @@ import copy
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.filter.nccl_env import nccl_environment
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_cluster as kc
-from ansible_collections.gpucluster.multinode.plugins.module_utils import k8s_manifests as km
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.nccl_env import nccl_environment
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
 
 RDMA = {'mode': 'rdma', 'rdma_resource': 'rdma/rdma_shared_device_a', 'ib_hca': ['mlx5_0', 'mlx5_1'],
         'attachment': 'rdma-net', 'attachment_config': {'cniVersion': '0.3.1', 'type': 'host-device', 'device': 'ib0'}}

@@ -5,7 +5,7 @@ from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
 from ansible.vars.manager import VariableManager
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import inventory_contract as contract
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory_contract as contract
 
 INVENTORIES = os.path.join(os.path.dirname(__file__), '..', '..', '..', 'integration', 'inventories')
 

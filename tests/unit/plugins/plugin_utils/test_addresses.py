@@ -1,6 +1,6 @@
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import addresses
 
 
 def test_overlap_and_containment():

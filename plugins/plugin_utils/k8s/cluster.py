@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
+from ansible_collections.gpucluster.multinode.plugins.module_utils.hostfile import type_name
 
 # The API server's rules (k8s.io/apimachinery/pkg/util/validation): an RFC 1035 label (a Service
 # name: a letter first), an RFC 1123 label (namespaces: digits first allowed), an RFC 1123 subdomain,
@@ -42,6 +43,25 @@ STORAGE_MODES = ('rwx', 'per-pod')
 DEFAULT_IFNAME = {'tcp': 'eth0', 'rdma': 'net1'}
 CONFIG_DIR = '/etc/gpucluster'
 ENTRYPOINT = 'k8s_pod.py'
+# The label keys that select a cluster's pods: the collection sets them (manifests.labels), a cluster
+# file's labels may not (roles/k8s/tasks/validate.yml spells the same selector).
+NAME_LABEL = 'app.kubernetes.io/name'
+INSTANCE_LABEL = 'app.kubernetes.io/instance'
+
+
+def get_path(obj, *path, default=None):
+    """obj[path[0]][path[1]]... of an object read from YAML or JSON (a key, or an index into a list);
+    default when a step is missing or None."""
+    for key in path:
+        if isinstance(obj, dict):
+            obj = obj.get(key)
+        elif isinstance(obj, list) and isinstance(key, int) and key < len(obj):
+            obj = obj[key]
+        else:
+            return default
+        if obj is None:
+            return default
+    return obj
 
 
 class ClusterFileError(ValueError):
@@ -49,10 +69,8 @@ class ClusterFileError(ValueError):
 
 
 def _kind(value):
-    for kind in (bool, int, float, str, list, dict):
-        if isinstance(value, kind):
-            return kind.__name__
-    return 'null' if value is None else type(value).__name__
+    """The type name of a value of the cluster file, null for YAML's null."""
+    return 'null' if value is None else type_name(value)
 
 
 class _Checker:
@@ -325,7 +343,7 @@ def check(data, where='cluster file'):
     out['shm_size'] = c.quantity(data.get('shm_size', '16Gi'), 'shm_size')
     out['node_selector'] = c.label_map(data.get('node_selector'), 'node_selector')
     out['labels'] = c.label_map(data.get('labels'), 'labels')
-    for reserved in ('app.kubernetes.io/name', 'app.kubernetes.io/instance'):
+    for reserved in (NAME_LABEL, INSTANCE_LABEL):
         if reserved in out['labels']:
             c.fail('labels.' + reserved, 'is set by the collection (it selects the pods)')
     tolerations = data.get('tolerations', [])

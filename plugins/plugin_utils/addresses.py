@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""Address arithmetic shared by filters, modules and the inventory contract."""
+"""Address arithmetic shared by the filters, the test plugin and the inventory contract (controller only)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,246 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""The job's view from every node's rows (module_utils/job_monitor.py reads them on each node, the
+training_progress module returns them): the slowest node, a stall and the ranks that stopped first, the
+job's state with the lines to print, one line per rank, and the end-of-job summary. Controller only:
+the training_monitor filter uses it."""
+
+from __future__ import annotations
+
+PHASE_NAMES = {'checkpoint': 'saving checkpoint', 'eval': 'evaluating', 'load': 'loading checkpoint'}
+
+
+def _median(values):
+    values = sorted(values)
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2.0
+
+
+def slowest_node(rows, ratio=1.25, min_gap_s=0.005):
+    """(node, why) of the node that holds the job back, or (None, why not).
+
+    With wait figures: the node whose ranks compute longest per step (step time less the wait for
+    the others) when that is ratio times the median of the other nodes and min_gap_s above it.
+    Without them: the node whose steps per second are below the others' median by that ratio."""
+    alive = [r for r in rows if r.get('alive')]
+    nodes = sorted({r['node'] for r in alive})
+    if len(nodes) < 2:
+        return None, 'one node runs ranks: nothing to compare'
+
+    def per_node(key):
+        out = {}
+        for node in nodes:
+            values = [r[key] for r in alive if r['node'] == node and isinstance(r.get(key), (int, float))]
+            if values:
+                out[node] = sum(values) / len(values)
+        return out if len(out) == len(nodes) else None
+
+    compute = per_node('compute_s')
+    if compute:
+        node = max(compute, key=compute.get)
+        others = _median([v for n, v in compute.items() if n != node])
+        if compute[node] >= others * ratio and compute[node] - others >= min_gap_s:
+            return node, ('%s computes %.3f s per step, the other nodes %.3f s (they wait for it)'
+                          % (node, compute[node], others))
+        return None, 'no node computes clearly longer per step (%s)' % ', '.join(
+            '%s %.3f s' % (n, compute[n]) for n in nodes)
+    rate = per_node('steps_per_s')
+    if rate:
+        node = min(rate, key=rate.get)
+        others = _median([v for n, v in rate.items() if n != node])
+        if others and rate[node] * ratio <= others:
+            return node, '%s makes %.2f steps/s, the other nodes %.2f' % (node, rate[node], others)
+        return None, 'no node is clearly slower (%s steps/s)' % ', '.join('%s %.2f' % (n, rate[n]) for n in nodes)
+    return None, 'no step figures yet'
+
+
+def activity_age(row):
+    """Seconds since the rank last showed life: its last step or heartbeat, and before its first
+    step the time since it started (its progress header, else its process start); None when
+    nothing tracks it."""
+    if not row.get('tracked'):
+        return None
+    ages = [row.get('seconds_since_step'), row.get('seconds_since_heartbeat')]
+    if row.get('last_step') is None:
+        ages.append(row.get('seconds_since_start'))
+    ages = [a for a in ages if isinstance(a, (int, float))]
+    return min(ages) if ages else None
+
+
+def phase_text(row):
+    """'saving checkpoint since 40 s' of a rank between two steps, '' when it steps."""
+    if not row.get('phase'):
+        return ''
+    return '%s since %s s' % (PHASE_NAMES.get(row['phase'], row['phase']), _fmt(row.get('phase_s'), '%.0f'))
+
+
+def stall(rows, stall_seconds):
+    """{stalled, off, ranks: [...first to stop...], nodes, why, collectives} of a job.
+
+    Stalled: every rank alive and none of the tracked ones showed life (a step, a heartbeat, or
+    before the first step its start) for stall_seconds. The ranks named are the ones held by the
+    kernel (stopped, traced) when any is, else those without a step (a start-up hang), else those
+    with the lowest last step, earliest first. When every rank stopped at the same step (a
+    collective that never completed: the usual NCCL hang) all are named; collectives is left for a
+    reader of the collectives in flight (NCCL's flight recorder) to fill: a list of lines.
+    off: nothing tracks the job's steps (no progress file, no log line matching the regex)."""
+    out = {'stalled': False, 'off': False, 'ranks': [], 'nodes': [], 'why': '', 'collectives': None}
+    if rows and not any(r.get('tracked') for r in rows):
+        out.update(off=True, why='no steps tracked')
+        return out
+    alive = [r for r in rows if r.get('alive')]
+    if not alive or len(alive) != len(rows):
+        return out
+    tracked = [r for r in alive if activity_age(r) is not None]
+    if not tracked:
+        return out
+    quiet = min(activity_age(r) for r in tracked)
+    if quiet < stall_seconds:
+        return out
+    held = [r for r in alive if r.get('held')]
+    no_step = [r for r in tracked if r.get('last_step') is None]
+    if held:
+        first = held
+        why = ', '.join('rank %d on %s is %s' % (r['rank'], r['node'], r['held']) for r in held)
+    elif no_step:
+        first = no_step
+        why = ('no rank logged a first step since it started: a start-up hang (rendezvous, NCCL '
+               'initialisation, loading)' if len(no_step) == len(tracked) else
+               '%s logged no step since it started' % ', '.join('rank %d' % r['rank'] for r in no_step))
+    else:
+        low = min(r['last_step'] for r in tracked)
+        first = sorted([r for r in tracked if r['last_step'] == low], key=lambda r: r['last_step_time'])
+        if len(first) == len(tracked) and len(tracked) > 1:
+            why = ('every rank stopped after step %d: they wait in the same collective (a rank, GPU or '
+                   'link that never joined it; the steps cannot tell which)' % low)
+        else:
+            why = 'lowest last step %d' % low
+    phases = ['rank %d on %s has been %s' % (r['rank'], r['node'], phase_text(r).replace(' since ', ' for '))
+              for r in tracked if r.get('phase')]
+    if phases:
+        why += '; ' + ', '.join(phases)
+    out.update(stalled=True, ranks=[r['rank'] for r in first], nodes=sorted({r['node'] for r in first}),
+               why='no rank logged a step or heartbeat for %d s or more (%s)' % (int(quiet), why))
+    return out
+
+
+def node_states(rows, hosts, node_errors):
+    """{node: running|finished|exited|no ranks|unknown} per host: unknown where its read failed."""
+    out = {}
+    for host in hosts:
+        mine = [r for r in rows if r.get('node') == host]
+        if host in node_errors:
+            out[host] = 'unknown'
+        elif any(r.get('alive') for r in mine):
+            out[host] = 'running'
+        elif mine and all(r.get('exit') == 'finished' for r in mine):
+            out[host] = 'finished'
+        else:
+            out[host] = 'exited' if mine else 'no ranks'
+    return out
+
+
+def verdict(rows, stall_seconds, node_errors=None, step_regex=None, collectives=None):
+    """state (running, stalled, finished, failed, not running, unknown), slowest node, stall and the
+    lines to print, from every node's rows. A node whose read failed (node_errors: {node: why})
+    makes the state unknown: what the other nodes show says nothing of it. collectives: the lines
+    of the NCCL flight recorder's dumps (flight_recorder.analyse), named with a stall."""
+    node_errors = node_errors or {}
+    rows = sorted(rows, key=lambda r: r['rank'])
+    alive = [r for r in rows if r.get('alive')]
+    exited = [r for r in rows if not r.get('alive') and r.get('exit') != 'finished']
+    st = stall(rows, stall_seconds)
+    if st['stalled'] and collectives:
+        st['collectives'] = list(collectives)
+    slow, slow_why = slowest_node(rows)
+    if node_errors:
+        state = 'unknown'
+    elif st['stalled']:
+        state = 'stalled'
+    elif alive and exited:
+        state = 'failed'
+    elif alive:
+        state = 'running'
+    elif rows and not exited:
+        state = 'finished'
+    elif rows:
+        state = 'failed'
+    else:
+        state = 'not running'
+    if node_errors:
+        lines = ['state: unknown (the read failed on %s: what the other nodes show cannot tell the job\'s state)'
+                 % ', '.join(sorted(node_errors))]
+    else:
+        lines = ['state: %s' % state]
+    for node, error in sorted(node_errors.items()):
+        lines.append('%s: read failed: %s' % (node, error))
+    if st['stalled']:
+        lines.append('stalled: %s; first to stop: %s' % (st['why'], ', '.join(
+            'rank %d on %s' % (r, n) for r, n in ((r['rank'], r['node']) for r in rows if r['rank'] in st['ranks']))))
+        for item in st.get('collectives') or []:
+            lines.append('  collective: %s' % (item.get('line', item) if isinstance(item, dict) else item))
+    if st['off'] and alive:
+        lines.append('no steps tracked: the script writes no progress file and no log line matches '
+                     'training_progress_regex (%s); stall detection is off for this job' % (step_regex or 'none set'))
+    if slow:
+        lines.append('slowest node: %s' % slow_why)
+    for r in rows:
+        lines.append(rank_line(r))
+    return {'state': state, 'slowest_node': slow, 'slowest_why': slow_why, 'stall': st, 'lines': lines,
+            'ranks': rows, 'node_errors': dict(node_errors)}
+
+
+def _fmt(value, pattern, missing='-'):
+    return missing if value is None else pattern % value
+
+
+def rank_line(r):
+    """One line per rank, the figures a person watching the job looks at first."""
+    if r.get('alive'):
+        life = 'alive' if not r.get('held') else 'HELD (%s)' % r['held']
+    else:
+        life = r.get('exit', 'exited')
+    parts = ['%s rank %d: %s' % (r['node'], r['rank'], life),
+             'step %s' % _fmt(r.get('last_step'), '%d'),
+             'loss %s' % _fmt(r.get('last_loss'), '%.4f'),
+             '%s steps/s' % _fmt(r.get('steps_per_s'), '%.2f'),
+             'last step %s s ago' % _fmt(r.get('seconds_since_step'), '%.0f')]
+    if r.get('phase'):
+        parts.append(phase_text(r))
+    if r.get('tracked') == 'log':
+        parts.append('steps from its log')
+    elif not r.get('tracked'):
+        parts.append('no steps tracked')
+    if r.get('compute_s') is not None:
+        parts.append('compute %.3f s/step, wait %.3f' % (r['compute_s'], r['wait_s']))
+    if r.get('alive'):
+        parts.append('cpu %s%%' % _fmt(r.get('cpu_pct'), '%.0f'))
+        rss = _fmt(r.get('rss_kib'), '%d', '?') if r.get('rss_kib') is None else r['rss_kib'] // 1024
+        peak = '?' if r.get('peak_rss_kib') is None else r['peak_rss_kib'] // 1024
+        parts.append('rss %s MiB (peak %s)' % (rss, peak))
+    gpu = r.get('gpu')
+    if gpu:
+        parts.append('gpu %s: %s%% util, %s/%s MiB' % (gpu.get('index'), _fmt(gpu.get('utilization_pct'), '%d'),
+                                                       _fmt(gpu.get('memory_used_mib'), '%d'),
+                                                       _fmt(gpu.get('memory_total_mib'), '%d')))
+    elif r.get('gpu_note'):
+        parts.append(r['gpu_note'])
+    return ', '.join(parts)
+
+
+def summary(rows, job_id, state, slowest, finished_s):
+    """The end-of-job record: steps, mean steps/s, slowest node, peak memory per rank."""
+    ranks = []
+    for r in sorted(rows, key=lambda r: r['rank']):
+        ranks.append({'rank': r['rank'], 'node': r['node'], 'last_step': r.get('last_step'),
+                      'mean_steps_per_s': r.get('mean_steps_per_s'), 'last_loss': r.get('last_loss'),
+                      'peak_rss_kib': r.get('peak_rss_kib') or r.get('final_peak_rss_kib'),
+                      'compute_s': r.get('compute_s')})
+    rates = [r['mean_steps_per_s'] for r in ranks if isinstance(r['mean_steps_per_s'], (int, float))]
+    steps = [r['last_step'] for r in ranks if isinstance(r['last_step'], int)]
+    return {'job_id': job_id, 'state': state, 'written': finished_s, 'steps': max(steps) if steps else None,
+            'mean_steps_per_s': round(sum(rates) / len(rates), 3) if rates else None,
+            'slowest_node': slowest, 'ranks': ranks}

@@ -1,0 +1,225 @@
+"""The two layers of plugins/, read from the source with ast (nothing is imported).
+
+plugins/module_utils holds what a module ships to a node (its Ansiballz payload); plugins/plugin_utils
+what only the controller runs (filters, the action, the lookup, the tests). See CONTRIBUTING.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import glob
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLUGINS = os.path.join(ROOT, 'plugins')
+PREFIX = 'ansible_collections.gpucluster.multinode.plugins.'
+CONTROLLER_KINDS = ('plugin_utils', 'filter', 'action', 'lookup', 'test')
+
+# module_utils files no module reaches, each with the reason it is still there.
+NOT_SHIPPED = {}
+
+# Controller code that must never be in a module's payload.
+CONTROLLER_ONLY = ('plugins/plugin_utils/',)
+
+# The most module_utils files (and lines, all files together) each module ships. A module whose
+# payload grows past its bound fails here: look at what it pulls in before raising the bound.
+PAYLOAD_MAX = {
+    'bandwidth': (5, 1200),
+    'collective': (8, 2100),
+    'container_image_info': (3, 1600),
+    'deepspeed_ops': (2, 800),
+    'gpu_facts': (1, 600),
+    'health_probe': (8, 2300),
+    'health_report': (2, 300),
+    'hostfile': (2, 500),
+    'k8s_manifests': (0, 0),
+    'port_holders': (1, 600),
+    'python_env_info': (1, 400),
+    'ray_node': (3, 1400),
+    'ray_preflight': (3, 1100),
+    'ray_status': (1, 400),
+    'slurm_drain': (1, 200),
+    'smoke': (5, 1100),
+    'training_job': (10, 3900),
+    'training_progress': (6, 2100),
+}
+
+
+def rel(path):
+    return os.path.relpath(path, ROOT).replace(os.sep, '/')
+
+
+def source_files(kind):
+    return sorted(glob.glob(os.path.join(PLUGINS, kind, '**', '*.py'), recursive=True))
+
+
+def _resolve(dotted):
+    """The file of a dotted name under plugins/ (module or package), or None."""
+    base = os.path.join(PLUGINS, *dotted.split('.'))
+    if os.path.isfile(base + '.py'):
+        return base + '.py'
+    if os.path.isdir(base):
+        init = os.path.join(base, '__init__.py')
+        return init if os.path.isfile(init) else base
+    return None
+
+
+def collection_imports(path):
+    """[(line, imported name, file or None)] of the collection's own imports in a file (function-level
+    imports included); a name that is a package gives its directory."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = []
+            for alias in node.names:
+                # from package import module, else from module import name
+                whole = '%s.%s' % (node.module, alias.name)
+                found = whole.startswith(PREFIX) and _resolve(whole[len(PREFIX):]) is not None
+                names.append(whole if found else node.module)
+        else:
+            continue
+        for name in names:
+            if name.startswith(PREFIX):
+                out.append((node.lineno, name, _resolve(name[len(PREFIX):])))
+    return out
+
+
+def other_imports(path):
+    """[(line, name)] of every import of a file that is not the collection's own."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append((node.lineno, node.module))
+    return [(line, name) for line, name in out if not name.startswith(PREFIX)]
+
+
+def kind_of(path):
+    return rel(path).split('/')[1]
+
+
+def payload(module_path):
+    """{file: (importer, line)} of every collection file a module reaches through its imports."""
+    seen, todo = {}, [module_path]
+    while todo:
+        current = todo.pop()
+        for line, name, target in collection_imports(current):
+            if target and target not in seen and target != module_path:
+                seen[target] = (rel(current), line, name)
+                if os.path.isfile(target):
+                    todo.append(target)
+    return seen
+
+
+MODULES = source_files('modules')
+MODULE_NAMES = [os.path.basename(p)[:-3] for p in MODULES]
+
+
+def test_every_collection_import_names_a_file():
+    broken = ['%s:%d imports %s, which is no file under plugins/' % (rel(path), line, name)
+              for kind in ('modules', 'module_utils') + CONTROLLER_KINDS for path in source_files(kind)
+              for line, name, target in collection_imports(path) if target is None]
+    assert not broken, '\n'.join(broken)
+
+
+def test_module_utils_imports_no_controller_code():
+    broken = []
+    for path in source_files('module_utils'):
+        for line, name, target in collection_imports(path):
+            if name[len(PREFIX):].split('.')[0] in CONTROLLER_KINDS:
+                broken.append('%s:%d imports %s (controller code; module_utils ships to the nodes)'
+                              % (rel(path), line, name))
+        for line, name in other_imports(path):
+            if name.split('.')[0] == 'ansible' and not name.startswith('ansible.module_utils'):
+                broken.append('%s:%d imports %s (the controller\'s ansible, absent on a node)' % (rel(path), line, name))
+    assert not broken, '\n'.join(broken)
+
+
+def test_every_module_utils_file_ships_with_a_module():
+    reached = set()
+    for module in MODULES:
+        reached.update(rel(p) for p in payload(module))
+    unreached = [rel(p) for p in source_files('module_utils') if rel(p) not in reached]
+    unexplained = [p for p in unreached if p.split('/', 2)[2] not in NOT_SHIPPED]
+    assert not unexplained, ('no module imports these module_utils files, directly or through module_utils; '
+                             'controller-only code goes to plugins/plugin_utils (or name the file in NOT_SHIPPED '
+                             'with the reason):\n' + '\n'.join(unexplained))
+    stale = sorted(name for name in NOT_SHIPPED if 'plugins/module_utils/' + name not in unreached)
+    assert not stale, 'NOT_SHIPPED names files that are gone or that a module now ships: %s' % ', '.join(stale)
+
+
+def test_no_plugin_imports_a_filter():
+    broken = ['%s:%d imports %s (a filter plugin; shared code goes to plugins/plugin_utils)' % (rel(path), line, name)
+              for kind in ('modules', 'module_utils') + CONTROLLER_KINDS if kind != 'filter'
+              for path in source_files(kind) for line, name, target in collection_imports(path)
+              if name[len(PREFIX):].startswith('filter')]
+    broken += ['%s:%d imports %s (another filter; shared code goes to plugins/plugin_utils)' % (rel(path), line, name)
+               for path in source_files('filter') for line, name, target in collection_imports(path)
+               if name[len(PREFIX):].startswith('filter')]
+    assert not broken, '\n'.join(broken)
+
+
+def test_the_bounds_name_every_module():
+    assert sorted(PAYLOAD_MAX) == sorted(MODULE_NAMES)
+
+
+@pytest.mark.parametrize('module', MODULES, ids=MODULE_NAMES)
+def test_a_module_ships_no_controller_code_and_stays_within_its_bound(module):
+    name = os.path.basename(module)[:-3]
+    files = payload(module)
+    controller = ['%s (%s:%d imports %s)' % ((rel(p),) + how) for p, how in sorted(files.items())
+                  if rel(p).startswith(CONTROLLER_ONLY) or not rel(p).startswith('plugins/module_utils/')]
+    assert not controller, '%s ships controller code:\n%s' % (name, '\n'.join(controller))
+    lines = 0
+    for path in files:
+        with open(path) as handle:
+            lines += len(handle.read().splitlines())
+    most_files, most_lines = PAYLOAD_MAX.get(name, (0, 0))
+    shown = '\n'.join('%s (%s:%d)' % (rel(p), how[0], how[1]) for p, how in sorted(files.items()))
+    assert len(files) <= most_files and lines <= most_lines, (
+        '%s ships %d module_utils files, %d lines (bound: %d files, %d lines):\n%s'
+        % (name, len(files), lines, most_files, most_lines, shown))
+
+
+TESTS = os.path.join(ROOT, 'tests', 'unit')
+
+
+def layers_used(path):
+    """The directories of plugins/ whose code a test file uses: imported, or named by path (a module run
+    as Ansible runs it, e.g. os.path.join(ROOT, 'plugins', 'modules', 'hostfile.py'))."""
+    used = {name[len(PREFIX):].split('.')[0] for _, name, _ in collection_imports(path)}
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            words = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            used.update(b for a, b in zip(words, words[1:]) if a == 'plugins')
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith('plugins/'):
+            used.add(node.value.split('/')[1])
+    return used
+
+
+def test_a_test_file_is_filed_under_the_layer_of_its_code():
+    """tests/unit/plugins/<directory>/ holds the tests of plugins/<directory>: each file there uses code of
+    that directory (a plugin_utils test may use module_utils to make its input, not the other way
+    round). Tests of a role's scripts are under tests/unit/roles/<role>/."""
+    wrong = []
+    for path in sorted(glob.glob(os.path.join(TESTS, 'plugins', '*', 'test_*.py'))):
+        layer = os.path.basename(os.path.dirname(path))
+        used = sorted(layers_used(path))
+        if layer not in used:
+            wrong.append('%s uses no code of plugins/%s (it uses: %s); file it under the directory of the code '
+                         'it tests' % (rel(path), layer, ', '.join(used) or 'nothing of plugins/'))
+    for path in sorted(glob.glob(os.path.join(TESTS, 'roles', '*'))):
+        if not os.path.isdir(os.path.join(ROOT, 'roles', os.path.basename(path))):
+            wrong.append('%s names no role under roles/' % rel(path))
+    assert not wrong, '\n'.join(wrong)
