@@ -11,6 +11,8 @@ source scripts/env.sh
 # shellcheck source=benchmarks/lib.sh
 source benchmarks/lib.sh
 INV=${INV:-lab/inventory}
+JOBS_DIR=${JOBS_DIR:-/shared/jobs}  # training_jobs_dir
+export ANSIBLE_DEPRECATION_WARNINGS=false
 ROUNDS=${ROUNDS:-3}
 SAVE_EVERY=${SAVE_EVERY:-5}
 WORKER=${WORKER:?name the worker whose rank is killed (WORKER=...)}
@@ -22,20 +24,26 @@ on() { ansible -i "$INV" "$1" -b --become-user "${TRAIN_USER:-train}" -m ansible
 to_step=(); lost=()
 for round in $(seq 1 "$ROUNDS"); do
   job=bench-sup-$$-$round
-  ckpt=/shared/ckpt/$job
+  ckpt=$JOBS_DIR/$job/checkpoints  # the job directory: the training account writes there
   ansible-playbook playbooks/train.yml -i "$INV" -e training_job_id="$job" -e training_supervise=true \
-    -e training_restarts=1 -e training_env='{"DS_ACCELERATOR": "cpu"}' "${extra[@]}" \
+    -e training_restarts=1 -e '{"training_env": {"DS_ACCELERATOR": "cpu"}}' "${extra[@]}" \
     -e "{\"training_script_args\": [\"--steps\", \"100000\", \"--save-every\", \"$SAVE_EVERY\", \"--step-delay\", \"0.2\",
          \"--checkpoint-dir\", \"$ckpt\"]}" >/dev/null
   # a fault at a random point between two checkpoints, after two of them
-  until [ "$(on "$HEAD" "cat $ckpt/latest" | tr -dc 0-9)" -ge $((2 * SAVE_EVERY)) ] 2>/dev/null; do sleep 2; done
+  for _ in $(seq 1 300); do
+    [ "$(on "$HEAD" "cat $ckpt/latest" | tr -dc 0-9)" -ge $((2 * SAVE_EVERY)) ] 2>/dev/null && break
+    sleep 2
+  done
   sleep "$(python3 -c "import random; print(round(random.uniform(0, $SAVE_EVERY * 0.5), 1))")"
-  rank=$(on "$HEAD" "grep -l host=$WORKER /shared/jobs/$job/progress/ -r" | head -1)
+  rank=$(on "$HEAD" "grep -l host=$WORKER $JOBS_DIR/$job/progress/ -r" | head -1)
   pid=$(on "$HEAD" "head -1 $rank" | sed -n 's/.* pid=\([0-9]*\).*/\1/p')
   fault=$(date +%s.%N)
   on "$WORKER" "kill -9 $pid" >/dev/null
-  until on "$HEAD" "cat /shared/jobs/$job/events.jsonl" | grep -q '"event": "\(training\|gave_up\)"'; do sleep 2; done
-  events=$(on "$HEAD" "cat /shared/jobs/$job/events.jsonl")
+  for _ in $(seq 1 300); do
+    on "$HEAD" "cat $JOBS_DIR/$job/events.jsonl" | grep -q '"event": "\(training\|gave_up\)"' && break
+    sleep 2
+  done
+  events=$(on "$HEAD" "cat $JOBS_DIR/$job/events.jsonl")
   read -r secs steps < <(EVENTS=$events python3 - "$fault" <<'PY'
 import json, os, sys
 events = [json.loads(l) for l in os.environ['EVENTS'].splitlines() if l.strip()]

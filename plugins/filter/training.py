@@ -100,12 +100,6 @@ def training_verdict(results, nodes=None):
         lines.append('  %-20s %-8s ranks=%-6s running=%-5s exit=%s' % (r.get('node'), r.get('role', ''), span,
                                                                        bool(r.get('running')), codes.get(r.get('node'), '-')))
     lines.extend(container_lines(results))
-    restarted = ['%s %s' % (r.get('node'), r['restarts_in_place']) for r in results if r.get('restarts_in_place')]
-    if restarted:
-        lines.append('torchrun restarted the ranks in place (times per node): %s' % ', '.join(restarted))
-    unread = [r.get('node') for r in results if 'restarts_in_place' in r and r['restarts_in_place'] is None]
-    if unread:
-        lines.append('torchrun restarts unknown: the rank log directory could not be read on %s' % ', '.join(unread))
     if first:
         lines.append('first failure: %s (exit %s); last lines of %s:' % (first['node'], first['exit_code'], first['log']))
         lines.extend('  | ' + line for line in first['log_tail'])

@@ -214,11 +214,10 @@ class Torchrun(Launcher):
         j = self.job
         return tr.torchrun_command(j.bin, len(j.nodes), j.slots, j.p['master_addr'], j.p['master_port'], j.job_id,
                                    j.p['script'], j.p['script_args'], log_dir=os.path.join(j.rank_log_dir, j.me),
-                                   local_addr=j.node['address'], max_restarts=j.p.get('max_restarts') or 0)
+                                   local_addr=j.node['address'])
 
     def read_status(self, out):
         out['rank_failure'] = tr.torchrun_failure('\n'.join(pr.tail(self.job.log, 400)))
-        out['restarts_in_place'] = torchrun_restarts(os.path.join(self.job.rank_log_dir, self.job.me))
 
 
 class Mpirun(Launcher):
@@ -284,7 +283,7 @@ class Slurm(Launcher):
             prefix = cn.slurm_sealed_prefix(j.container, j.job_dir) + cn.slurm_node_prefix(addr_file) + prefix
         launch = tr.slurm_launch_line('torchrun', j.bin, {n['name']: n['slots'] for n in j.nodes}, j.job_id,
                                       j.p['script'], j.p['script_args'], log_dir=j.rank_log_dir,
-                                      node_prefix=prefix, max_restarts=j.p.get('max_restarts') or 0)
+                                      node_prefix=prefix)
         if j.container:
             launch = (cn.slurm_node_addr_lines(os.path.join(j.job_dir, 'hostfile'), addr_file)
                       + cn.slurm_container_line(j.container, j.job_id, launch, env_files=j.p['env_files'],
@@ -358,20 +357,6 @@ LAUNCHERS = {cls.name: cls for cls in (DeepSpeed, Torchrun, Mpirun, Slurm)}
 
 
 # ----- the job on this node --------------------------------------------------------------------
-def torchrun_restarts(log_dir):
-    """In-place restarts of torchrun's agent: the attempt directories of its newest run under log_dir
-    (a job id started again by its supervisor has a run directory per start); None when it cannot be read."""
-    try:
-        runs = [os.path.join(log_dir, name) for name in os.listdir(log_dir)]
-        runs = [path for path in runs if os.path.isdir(path)]
-        newest = max(runs, key=os.path.getmtime) if runs else None
-        return tr.torchrun_restarts(os.listdir(newest)) if newest else 0
-    except FileNotFoundError:
-        return 0  # no rank has started yet
-    except OSError:
-        return None
-
-
 def read_layout(path):
     """{node: ranks} a job was started with (layout.json in its directory); {} when absent or unreadable."""
     try:
@@ -394,7 +379,6 @@ class Job:
             self.env = tr.check_env(p['env'])
             if p['launcher'] == 'slurm':
                 tr.check_slurm_settings(p['slurm_time'], p['slurm_partition'])
-            tr.check_max_restarts(p.get('max_restarts') or 0, p['launcher'])
             self.container = cn.check_spec(p.get('container'))
             if self.container and self.container['runtime'] == 'enroot' and p['launcher'] != 'slurm':
                 raise cn.ContainerError('container runtime enroot runs under Slurm only (through pyxis), not with '

@@ -175,20 +175,6 @@ def check_slurm_settings(time_limit, partition=None):
         raise TrainingError('slurm_partition %r may hold only letters, digits, ".", "_" and "-"' % (partition,))
 
 
-MAX_RESTARTS_LIMIT = 100
-
-
-def check_max_restarts(value, launcher):
-    """Refuse in-place restarts a launcher has no agent for, and counts outside 0-100."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RESTARTS_LIMIT:
-        raise TrainingError('max_restarts %r is not a count of restarts from 0 to %d' % (value, MAX_RESTARTS_LIMIT))
-    if value and launcher not in ('torchrun', 'slurm'):
-        raise TrainingError('max_restarts %d needs torchrun\'s elastic agent (launcher torchrun, or slurm, whose '
-                            'nodes run torchrun); launcher %s has none: leave it 0 and use training_supervise'
-                            % (value, launcher))
-    return value
-
-
 def check_env(env):
     """Refuse environment names that are not shell names (values are always quoted)."""
     for key in env or {}:
@@ -247,7 +233,7 @@ def sbatch_script(job_id, nodes, gpus_per_node, time_limit, log_dir, hostfile, m
 
 
 def slurm_launch_line(launcher, bin_dir, nproc_per_node, job_id, script, script_args=(), log_dir=None,
-                      node_prefix='', max_restarts=0):
+                      node_prefix=''):
     """What the sbatch script runs: one torchrun agent per node through srun, c10d on the first node.
 
     nproc_per_node: one count for every node, or {node name: count} (each node its own, read from
@@ -257,7 +243,7 @@ def slurm_launch_line(launcher, bin_dir, nproc_per_node, job_id, script, script_
         raise TrainingError('slurm_launcher must be torchrun, got %r' % launcher)
     agent = torchrun_command(bin_dir, '__NNODES__', '__NPROC__', '__MASTER__', '', job_id, script, script_args,
                              log_dir=(log_dir.rstrip('/') + '/__NODE__') if log_dir else None,
-                             local_addr='__LOCAL__', max_restarts=max_restarts)
+                             local_addr='__LOCAL__')
     line = join(agent)
     line = line.replace(q('__NNODES__'), '"$SLURM_NNODES"').replace(q('__MASTER__:'), '"$MASTER_ADDR:$MASTER_PORT"')
     line = line.replace(q('__LOCAL__'), '"$(node_addr "$SLURMD_NODENAME")"')
@@ -338,16 +324,6 @@ def deepspeed_rank_failure(text):
     except ValueError:
         name = None
     return {'time': when, 'host': host, 'exit_code': code, 'signal': name}
-
-
-ATTEMPT_RE = re.compile(r'^attempt_(\d+)$')
-
-
-def torchrun_restarts(attempt_dirs):
-    """How many times torchrun's agent restarted its ranks in place, from the attempt_<N> directories of
-    its newest run under --log-dir (torchrun numbers them from 0; a restart adds one)."""
-    found = [int(m.group(1)) for m in (ATTEMPT_RE.match(name) for name in attempt_dirs or ()) if m]
-    return max(found) if found else 0
 
 
 def latest_checkpoint(entries):

@@ -98,14 +98,6 @@ options:
     type: str
     choices: [pdsh, openmpi]
     default: pdsh
-  max_restarts:
-    description:
-      - With C(torchrun) (and Slurm's torchrun agents), how many times torchrun's own elastic agent restarts
-        every node's ranks in place after a rank fails, before it gives up (C(--max-restarts)). Each restart
-        starts the script again with C(TORCHELASTIC_RESTART_COUNT) set; the examples then resume from their
-        C(--checkpoint-dir). Other launchers refuse a value above 0.
-    type: int
-    default: 0
   slurm_partition:
     description: Slurm partition; it must exist.
     type: str
@@ -337,12 +329,6 @@ node_log_tails:
   description: Last lines each node's ranks printed, from the launcher's log on the head.
   returned: state is status and launcher is deepspeed
   type: dict
-restarts_in_place:
-  description: How many times torchrun's agent on this node restarted its ranks in place (the C(attempt_N)
-    directories of its rank logs); null when they could not be read.
-  returned: state is status and launcher is torchrun
-  type: int
-  sample: 1
 rank_failure:
   description:
     - torchrun - the first observed rank failure in torchrun's report on this node (time, host, rank, exit code, signal).
@@ -420,7 +406,6 @@ def main():
             state_dir=dict(type='path'),
             hostfile=dict(type='path'),
             deepspeed_launcher=dict(type='str', default='pdsh', choices=['pdsh', 'openmpi']),
-            max_restarts=dict(type='int', default=0),
             slurm_partition=dict(type='str'),
             slurm_time=dict(type='str', default='01:00:00'),
             slurm_gpus_per_node=dict(type='int', default=0),

@@ -86,10 +86,6 @@ CASES = [
     case('train-tensorboard-port-is-master-port', 'train',
          'host bat-head: training_tensorboard_port 29500 is also training_master_port and cluster_master_port',
          extra={'training_state': 'tensorboard', 'training_tensorboard_port': 29500}),
-    case('train-torchrun-restarts-with-deepspeed', 'train',
-         'host bat-head: training_torchrun_max_restarts must be a count from 0 to 100, and above 0 only with launcher '
-         'torchrun or slurm',
-         extra={'training_launcher': 'deepspeed', 'training_torchrun_max_restarts': 2}),
     case('train-limit-without-head', 'train', '--limit leaves out the head bat-head', args=['--limit', '!bat-head']),
     # status/watch/logs: the documented bounds are checked before any node is read or written.
     case('train-status-sample-seconds-60', 'train',

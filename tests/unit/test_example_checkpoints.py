@@ -76,35 +76,3 @@ def test_a_marker_that_is_not_a_record_does_not_make_a_tag_complete(tmp_path):
     (tmp_path / 'step20' / gp.CHECKPOINT_DONE).write_text('{"step": ')  # cut short
     (tmp_path / 'latest').write_text('step20\n')
     assert gp.latest_complete_checkpoint(str(tmp_path))[0] == 'step10'
-
-
-class _Args:
-    def __init__(self, checkpoint_dir=None, resume_from=None):
-        self.checkpoint_dir, self.resume_from = checkpoint_dir, resume_from
-
-
-def _found(directory):
-    return gp.latest_complete_checkpoint(directory)[0] is not None
-
-
-def test_a_first_start_resumes_only_from_what_it_was_given(tmp_path):
-    _tag(tmp_path, 'step10', True, 10)
-    assert gp.resume_after_restart(_Args(str(tmp_path)), _found, {}) == (None, None)
-    assert gp.resume_after_restart(_Args(str(tmp_path), '/old'), _found, {'TORCHELASTIC_RESTART_COUNT': '0'}) == ('/old', None)
-
-
-def test_ranks_restarted_in_place_by_torchrun_resume_from_their_own_newest_checkpoint(tmp_path):
-    _tag(tmp_path, 'step10', True, 10)
-    where, note = gp.resume_after_restart(_Args(str(tmp_path), '/old'), _found, {'TORCHELASTIC_RESTART_COUNT': '2'})
-    assert where == str(tmp_path)
-    assert note == 'torchrun restarted the ranks in place (restart 2): resuming from %s' % tmp_path
-
-
-def test_a_restart_before_the_first_save_starts_again_and_says_so(tmp_path):
-    _tag(tmp_path, 'step10', False)   # a save cut short is no checkpoint
-    where, note = gp.resume_after_restart(_Args(str(tmp_path)), _found, {'TORCHELASTIC_RESTART_COUNT': '1'})
-    assert where is None and note.endswith('no checkpoint under %s yet: starting from step 0' % tmp_path)
-    where, note = gp.resume_after_restart(_Args(str(tmp_path), '/given'), _found, {'TORCHELASTIC_RESTART_COUNT': '1'})
-    assert where == '/given' and 'resuming from /given again' in note
-    assert gp.resume_after_restart(_Args(), _found, {'TORCHELASTIC_RESTART_COUNT': '1'})[1].endswith(
-        'no --checkpoint-dir: starting from step 0')

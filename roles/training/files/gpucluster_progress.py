@@ -217,27 +217,6 @@ def latest_complete_checkpoint(directory):
     return name, record, '%s; resuming from %s (step %d), the newest complete one' % (skipped, name, step)
 
 
-def resume_after_restart(args, found, environ=None):
-    """(directory to resume from, note for rank 0) when torchrun restarted the ranks in place
-    (TORCHELASTIC_RESTART_COUNT above 0: the same command line again): --checkpoint-dir when found(it) says
-    it holds a checkpoint (newer than any --resume-from), else --resume-from as given. (--resume-from, None)
-    on a first start."""
-    environ = os.environ if environ is None else environ
-    try:
-        count = int(environ.get('TORCHELASTIC_RESTART_COUNT') or 0)
-    except ValueError:
-        count = 0
-    if count <= 0:
-        return args.resume_from, None
-    head = 'torchrun restarted the ranks in place (restart %d): ' % count
-    if args.checkpoint_dir and found(args.checkpoint_dir):
-        return args.checkpoint_dir, head + 'resuming from %s' % args.checkpoint_dir
-    if args.resume_from:
-        return args.resume_from, head + 'no checkpoint of this run yet, resuming from %s again' % args.resume_from
-    return None, head + ('no checkpoint under %s yet: starting from step 0' % args.checkpoint_dir if args.checkpoint_dir
-                         else 'no --checkpoint-dir: starting from step 0')
-
-
 def add_arguments(parser):
     """The examples' options for checkpoints, progress, TensorBoard and slowing ranks on purpose."""
     parser.add_argument('--checkpoint-dir', default=None, help='save checkpoints here (on shared storage)')

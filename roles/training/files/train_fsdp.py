@@ -29,8 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpucluster_progress import (  # noqa: E402  pylint: disable=wrong-import-position
-    Progress, add_arguments, require_gpus, resume_after_restart)
+from gpucluster_progress import Progress, add_arguments, require_gpus  # noqa: E402  pylint: disable=wrong-import-position
 
 VOCAB = 64
 STARTED = time.time()
@@ -144,9 +143,6 @@ def main():
 
     progress = Progress(rank, world, args.progress_dir, args.tensorboard_dir)
     start_step = 0
-    args.resume_from, note = resume_after_restart(args, lambda d: latest(d)[0] is not None)
-    if note and rank == 0:
-        print(note, flush=True)
     if args.resume_from:
         progress.heartbeat('load')
         path, start_step = latest(args.resume_from)

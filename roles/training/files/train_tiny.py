@@ -30,8 +30,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpucluster_progress import (  # noqa: E402  pylint: disable=wrong-import-position
-    CHECKPOINT_DONE, Progress, add_arguments, commit_checkpoint, latest_complete_checkpoint, require_gpus,
-    resume_after_restart)
+    CHECKPOINT_DONE, Progress, add_arguments, commit_checkpoint, latest_complete_checkpoint, require_gpus)
 
 STARTED = time.time()
 
@@ -139,10 +138,6 @@ def main():
         import deepspeed  # pylint: disable=import-outside-toplevel
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=True)
     rank, world = dist.get_rank(), dist.get_world_size()
-    if args.engine != 'ddp':
-        args.resume_from, note = resume_after_restart(args, lambda d: latest_complete_checkpoint(d)[0] is not None)
-        if note and rank == 0:
-            print(note, flush=True)
     local_rank = int(os.environ.get('LOCAL_RANK', max(args.local_rank, 0)))
     device = torch.device('cuda', local_rank) if on_gpu else torch.device('cpu')
     if on_gpu:

@@ -86,18 +86,6 @@ def test_stopped_lists_the_containers_it_removed_not_an_empty_pid_list():
                      'w2: nothing of the job was left there']
 
 
-def test_status_says_how_often_torchrun_restarted_the_ranks_in_place_and_where_that_was_unread():
-    results = [dict(job_id='j1', node='head', role='agent', running=True, exit_code=None, restarts_in_place=2),
-               dict(job_id='j1', node='w1', role='agent', running=True, exit_code=None, restarts_in_place=0),
-               dict(job_id='j1', node='w2', role='agent', running=True, exit_code=None, restarts_in_place=None)]
-    verdict = training_verdict(results)
-    assert verdict['state'] == 'running'
-    assert 'torchrun restarted the ranks in place (times per node): head 2' in verdict['lines']
-    assert 'torchrun restarts unknown: the rank log directory could not be read on w2' in verdict['lines']
-    # no restart: no line
-    assert not any('restart' in line for line in training_verdict(results[1:2])['lines'])
-
-
 def test_a_deepspeed_job_names_the_node_whose_rank_was_killed_not_the_head_whatever_the_order_of_pdsh_lines():
     # as Ansible hands the head's result over: node_exit_codes in name order, the head first
     results = [dict(job_id='j1', node='lab-head', role='launcher', running=False, exit_code=247,

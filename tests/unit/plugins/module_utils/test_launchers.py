@@ -134,46 +134,6 @@ def test_torchrun_gives_each_node_its_own_nproc_per_node(lab, node, nproc):
     assert mode(lab / 'jobs' / 'tiny-001' / 'job.env') == 0o600
 
 
-def test_torchrun_restarts_the_ranks_in_place_as_often_as_asked(lab):
-    spawn = Spawn()
-    job(lab, 'torchrun', 'bravo-2', max_restarts=3).start(spawn=spawn)
-    assert '--max-restarts 3 ' in spawn.calls[0]['line']
-    spawn = Spawn()
-    job(lab, 'torchrun', 'bravo-2').start(spawn=spawn)
-    assert '--max-restarts 0 ' in spawn.calls[0]['line']
-
-
-def test_slurm_nodes_torchrun_agents_restart_in_place_as_asked(lab):
-    runner = FakeRunner({'sbatch': (0, '42;cluster\n', ''), 'sinfo': (0, 'cpu\n', '')})
-    job(lab, 'slurm', runner=runner, slurm_partition='cpu', max_restarts=2).start()
-    assert '--max-restarts 2 ' in (lab / 'jobs' / 'tiny-001' / 'job.sbatch').read_text()
-
-
-@pytest.mark.parametrize('launcher,value,message', [
-    ('deepspeed', 2, 'max_restarts 2 needs torchrun.s elastic agent .*launcher deepspeed has none'),
-    ('mpirun', 1, 'max_restarts 1 needs .*launcher mpirun has none'),
-    ('torchrun', -1, 'max_restarts -1 is not a count of restarts from 0 to 100'),
-    ('torchrun', 101, 'max_restarts 101 is not a count'),
-])
-def test_in_place_restarts_are_refused_where_no_agent_restarts_or_out_of_bounds(lab, launcher, value, message):
-    with pytest.raises(ln.JobError, match='node alpha: ' + message):
-        job(lab, launcher, max_restarts=value)
-    assert not (lab / 'jobs').exists()
-
-
-def test_torchrun_status_counts_the_agents_in_place_restarts_of_its_newest_run(lab):
-    ranks = lab / 'jobs' / 'tiny-001' / 'logs' / 'ranks' / 'bravo-2'
-    assert job(lab, 'torchrun', 'bravo-2').status()['restarts_in_place'] == 0   # no rank started yet
-    old = ranks / 'tiny-001_old'
-    for n in range(4):
-        (old / ('attempt_%d' % n) / '0').mkdir(parents=True)
-    os.utime(str(old), (1, 1))
-    new = ranks / 'tiny-001_new'
-    for n in range(2):
-        (new / ('attempt_%d' % n) / '0').mkdir(parents=True)
-    assert job(lab, 'torchrun', 'bravo-2').status()['restarts_in_place'] == 1
-
-
 def test_nproc_per_node_above_a_nodes_slots_is_refused_naming_the_node(lab):
     with pytest.raises(ln.JobError, match='nproc_per_node 2 is above the 1 slot.s. of node bravo-2'):
         job(lab, 'torchrun', nproc_per_node=2)

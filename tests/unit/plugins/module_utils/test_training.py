@@ -28,12 +28,6 @@ def test_torchrun_line_has_c10d_rendezvous_on_the_head_and_the_node_address():
     assert '--rdzv-endpoint 192.168.1.100:29600 --rdzv-id job-1 --max-restarts 0 --local-addr 192.168.1.102' in line
 
 
-def test_torchrun_restart_count_is_the_highest_attempt_directory():
-    assert tr.torchrun_restarts(['attempt_0']) == 0
-    assert tr.torchrun_restarts(['attempt_0', 'attempt_2', 'attempt_1', 'attempt_x', 'other']) == 2
-    assert tr.torchrun_restarts([]) == 0
-
-
 def test_mpirun_forwards_nccl_and_master_variables():
     env = {'PATH': '/x', 'NCCL_SOCKET_IFNAME': 'eth0', 'MASTER_ADDR': 'a', 'HOME': '/root', 'GPUCLUSTER_JOB_ID': 'j'}
     argv = tr.mpirun_command('/opt/env', 'hf', 5, tr.forwarded_env_names(env), 'train.py',
