@@ -4,17 +4,16 @@ for an image that is not there) and the OCI archive saved from the same image.""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
+from module_run import run_module
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 MODULE = os.path.join(ROOT, 'plugins', 'modules', 'container_image_info.py')
-COLLECTIONS = os.path.join(ROOT, '.build', 'collections')
 RECORDED = os.path.join(ROOT, 'tests', 'unit', 'fixtures', 'containers')
 IMAGE = 'localhost/gpucluster-base:bookworm'
 IMAGE_ID = 'sha256:9dfd6d3a179af5b2df2578547dc36bede86f77b848d7d56450d80a94db1868f3'
@@ -51,16 +50,8 @@ def podman(tmp_path):
 
 
 def run(tmp_path, check=False, **args):
-    payload = {'ANSIBLE_MODULE_ARGS': dict(args, _ansible_check_mode=check, _ansible_tmpdir=str(tmp_path))}
-    (tmp_path / 'args.json').write_text(json.dumps(payload))
-    env = dict(os.environ, PATH=os.pathsep.join([str(tmp_path / 'bin'), os.environ.get('PATH', '')]),
-               PYTHONPATH=os.pathsep.join([COLLECTIONS, os.environ.get('PYTHONPATH', '')]))
-    proc = subprocess.run([sys.executable, MODULE, str(tmp_path / 'args.json')], capture_output=True, text=True,
-                          env=env, check=False)
-    try:
-        return json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail('module printed no JSON (rc %d): %s %s' % (proc.returncode, proc.stdout, proc.stderr))
+    env = dict(os.environ, PATH=os.pathsep.join([str(tmp_path / 'bin'), os.environ.get('PATH', '')]))
+    return run_module(MODULE, tmp_path, args, check=check, env=env)
 
 
 def test_an_image_on_the_node_is_reported_with_its_id_and_digest(podman):

@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
-import pytest
+from module_run import run_module
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 MODULE = os.path.join(ROOT, 'plugins', 'modules', 'ray_status.py')
-COLLECTIONS = os.path.join(ROOT, '.build', 'collections')
 RECORDED = os.path.join(ROOT, 'tests', 'unit', 'fixtures', 'ray')
 HEAD, WORKER_1, WORKER_2 = '10.236.0.10', '10.236.0.11', '10.236.0.12'
 
@@ -45,15 +43,7 @@ def make_ray(tmp_path, recording='three-nodes', fail=None):
 
 def run(tmp_path, ray, check=False, **args):
     args = dict({'ray': ray, 'address': HEAD + ':6379', 'dashboard_url': 'http://%s:8265' % HEAD}, **args)
-    payload = {'ANSIBLE_MODULE_ARGS': dict(args, _ansible_check_mode=check, _ansible_tmpdir=str(tmp_path))}
-    (tmp_path / 'args.json').write_text(json.dumps(payload))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([COLLECTIONS, os.environ.get('PYTHONPATH', '')]))
-    proc = subprocess.run([sys.executable, MODULE, str(tmp_path / 'args.json')], capture_output=True, text=True,
-                          env=env, check=False)
-    try:
-        return json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail('module printed no JSON (rc %d): %s %s' % (proc.returncode, proc.stdout, proc.stderr))
+    return run_module(MODULE, tmp_path, args, check=check)
 
 
 def test_three_alive_nodes_are_reported_and_none_missing(tmp_path):

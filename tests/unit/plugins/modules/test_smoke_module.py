@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import textwrap
 
-import pytest
+from module_run import run_module
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 MODULE = os.path.join(ROOT, 'plugins', 'modules', 'smoke.py')
-COLLECTIONS = os.path.join(ROOT, '.build', 'collections')
 MARKER = 'GPUCLUSTER_DIST_CHECK '
 NODES = ['gpu-master', 'gpu-worker-1', 'gpu-worker-2']
 
@@ -45,16 +43,8 @@ def run(tmp_path, check=False, **args):
     args = dict({'node': 'gpu-worker-1', 'nodes': NODES, 'slots': [1, 2, 1], 'address': '10.0.0.11',
                  'master_addr': '10.0.0.10', 'master_port': 29500, 'python': str(tmp_path / 'python'),
                  'script': str(tmp_path / 'smoke.py'), 'timeout': 60, 'env_files': []}, **args)
-    payload = {'ANSIBLE_MODULE_ARGS': dict(args, _ansible_check_mode=check, _ansible_tmpdir=str(tmp_path))}
-    (tmp_path / 'args.json').write_text(json.dumps(payload))
     env = {k: v for k, v in os.environ.items() if k not in ('GLOO_SOCKET_IFNAME', 'NCCL_SOCKET_IFNAME')}
-    env['PYTHONPATH'] = os.pathsep.join([COLLECTIONS, os.environ.get('PYTHONPATH', '')])
-    proc = subprocess.run([sys.executable, MODULE, str(tmp_path / 'args.json')], capture_output=True, text=True,
-                          env=env, check=False)
-    try:
-        return json.loads(proc.stdout)
-    except ValueError:
-        pytest.fail('module printed no JSON (rc %d): %s %s' % (proc.returncode, proc.stdout, proc.stderr))
+    return run_module(MODULE, tmp_path, args, check=check, env=env)
 
 
 def calls(tmp_path):
