@@ -84,8 +84,9 @@ def test_a_head_that_does_not_answer_is_an_error_naming_ray_status_not_a_failure
 
 
 def test_a_dashboard_that_does_not_answer_is_an_error_naming_ray_list_nodes(tmp_path):
-    ray = make_ray(tmp_path, fail={'list': [1, 'requests.exceptions.ConnectionError: Failed to connect to API '
-                                                'server. Please check the API server log for details.\n']})
+    refusal = ('requests.exceptions.ConnectionError: Failed to connect to API server. Please check the API server '
+               'log for details.\n')
+    ray = make_ray(tmp_path, fail={'list': [1, refusal]})
     out = run(tmp_path, ray)
     assert out.get('failed') is not True, out
     assert out['error'] == ('ray list nodes exited 1: requests.exceptions.ConnectionError: Failed to connect to '
