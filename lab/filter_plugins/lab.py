@@ -9,7 +9,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import addresses
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import addresses
 
 IFNAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$')
 

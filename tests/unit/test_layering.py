@@ -81,7 +81,9 @@ def collection_imports(path):
                 # from package import module, else from module import name
                 whole = '%s.%s' % (node.module, alias.name)
                 found = whole.startswith(PREFIX) and _resolve(whole[len(PREFIX):]) is not None
-                names.append(whole if found else node.module)
+                # a directory without __init__.py holds modules only: what is taken from it must be one
+                package = node.module.startswith(PREFIX) and _resolve(node.module[len(PREFIX):])
+                names.append(whole if found or (package and os.path.isdir(package)) else node.module)
         else:
             continue
         for name in names:
@@ -128,6 +130,16 @@ def test_every_collection_import_names_a_file():
     broken = ['%s:%d imports %s, which is no file under plugins/' % (rel(path), line, name)
               for kind in ('modules', 'module_utils') + CONTROLLER_KINDS for path in source_files(kind)
               for line, name, target in collection_imports(path) if target is None]
+    assert not broken, '\n'.join(broken)
+
+
+def test_every_collection_import_outside_plugins_names_a_file():
+    # the lab's filters, the roles' scripts, the tests, the scripts: a file moved between the layers
+    # must not leave one of them importing its old place
+    paths = [p for top in ('lab', 'roles', 'tests', 'scripts', 'benchmarks', 'molecule')
+             for p in glob.glob(os.path.join(ROOT, top, '**', '*.py'), recursive=True)]
+    broken = ['%s:%d imports %s, which is no file under plugins/' % (rel(path), line, name)
+              for path in sorted(paths) for line, name, target in collection_imports(path) if target is None]
     assert not broken, '\n'.join(broken)
 
 
