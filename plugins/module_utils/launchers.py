@@ -553,7 +553,9 @@ class Job:
                 problems.append('env_path %s holds no Python environment (%s missing)' % (self.p['env_path'], python))
         if not os.path.isfile(self.p['script']):
             problems.append('script %s does not exist' % self.p['script'])
-        if self.processes():
+        # At the start a node whose ranks another node's launcher starts (pdsh, mpirun, srun) may already
+        # run them: the preflight (state checked, before anything started) refused leftovers there.
+        if (self.p.get('state') != 'started' or launcher.starts_here()) and self.processes():
             problems.append('job %s already has processes here' % self.job_id)
         if self.is_head and launcher.name != 'slurm':
             holders = pr.port_listeners(self.p['master_port'], proc=self.proc)

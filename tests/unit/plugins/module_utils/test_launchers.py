@@ -289,6 +289,23 @@ def test_stop_with_an_owner_reaches_only_that_accounts_processes(lab, proc, kill
         job(lab, 'torchrun', owner=other.pw_name).start(spawn=Spawn())
 
 
+@pytest.mark.parametrize('launcher', ['slurm', 'deepspeed', 'mpirun'])
+def test_a_worker_whose_ranks_the_head_starts_is_not_refused_at_the_start_for_them(lab, proc, launcher):
+    # the head's sbatch (pdsh, mpirun) may have started this worker's ranks before its own start task ran
+    fake_proc(proc, 820, uid=ME, env={pr.JOB_ENV: 'tiny-001'})
+    out = job(lab, launcher, 'charlie', state='started').start(spawn=Spawn())
+    assert out['started'] is False
+    # the preflight, before anything starts, refuses such a leftover
+    problems, _, _ = job(lab, launcher, 'charlie', state='checked').check()
+    assert 'job tiny-001 already has processes here' in problems
+
+
+def test_a_node_that_starts_its_own_launcher_is_refused_when_the_job_runs_there_already(lab, proc):
+    fake_proc(proc, 821, uid=ME, env={pr.JOB_ENV: 'tiny-001'})
+    with pytest.raises(ln.JobError, match='node charlie cannot start job tiny-001: job tiny-001 already has processes here'):
+        job(lab, 'torchrun', 'charlie', state='started').start(spawn=Spawn())
+
+
 def test_stop_of_slurm_cancels_the_allocation(lab, proc, kills):
     state = lab / 'state' / 'alpha' / 'tiny-001'
     state.mkdir(parents=True)
