@@ -13,7 +13,7 @@ description:
   - Returns the collection's own default for each name given, defined once in
     C(plugins/module_utils/cluster_defaults.py); the roles' defaults chain to it, for example
     C(python_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path'))).
-  - C(env_path) (C(/opt/gpucluster/env)), C(nccl_profile) (C(/etc/profile.d/gpucluster-nccl.sh)),
+  - C(env_path) (C(/opt/gpucluster/env)), C(nccl_profile) (C(/etc/profile.d/gpucluster-nccl.sh)), C(shared_dir) (C(/shared)),
     C(master_port) (29500), C(rendezvous_port_count), C(max_slots) (1024), C(ray_port),
     C(ray_dashboard_port), C(ray_client_server_port), C(ray_client_port_count), C(bandwidth_port)
     (5201), C(torch_version) (2.13.0), C(deepspeed_version) (0.19.8), C(ninja_version) (1.13.2).

@@ -13,6 +13,9 @@ from __future__ import annotations
 ENV_PATH = '/opt/gpucluster/env'
 # The NCCL/gloo environment of every node (the nccl_env role writes it; launchers source it).
 NCCL_PROFILE = '/etc/profile.d/gpucluster-nccl.sh'
+# Where every node sees the shared storage (cluster_shared_dir): the NFS export and mount, and the
+# jobs, images and hostfiles directories under it.
+SHARED_DIR = '/shared'
 # The rendezvous port on the head (cluster_master_port), and how many ports from it the
 # firewall opens for rendezvous (torchrun c10d, DeepSpeed, a second job beside the first).
 MASTER_PORT = 29500
@@ -43,6 +46,7 @@ def train_image(torch=None, deepspeed=None):
 DEFAULTS = {
     'env_path': ENV_PATH,
     'nccl_profile': NCCL_PROFILE,
+    'shared_dir': SHARED_DIR,
     'master_port': MASTER_PORT,
     'rendezvous_port_count': RENDEZVOUS_PORT_COUNT,
     'max_slots': MAX_SLOTS,

@@ -85,6 +85,9 @@ class Launcher:
     compared = ('python', 'torch', 'torch_cuda', 'torch_nccl', 'nccl_wheel')
     uses_ssh = False        # the head reaches every node over SSH (checked before the start)
     per_node = False        # every node starts its own part (an agent)
+    # What node_tools installs for it (its package groups), and the training_job options only it reads.
+    tools = ()
+    options = ()
 
     def __init__(self, job):
         self.job = job
@@ -126,6 +129,8 @@ class DeepSpeed(Launcher):
     name = 'deepspeed'
     compared = Launcher.compared + ('deepspeed',)
     uses_ssh = True
+    tools = ('pdsh',)       # ('openmpi',) with deepspeed_launcher=openmpi: see declaration()
+    options = ('deepspeed_launcher',)
 
     def __init__(self, job):
         super().__init__(job)
@@ -223,6 +228,7 @@ class Torchrun(Launcher):
 class Mpirun(Launcher):
     name = 'mpirun'
     uses_ssh = True
+    tools = ('openmpi',)
 
     def binary(self):
         return self.job.runner.which('mpirun') or 'mpirun'
@@ -270,6 +276,7 @@ class Mpirun(Launcher):
 
 class Slurm(Launcher):
     name = 'slurm'
+    options = ('slurm_partition', 'slurm_time', 'slurm_gpus_per_node', 'slurm_cpus_per_task')
 
     def binary(self):
         return self.job.runner.which('sbatch') or 'sbatch'
@@ -353,7 +360,24 @@ class Slurm(Launcher):
         out['node_log_tails'] = tr.pdsh_node_tails(text, [n['name'] for n in j.nodes], j.p['log_lines'])
 
 
+# The launchers, declared once: the module's choices, the role's argument spec (a test compares
+# them), the role's validation and node_tools (through the gpucluster.multinode.launchers lookup).
 LAUNCHERS = {cls.name: cls for cls in (DeepSpeed, Torchrun, Mpirun, Slurm)}
+DEEPSPEED_LAUNCHERS = ('pdsh', 'openmpi')
+
+
+def declaration(name, deepspeed_launcher='pdsh'):
+    """What the collection knows of one launcher: its name, the node_tools package groups it needs,
+    whether the head reaches the nodes over SSH, whether every node starts its own part, and the
+    training_job options only it reads. An unknown name raises ValueError naming the known ones."""
+    if name not in LAUNCHERS:
+        raise ValueError('training_launcher must be %s (got %r)' % (', '.join(LAUNCHERS), name))
+    cls = LAUNCHERS[name]
+    tools = list(cls.tools)
+    if cls is DeepSpeed and deepspeed_launcher == 'openmpi':
+        tools = ['openmpi']
+    return {'name': name, 'tools': tools, 'uses_ssh': cls.uses_ssh, 'per_node': cls.per_node,
+            'options': list(cls.options)}
 
 
 # ----- the job on this node --------------------------------------------------------------------

@@ -16,7 +16,6 @@ import signal
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.processes import JOB_ENV
 
-LAUNCHERS = ('deepspeed', 'torchrun', 'mpirun', 'slurm')
 JOB_ID_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$')
 # nccl/gloo and launcher variables that mpirun must forward with -x
 FORWARD_PREFIXES = ('NCCL_', 'GLOO_', 'TORCH_', 'DS_', 'OMP_', 'CUDA_', 'PYTHON', 'MASTER_', 'GPUCLUSTER_')

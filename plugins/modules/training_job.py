@@ -405,7 +405,7 @@ def main():
             job_dir=dict(type='path', required=True),
             state_dir=dict(type='path'),
             hostfile=dict(type='path'),
-            deepspeed_launcher=dict(type='str', default='pdsh', choices=['pdsh', 'openmpi']),
+            deepspeed_launcher=dict(type='str', default='pdsh', choices=list(launchers.DEEPSPEED_LAUNCHERS)),
             slurm_partition=dict(type='str'),
             slurm_time=dict(type='str', default='01:00:00'),
             slurm_gpus_per_node=dict(type='int', default=0),

@@ -13,6 +13,7 @@ Every problem found is one line that names the host and the variable at fault.
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import re
 
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import addresses
@@ -162,6 +163,7 @@ def contract_errors(groups, hostvars):
 
     seen = {}
     cidrs = {}
+    shared_dirs = {}
     for host in sorted(cluster, key=natural_key):
         if not is_hostname(host):
             errors.append('host %s: the inventory name %r is not a valid host name (RFC 1123: letters, digits and '
@@ -194,6 +196,13 @@ def contract_errors(groups, hostvars):
         if user is not None and (not isinstance(user, str) or not USER_RE.match(user)):
             errors.append('host %s: cluster_user must be a POSIX user name (lowercase letters, digits, _ or -), got %r'
                           % (host, user))
+        shared = _get(hostvars, host, 'cluster_shared_dir')
+        if shared is not None:
+            problem = shared_dir_problem(shared)
+            if problem:
+                errors.append('host %s: cluster_shared_dir %s' % (host, problem))
+            else:
+                shared_dirs.setdefault(shared, []).append(host)
         _check_int(errors, host, hostvars, 'gpu_slots', 0, cluster_defaults.MAX_SLOTS)
         _check_int(errors, host, hostvars, 'node_slots', 1, cluster_defaults.MAX_SLOTS)
         _check_int(errors, host, hostvars, 'cluster_master_port', 1, 65535)
@@ -205,7 +214,23 @@ def contract_errors(groups, hostvars):
                 errors.append('host %s: cluster_cidr %s differs from %s (%s); the cluster has one network, set '
                               'cluster_cidr once for all nodes' % (', '.join(hosts), cidr, ref,
                                                                    'the head\'s' if head in cidrs[ref] else 'most nodes\''))
+    if len(shared_dirs) > 1:
+        errors.append('hosts %s: cluster_shared_dir differs between nodes (%s); every node must see the shared '
+                      'storage at the same path (the launchers, hostfiles and checkpoints name it), set it once for all'
+                      % (', '.join(sorted((h for hs in shared_dirs.values() for h in hs), key=natural_key)),
+                         ', '.join(sorted(shared_dirs))))
     return errors
+
+
+def shared_dir_problem(value):
+    """Why a cluster_shared_dir value cannot be the shared storage's path, or None: an absolute,
+    normalised path other than /, without blanks (it goes into /etc/exports, fstab and command lines)."""
+    if not isinstance(value, str):
+        return 'must be an absolute path like /shared, got %s %r' % (type(value).__name__, value)
+    if not value.startswith('/') or value == '/' or posixpath.normpath(value) != value or re.search(r'[\s,:]', value):
+        return ('must be an absolute path like /shared, not / and without a trailing slash, blanks, commas '
+                'or colons, got %r' % value)
+    return None
 
 
 def cluster_manifest(groups, hostvars):

@@ -126,3 +126,29 @@ def test_slots_are_integers_in_range(var, value, expected):
 
 def test_node_slots_from_an_ini_inventory_is_accepted():
     assert _one({'node_slots': '2', 'gpu_slots': '0'}) == []
+
+
+def _two_nodes(a_vars, b_vars):
+    groups = {'all': ['a', 'b'], 'ungrouped': [], 'cluster': ['a', 'b'], 'head': ['a'], 'workers': ['b']}
+    base = {'cluster_cidr': '10.0.0.0/24'}
+    return groups, {'a': dict(base, ansible_host='10.0.0.1', **a_vars), 'b': dict(base, ansible_host='10.0.0.2', **b_vars)}
+
+
+@pytest.mark.parametrize('value', ['/data', '/mnt/filer/shared'])
+def test_a_shared_dir_elsewhere_is_taken(value):
+    assert contract.contract_errors(*_two_nodes({'cluster_shared_dir': value}, {'cluster_shared_dir': value})) == []
+
+
+@pytest.mark.parametrize('value', ['data', '/', '/data/', '/data/../x', '/my data', '/a:b', 42])
+def test_a_shared_dir_that_is_no_clean_absolute_path_is_refused_naming_host_and_variable(value):
+    errors = contract.contract_errors(*_two_nodes({}, {'cluster_shared_dir': value}))
+    assert len(errors) == 1
+    assert errors[0].startswith('host b: cluster_shared_dir must be an absolute path like /shared')
+    assert repr(value) in errors[0]
+
+
+def test_nodes_that_see_the_shared_storage_at_different_paths_are_refused():
+    errors = contract.contract_errors(*_two_nodes({'cluster_shared_dir': '/data'}, {'cluster_shared_dir': '/shared'}))
+    assert errors == ['hosts a, b: cluster_shared_dir differs between nodes (/data, /shared); every node must see the '
+                      'shared storage at the same path (the launchers, hostfiles and checkpoints name it), set it '
+                      'once for all']

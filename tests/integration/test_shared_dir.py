@@ -1,0 +1,66 @@
+"""One cluster_shared_dir: the NFS export and mount, the jobs, images and hostfiles directories, the
+containers' mounts and the health check follow it, rendered by ansible-playbook from the roles' own
+defaults; a role's own variable still wins."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROLES = ['nfs_server', 'nfs_client', 'training', 'container', 'health', 'nccl_env']
+NAMES = ['nfs_server_export_path', 'nfs_client_path', 'nfs_client_export', 'training_jobs_dir', 'container_images_dir',
+         'container_mounts', 'training_container_mounts', 'health_shared_path', 'nccl_env_hostfiles_dir']
+
+pytestmark = pytest.mark.skipif(shutil.which('ansible-playbook') is None, reason='needs ansible-playbook (make setup)')
+
+PLAY = """
+- hosts: h1
+  gather_facts: false
+  vars_files: {files}
+  tasks:
+    - name: Show the paths
+      ansible.builtin.debug:
+        msg: "{{{{ {names} }}}}"
+"""
+
+
+def paths(tmp_path, extra=None):
+    files = [os.path.join(ROOT, 'roles', r, 'defaults', 'main.yml') for r in ROLES]
+    names = '{' + ', '.join("'%s': %s" % (n, n) for n in NAMES) + '}'
+    (tmp_path / 'hosts.yml').write_text('all: {hosts: {h1: {ansible_connection: local, ansible_python_interpreter: python3}}}\n')
+    (tmp_path / 'play.yml').write_text(PLAY.format(files=json.dumps(files), names=names))
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
+               ANSIBLE_STDOUT_CALLBACK='ansible.builtin.json',
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, '.build', 'collections'))
+    cmd = ['ansible-playbook', '-i', str(tmp_path / 'hosts.yml'), str(tmp_path / 'play.yml')]
+    for key, value in (extra or {}).items():
+        cmd += ['-e', json.dumps({key: value})]
+    proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout)['plays'][0]['tasks'][0]['hosts']['h1']['msg']
+
+
+def test_the_default_is_slash_shared(tmp_path):
+    got = paths(tmp_path)
+    assert got == {'nfs_server_export_path': '/shared', 'nfs_client_path': '/shared', 'nfs_client_export': '/shared',
+                   'training_jobs_dir': '/shared/jobs', 'container_images_dir': '/shared/images',
+                   'container_mounts': ['/shared'], 'training_container_mounts': ['/shared'],
+                   'health_shared_path': '/shared', 'nccl_env_hostfiles_dir': '/shared/cluster'}
+
+
+def test_a_filer_at_data_moves_every_path_with_one_variable(tmp_path):
+    got = paths(tmp_path, {'cluster_shared_dir': '/data'})
+    assert got == {'nfs_server_export_path': '/data', 'nfs_client_path': '/data', 'nfs_client_export': '/data',
+                   'training_jobs_dir': '/data/jobs', 'container_images_dir': '/data/images',
+                   'container_mounts': ['/data'], 'training_container_mounts': ['/data'],
+                   'health_shared_path': '/data', 'nccl_env_hostfiles_dir': '/data/cluster'}
+
+
+def test_a_roles_own_variable_still_wins(tmp_path):
+    got = paths(tmp_path, {'cluster_shared_dir': '/data', 'training_jobs_dir': '/scratch/jobs'})
+    assert got['training_jobs_dir'] == '/scratch/jobs' and got['nfs_client_path'] == '/data'
