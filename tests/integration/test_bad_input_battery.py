@@ -72,7 +72,7 @@ CASES = [
          host_vars={WORKER: {'cluster_address': '10.9.0.7'}}),
     case('site-shared-dir-relative', 'site', "host bat-worker-1: cluster_shared_dir must be an absolute path like /shared",
          host_vars={WORKER: {'cluster_shared_dir': 'shared'}}),
-    case('train-launcher-unknown', 'train', 'training_launcher must be deepspeed, torchrun, mpirun, slurm',
+    case('train-launcher-unknown', 'train', 'value of training_launcher must be one of: deepspeed, torchrun, mpirun, slurm, got: srun',
          extra={'training_launcher': 'srun'}),
     case('train-two-heads', 'train', "group 'head' must hold exactly one host, it holds 2: bat-head, bat-worker-1",
          edit=_two_heads),
