@@ -1,0 +1,114 @@
+"""Roles own their inputs: a role reads its own variables, the inventory contract's (cluster_*,
+gpu_slots, node_slots, network_static) and the collection's defaults (the cluster_default lookup),
+not another role's variables. The reads of other roles' variables still left are listed here, so
+that a new one fails this test and a removed one must leave the list."""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+
+import yaml
+
+ROOT = os.path.join(os.path.dirname(__file__), '..', '..')
+ROLES = sorted(os.listdir(os.path.join(ROOT, 'roles')))
+BY_LENGTH = sorted(ROLES, key=len, reverse=True)
+CONTRACT = {'network_static'}  # a per-host inventory variable named like a role's
+EXPRESSION_KEYS = {'when', 'that', 'until', 'failed_when', 'changed_when'}
+JINJA = re.compile(r'\{\{(.*?)\}\}|\{%(.*?)%\}', re.S)
+QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+NAME = re.compile(r'(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)')
+
+# Reads of another role's variables not yet moved to a cluster-wide variable: {role: {variable}}.
+KNOWN = {
+    'cluster_tests': {'nccl_env_profile_path', 'python_env_path'},
+    'container': {'python_env_deepspeed_cpu_ops', 'python_env_deepspeed_ops', 'python_env_deepspeed_version',
+                'python_env_find_links', 'python_env_index_url', 'python_env_ninja_version',
+                'python_env_packages', 'python_env_path', 'python_env_torch_version',
+                'training_container_extra_args', 'training_container_memlock'},
+    'firewall': {'ray_client_server_port', 'ray_dashboard_port', 'ray_enabled', 'ray_port'},
+    'health': {'cluster_tests_bandwidth', 'cluster_tests_collective', 'cluster_tests_smoke', 'container_image',
+             'container_runtime', 'container_user', 'nccl_env_profile_path', 'python_env_deepspeed_version',
+             'python_env_path', 'python_env_torch_version', 'ray_dashboard_port', 'ray_enabled', 'ray_env_path',
+             'ray_manifest_path', 'ray_port', 'ray_unit', 'ray_user'},
+    'nccl_env': {'python_env_path'},
+    'nfs_client': {'ssh_trust_uid'},
+    'nfs_server': {'ssh_trust_uid'},
+    'node_tools': {'cluster_tests_collective_method', 'cluster_tests_nccl_tests_dir', 'container_runtime',
+                 'ssh_trust_all_to_all', 'training_deepspeed_launcher', 'training_launcher'},
+    'preflight': {'cluster_tests_bandwidth_port', 'cluster_tests_master_port'},
+    'python_env': {'ssh_trust_user'},
+    'ray': {'python_env_extra_index_urls', 'python_env_find_links', 'python_env_index_url', 'python_env_offline',
+          'python_env_path', 'python_env_verify'},
+    'training': {'container_image', 'container_image_digest', 'container_mounts', 'container_runtime',
+               'nccl_env_profile_path', 'python_env_deepspeed_cpu_ops', 'python_env_deepspeed_ops',
+               'python_env_deepspeed_version', 'python_env_path', 'python_env_torch_version'},
+}
+
+
+def expressions(node, key=None):
+    """The Jinja expressions of a loaded YAML file: {{ }} and {% %} anywhere, and the bare ones of when,
+    that, until, failed_when and changed_when. Keys (a module's options, include_role vars) are not reads."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from expressions(v, k)
+    elif isinstance(node, list):
+        for v in node:
+            yield from expressions(v, key)
+    elif isinstance(node, str):
+        if key in EXPRESSION_KEYS and '{{' not in node:
+            yield node
+        for m in JINJA.finditer(node):
+            yield m.group(1) or m.group(2)
+
+
+def names_in(expr):
+    return [m.group(1) for m in NAME.finditer(QUOTED.sub("''", expr))]
+
+
+def owner(name):
+    bare = name.lstrip('_')
+    return next((r for r in BY_LENGTH if bare.startswith(r + '_')), None)
+
+
+def foreign_reads(role):
+    """{variable of another role: {files of this role that read it}}."""
+    found = collections.defaultdict(set)
+    base = os.path.join(ROOT, 'roles', role)
+    for directory, dirs, files in os.walk(base):
+        dirs[:] = [d for d in dirs if d not in ('files', 'molecule', 'meta')]
+        for f in files:
+            path = os.path.join(directory, f)
+            with open(path) as handle:
+                if f.endswith(('.yml', '.yaml')):
+                    exprs = list(expressions(yaml.safe_load(handle)))
+                elif f.endswith('.j2'):
+                    exprs = [m.group(1) or m.group(2) for m in JINJA.finditer(handle.read())]
+                else:
+                    continue
+            for name in (n for e in exprs for n in names_in(e)):
+                if name not in CONTRACT and owner(name) not in (None, role):
+                    found[name].add(os.path.relpath(path, base))
+    return found
+
+
+def test_the_scan_sees_a_read_and_not_a_key_or_a_string():
+    doc = {'when': 'python_env_path | length > 0', 'x': {'vars': {'node_tools_pdsh': True}},
+           'msg': "{{ 'python_env_torch_version' ~ training_launcher }}"}
+    names = [n for e in expressions(doc) for n in names_in(e)]
+    assert 'python_env_path' in names and 'training_launcher' in names
+    assert 'node_tools_pdsh' not in names and 'python_env_torch_version' not in names
+    assert owner('__cluster_tests_nodes') == 'cluster_tests' and owner('cluster_cidr') is None
+
+
+def test_no_role_reads_another_roles_variables_beyond_the_known_list():
+    new, gone = [], []
+    for role in ROLES:
+        found = foreign_reads(role)
+        for name in sorted(set(found) - KNOWN.get(role, set())):
+            new.append('roles/%s reads %s (%s): take it from a cluster_* variable or the cluster_default lookup'
+                       % (role, name, ', '.join(sorted(found[name]))))
+        for name in sorted(KNOWN.get(role, set()) - set(found)):
+            gone.append('roles/%s no longer reads %s: take it out of KNOWN' % (role, name))
+    assert not new and not gone, '\n'.join(new + gone)
