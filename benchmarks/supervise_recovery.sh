@@ -18,8 +18,9 @@ SAVE_EVERY=${SAVE_EVERY:-5}
 WORKER=${WORKER:?name the worker whose rank is killed (WORKER=...)}
 HEAD=$(ansible-inventory -i "$INV" --graph head | sed -n 's/.*--//p' | head -1)
 read -r -a extra <<< "${EXTRA:-}"
-on() { ansible -i "$INV" "$1" -b --become-user "${TRAIN_USER:-train}" -m ansible.builtin.command -a "$2" -o \
-         | sed -n 's/.*(stdout) //p'; }
+# a command's output on one node, its lines as they are (the first line of ansible's answer is the host's)
+on() { ansible -i "$INV" "$1" -b --become-user "${TRAIN_USER:-train}" -m ansible.builtin.command -a "$2" 2>/dev/null \
+         | sed '1d'; }
 
 to_step=(); lost=()
 for round in $(seq 1 "$ROUNDS"); do
