@@ -22,7 +22,7 @@ read -r -a extra <<< "${EXTRA:-}"
 on() { ansible -i "$INV" "$1" -b --become-user "${TRAIN_USER:-train}" -m ansible.builtin.command -a "$2" 2>/dev/null \
          | sed '1d'; }
 
-to_step=(); lost=()
+to_seen=(); to_step=(); lost=()
 for round in $(seq 1 "$ROUNDS"); do
   job=bench-sup-$$-$round
   ckpt=$JOBS_DIR/$job/checkpoints  # the job directory: the training account writes there
@@ -45,18 +45,22 @@ for round in $(seq 1 "$ROUNDS"); do
     sleep 2
   done
   events=$(on "$HEAD" "cat $JOBS_DIR/$job/events.jsonl")
-  read -r secs steps < <(EVENTS=$events python3 - "$fault" <<'PY'
+  read -r seen secs steps < <(EVENTS=$events python3 - "$fault" <<'PY'
 import json, os, sys
 events = [json.loads(l) for l in os.environ['EVENTS'].splitlines() if l.strip()]
 again = [e for e in events if e['event'] == 'training']
 restart = [e for e in events if e['event'] == 'restart']
-print('%.1f %s' % ((again[0]['time'] - float(sys.argv[1])) if again else -1, restart[0]['lost_steps'] if restart else -1))
+fault = [e for e in events if e['event'] == 'fault']
+t0 = float(sys.argv[1])
+print('%.1f %.1f %s' % ((fault[0]['time'] - t0) if fault else -1, (again[0]['time'] - t0) if again else -1,
+                        restart[0]['lost_steps'] if restart else -1))
 PY
 )
-  echo "round $round: training again ${secs} s after the kill, ${steps} step(s) lost (checkpoint every $SAVE_EVERY)"
-  to_step+=("$secs"); lost+=("$steps")
+  echo "round $round: fault seen ${seen} s and training again ${secs} s after the kill, ${steps} step(s) lost (checkpoint every $SAVE_EVERY)"
+  to_seen+=("$seen"); to_step+=("$secs"); lost+=("$steps")
   ansible-playbook playbooks/train.yml -i "$INV" -e training_state=stopped -e training_job_id="$job" >/dev/null || true
 done
-print_series 'fault to next step (s):        ' 1 "${to_step[*]}"
-print_series "steps lost (interval $SAVE_EVERY):      " 0 "${lost[*]}"
+print_series 'fault seen by the supervisor (s): ' 1 "${to_seen[*]}"
+print_series 'fault to next step (s):           ' 1 "${to_step[*]}"
+print_series "steps lost (interval $SAVE_EVERY):          " 0 "${lost[*]}"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
