@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
+from play_output import ROOT, first_task_msgs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLE = os.path.join(ROOT, 'roles', 'node_tools')
 
 pytestmark = pytest.mark.skipif(shutil.which('ansible-playbook') is None, reason='needs ansible-playbook (make setup)')
@@ -44,17 +43,7 @@ def choice(tmp_path, os_file='Debian_12', extra=None, hostvars=None):
         (tmp_path / 'host_vars').mkdir()
         for host, values in hostvars.items():
             (tmp_path / 'host_vars' / (host + '.yml')).write_text(json.dumps(values))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
-               ANSIBLE_STDOUT_CALLBACK='ansible.builtin.json',
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, '.build', 'collections'))
-    cmd = ['ansible-playbook', '-i', str(tmp_path / 'hosts.yml'), str(tmp_path / 'play.yml')]
-    for key, value in (extra or {}).items():
-        cmd += ['-e', json.dumps({key: value})]
-    proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = json.loads(proc.stdout)
-    results = out['plays'][0]['tasks'][0]['hosts']
-    return {host: r['msg'] for host, r in results.items()}
+    return first_task_msgs(tmp_path, extra)
 
 
 def test_defaults_give_iperf3_and_the_build_tools_everywhere_and_pdsh_on_the_head_only(tmp_path):

@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
+from play_output import ROOT, first_task_msgs
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROLES = ['nfs_server', 'nfs_client', 'training', 'container', 'health', 'nccl_env']
 NAMES = ['nfs_server_export_path', 'nfs_client_path', 'nfs_client_export', 'training_jobs_dir', 'container_images_dir',
          'container_mounts', 'training_container_mounts', 'health_shared_path', 'nccl_env_hostfiles_dir']
@@ -34,15 +33,7 @@ def paths(tmp_path, extra=None):
     names = '{' + ', '.join("'%s': %s" % (n, n) for n in NAMES) + '}'
     (tmp_path / 'hosts.yml').write_text('all: {hosts: {h1: {ansible_connection: local, ansible_python_interpreter: python3}}}\n')
     (tmp_path / 'play.yml').write_text(PLAY.format(files=json.dumps(files), names=names))
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
-               ANSIBLE_STDOUT_CALLBACK='ansible.builtin.json',
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, '.build', 'collections'))
-    cmd = ['ansible-playbook', '-i', str(tmp_path / 'hosts.yml'), str(tmp_path / 'play.yml')]
-    for key, value in (extra or {}).items():
-        cmd += ['-e', json.dumps({key: value})]
-    proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout)['plays'][0]['tasks'][0]['hosts']['h1']['msg']
+    return first_task_msgs(tmp_path, extra)['h1']
 
 
 def test_the_default_is_slash_shared(tmp_path):
