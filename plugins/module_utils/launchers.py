@@ -92,6 +92,11 @@ class Launcher:
     def __init__(self, job):
         self.job = job
 
+    @classmethod
+    def tools_for(cls, deepspeed_launcher):
+        """The node_tools package groups this launcher needs, given how deepspeed reaches the nodes."""
+        return list(cls.tools)
+
     def role(self):
         if self.per_node:
             return 'agent'
@@ -129,8 +134,12 @@ class DeepSpeed(Launcher):
     name = 'deepspeed'
     compared = Launcher.compared + ('deepspeed',)
     uses_ssh = True
-    tools = ('pdsh',)       # ('openmpi',) with deepspeed_launcher=openmpi: see declaration()
+    tools = ('pdsh',)
     options = ('deepspeed_launcher',)
+
+    @classmethod
+    def tools_for(cls, deepspeed_launcher):
+        return ['openmpi'] if deepspeed_launcher == 'openmpi' else list(cls.tools)
 
     def __init__(self, job):
         super().__init__(job)
@@ -373,11 +382,8 @@ def declaration(name, deepspeed_launcher='pdsh'):
     if name not in LAUNCHERS:
         raise ValueError('training_launcher must be %s (got %r)' % (', '.join(LAUNCHERS), name))
     cls = LAUNCHERS[name]
-    tools = list(cls.tools)
-    if cls is DeepSpeed and deepspeed_launcher == 'openmpi':
-        tools = ['openmpi']
-    return {'name': name, 'tools': tools, 'uses_ssh': cls.uses_ssh, 'per_node': cls.per_node,
-            'options': list(cls.options)}
+    return {'name': name, 'tools': cls.tools_for(deepspeed_launcher), 'uses_ssh': cls.uses_ssh,
+            'per_node': cls.per_node, 'options': list(cls.options)}
 
 
 # ----- the job on this node --------------------------------------------------------------------
