@@ -12,8 +12,8 @@ version_added: "0.1.0"
 description:
   - Returns the collection's own default for each name given, defined once in
     C(plugins/module_utils/cluster_defaults.py); the roles' defaults chain to it, for example
-    C(python_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path'))).
-  - C(env_path) (C(/opt/gpucluster/env)), C(nccl_profile) (C(/etc/profile.d/gpucluster-nccl.sh)), C(shared_dir) (C(/shared)),
+    C(cluster_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path'))).
+  - C(env_path) (C(/opt/gpucluster/env)), C(nccl_profile) (C(/etc/profile.d/gpucluster-nccl.sh)), C(shared_dir) (C(/shared)), C(user_uid) (2000),
     C(master_port) (29500), C(rendezvous_port_count), C(max_slots) (1024), C(ray_port),
     C(ray_dashboard_port), C(ray_client_server_port), C(ray_client_port_count), C(bandwidth_port)
     (5201), C(torch_version) (2.13.0), C(deepspeed_version) (0.19.8), C(ninja_version) (1.13.2).
@@ -40,11 +40,11 @@ options:
 EXAMPLES = r'''
 - name: The environment path other roles fall back to
   ansible.builtin.debug:
-    msg: "{{ python_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path')) }}"
+    msg: "{{ cluster_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path')) }}"
 
 - name: The training image of the environment's pins
   ansible.builtin.debug:
-    msg: "{{ lookup('gpucluster.multinode.cluster_default', 'train_image', torch=python_env_torch_version | default('')) }}"
+    msg: "{{ lookup('gpucluster.multinode.cluster_default', 'train_image', torch=cluster_torch_version | default('')) }}"
 '''
 
 RETURN = r'''

@@ -4,14 +4,15 @@
 """The collection-wide defaults, defined once: modules take them as their argument defaults, and
 roles chain to them through the ``gpucluster.multinode.cluster_default`` lookup, e.g.
 
-    cluster_tests_env_path: "{{ python_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path')) }}"
+    cluster_tests_env_path: "{{ cluster_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path')) }}"
 """
 
 from __future__ import annotations
 
-# The cluster's Python environment (the python_env role makes it).
+# The cluster's Python environment (cluster_env_path; the python_env role makes it).
 ENV_PATH = '/opt/gpucluster/env'
-# The NCCL/gloo environment of every node (the nccl_env role writes it; launchers source it).
+# The NCCL/gloo environment of every node (cluster_nccl_profile; the nccl_env role writes it,
+# launchers source it).
 NCCL_PROFILE = '/etc/profile.d/gpucluster-nccl.sh'
 # Where every node sees the shared storage (cluster_shared_dir): the NFS export and mount, and the
 # jobs, images and hostfiles directories under it.
@@ -20,6 +21,9 @@ SHARED_DIR = '/shared'
 # firewall opens for rendezvous (torchrun c10d, DeepSpeed, a second job beside the first).
 MASTER_PORT = 29500
 RENDEZVOUS_PORT_COUNT = 101
+# The training account's uid (and gid) on every node (cluster_user_uid; ssh_trust makes the account,
+# the NFS roles give a created owner the same).
+USER_UID = 2000
 # Ranks one node may start (node_slots) and GPUs it may have (gpu_slots).
 MAX_SLOTS = 1024
 # Ray on the head: GCS, dashboard, client server; and how many ports from the client server's
@@ -30,7 +34,9 @@ RAY_CLIENT_SERVER_PORT = 10001
 RAY_CLIENT_PORT_COUNT = 100
 # iperf3's server port (cluster_tests_bandwidth_port), checked free on the head by preflight.
 BANDWIDTH_PORT = 5201
-# The Python pins of the cluster's environment (python_env) and of the training image (container).
+# The Python pins of the cluster's environment (cluster_torch_version, cluster_deepspeed_version:
+# python_env installs them, the container role builds them into the image, training and health
+# compare them).
 TORCH_VERSION = '2.13.0'
 DEEPSPEED_VERSION = '0.19.8'
 NINJA_VERSION = '1.13.2'
@@ -47,6 +53,7 @@ DEFAULTS = {
     'env_path': ENV_PATH,
     'nccl_profile': NCCL_PROFILE,
     'shared_dir': SHARED_DIR,
+    'user_uid': USER_UID,
     'master_port': MASTER_PORT,
     'rendezvous_port_count': RENDEZVOUS_PORT_COUNT,
     'max_slots': MAX_SLOTS,

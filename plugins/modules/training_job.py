@@ -30,11 +30,11 @@ options:
         reaches every node over SSH as the account, BatchMode and pinned keys) and reports the
         versions of its environment.
       - C(started) starts this node's part; C(status) reports it; C(stopped) stops it.
-      - C(watched) (head only) waits for the first step line in the head's log, and returns as soon
+      - C(first_step) (head only) waits for the first step line in the head's log, and returns as soon
         as a node's launcher or agent exits non-zero or the launcher reports a node it cannot reach
         (O(watch_timeout) bounds it).
     type: str
-    choices: [checked, started, status, stopped, watched]
+    choices: [checked, started, status, stopped, first_step]
     default: started
   job_id:
     description: Id of the job, the same on every node; letters, digits, C(.), C(_) and C(-).
@@ -122,11 +122,11 @@ options:
   ssh_check:
     description: >-
       With C(deepspeed) and C(mpirun), O(state=checked) and O(state=started) on the head refuse the nodes
-      it cannot reach over SSH; with V(false) the start goes on and O(state=watched) names such a node.
+      it cannot reach over SSH; with V(false) the start goes on and O(state=first_step) names such a node.
     type: bool
     default: true
   watch_timeout:
-    description: Seconds O(state=watched) waits for the first step.
+    description: Seconds O(state=first_step) waits for the first step.
     type: int
     default: 900
   step_regex:
@@ -288,11 +288,11 @@ ranks:
   sample: [0, 1]
 first_step:
   description: The first step line seen in the head's log (null when none came).
-  returned: state is watched
+  returned: state is first_step
   type: str
 failures:
   description: The nodes that failed or could not be reached while the job started, with the cause.
-  returned: state is watched
+  returned: state is first_step
   type: list
   elements: dict
   sample: [{node: bravo-2, cause: "head cannot reach bravo-2 over SSH as train: ssh: connect to host 10.99.0.14 port 22: Connection timed out"}]
@@ -388,7 +388,7 @@ def main():
                      slots=dict(type='int', default=1), host=dict(type='str'))
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type='str', default='started', choices=['checked', 'started', 'status', 'stopped', 'watched']),
+            state=dict(type='str', default='started', choices=['checked', 'started', 'status', 'stopped', 'first_step']),
             job_id=dict(type='str', required=True),
             launcher=dict(type='str', default='deepspeed', choices=sorted(launchers.LAUNCHERS)),
             node=dict(type='str', required=True),
@@ -443,9 +443,9 @@ def main():
             result = job.start()
         elif state == 'status':
             result = job.status()
-        elif state == 'watched':
+        elif state == 'first_step':
             if not job.is_head:
-                job.fail('node %s: state=watched runs on the head (%s) only' % (job.me, job.nodes[0]['name']))
+                job.fail('node %s: state=first_step runs on the head (%s) only' % (job.me, job.nodes[0]['name']))
             result = job.watch(module.params['watch_timeout'], module.params['step_regex'])
         else:
             result = job.stop()

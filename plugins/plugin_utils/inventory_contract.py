@@ -17,6 +17,7 @@ import posixpath
 import re
 
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import addresses
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.python_env import VERSION_RE
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils.hostfile import natural_key, type_name
 
@@ -164,6 +165,7 @@ def contract_errors(groups, hostvars):
     seen = {}
     cidrs = {}
     shared_dirs = {}
+    same = {}
     for host in sorted(cluster, key=natural_key):
         if not is_hostname(host):
             errors.append('host %s: the inventory name %r is not a valid host name (RFC 1123: letters, digits and '
@@ -203,6 +205,24 @@ def contract_errors(groups, hostvars):
                 errors.append('host %s: cluster_shared_dir %s' % (host, problem))
             else:
                 shared_dirs.setdefault(shared, []).append(host)
+        for name, example in CLUSTER_PATHS:
+            value = _get(hostvars, host, name)
+            problem = path_problem(value, example) if value is not None else None
+            if problem:
+                errors.append('host %s: %s %s' % (host, name, problem))
+        for name in CLUSTER_VERSIONS:
+            value = _get(hostvars, host, name)
+            if value is not None and not (isinstance(value, str) and VERSION_RE.match(value)):
+                errors.append('host %s: %s must be a version like %s (a string: quote it in YAML), got %r (%s)'
+                              % (host, name, cluster_defaults.DEFAULTS[CLUSTER_VERSIONS[name]], value, type_name(value)))
+            else:
+                same.setdefault(name, {}).setdefault(value or cluster_defaults.DEFAULTS[CLUSTER_VERSIONS[name]], []).append(host)
+        uid_errors = len(errors)
+        _check_int(errors, host, hostvars, 'cluster_user_uid', 1, 65533)
+        if len(errors) == uid_errors:
+            same.setdefault('cluster_user_uid', {}).setdefault(
+                str(_get(hostvars, host, 'cluster_user_uid', cluster_defaults.USER_UID)), []).append(host)
+        errors.extend(replaced_errors(host, hostvars))
         _check_int(errors, host, hostvars, 'gpu_slots', 0, cluster_defaults.MAX_SLOTS)
         _check_int(errors, host, hostvars, 'node_slots', 1, cluster_defaults.MAX_SLOTS)
         _check_int(errors, host, hostvars, 'cluster_master_port', 1, 65535)
@@ -219,18 +239,56 @@ def contract_errors(groups, hostvars):
                       'storage at the same path (the launchers, hostfiles and checkpoints name it), set it once for all'
                       % (', '.join(sorted((h for hs in shared_dirs.values() for h in hs), key=natural_key)),
                          ', '.join(sorted(shared_dirs))))
+    for name in sorted(same):
+        if len(same[name]) > 1:
+            errors.append('hosts %s: %s differs between nodes (%s); it must be the same on every node, set it once for all'
+                          % (', '.join(sorted((h for hs in same[name].values() for h in hs), key=natural_key)), name,
+                             ', '.join(sorted(same[name]))))
     return errors
 
 
-def shared_dir_problem(value):
-    """Why a cluster_shared_dir value cannot be the shared storage's path, or None: an absolute,
-    normalised path other than /, without blanks (it goes into /etc/exports, fstab and command lines)."""
+# Cluster-wide values several roles read (each role's own variable derives from it by default).
+CLUSTER_PATHS = (('cluster_env_path', '/opt/gpucluster/env'), ('cluster_nccl_profile', '/etc/profile.d/gpucluster-nccl.sh'))
+CLUSTER_VERSIONS = {'cluster_torch_version': 'torch_version', 'cluster_deepspeed_version': 'deepspeed_version'}
+# A role's variable that other roles read before the cluster-wide one took its place: set alone, the
+# other roles would not follow it, so a value other than the cluster-wide one is refused, naming both.
+REPLACED = (
+    ('python_env_path', 'cluster_env_path', 'env_path', 'training, health, ray, container, cluster_tests and nccl_env'),
+    ('python_env_torch_version', 'cluster_torch_version', 'torch_version', 'the training image, training and health'),
+    ('python_env_deepspeed_version', 'cluster_deepspeed_version', 'deepspeed_version',
+     'the training image, training and health'),
+    ('nccl_env_profile_path', 'cluster_nccl_profile', 'nccl_profile', 'training, health and cluster_tests'),
+    ('ssh_trust_uid', 'cluster_user_uid', 'user_uid', 'nfs_server and nfs_client'),
+)
+
+
+def replaced_errors(host, hostvars):
+    """A role variable set to another value than the cluster-wide one that replaced it, one line each."""
+    errors = []
+    for role_var, cluster_var, default, readers in REPLACED:
+        value = _get(hostvars, host, role_var)
+        wanted = _get(hostvars, host, cluster_var, cluster_defaults.DEFAULTS[default])
+        if value is not None and str(value) != str(wanted):
+            errors.append('host %s: %s is %s but %s is %s; %s read %s, not %s: set %s: %s instead'
+                          % (host, role_var, value, cluster_var, wanted, readers, cluster_var, role_var,
+                             cluster_var, value))
+    return errors
+
+
+def path_problem(value, example):
+    """Why a value cannot be a cluster-wide path, or None: an absolute, normalised path other than /,
+    without blanks (it goes into /etc/exports, fstab, profiles and command lines)."""
     if not isinstance(value, str):
-        return 'must be an absolute path like /shared, got %s %r' % (type(value).__name__, value)
+        return 'must be an absolute path like %s, got %s %r' % (example, type_name(value), value)
     if not value.startswith('/') or value == '/' or posixpath.normpath(value) != value or re.search(r'[\s,:]', value):
-        return ('must be an absolute path like /shared, not / and without a trailing slash, blanks, commas '
-                'or colons, got %r' % value)
+        return ('must be an absolute path like %s, not / and without a trailing slash, blanks, commas '
+                'or colons, got %r' % (example, value))
     return None
+
+
+def shared_dir_problem(value):
+    """Why a cluster_shared_dir value cannot be the shared storage's path, or None (path_problem)."""
+    return path_problem(value, '/shared')
 
 
 def cluster_manifest(groups, hostvars):

@@ -56,7 +56,7 @@ def version_offered(wanted, offered):
     return any(v == wanted or v.split('+', 1)[0] == wanted for v in offered)
 
 
-_VERSION = re.compile(r'^[0-9]+(\.[0-9]+)*([a-z0-9.!+-]*)$', re.IGNORECASE)
+VERSION_RE = re.compile(r'^[0-9]+(\.[0-9]+)*([a-z0-9.!+-]*)$', re.IGNORECASE)
 _SHA256 = re.compile(r'^[0-9a-f]{64}$', re.IGNORECASE)
 
 
@@ -67,10 +67,10 @@ def setting_errors(s):
     if not path.startswith('/'):
         errors.append('python_env_path must be an absolute path (got %r)' % path)
     for key in ('python_env_torch_version', 'python_env_deepspeed_version'):
-        if not _VERSION.match(str(s.get(key) or '')):
+        if not VERSION_RE.match(str(s.get(key) or '')):
             errors.append('%s must be a version like 2.13.0 (got %r)' % (key, s.get(key)))
     ninja = str(s.get('python_env_ninja_version') or '')
-    if ninja and not _VERSION.match(ninja):
+    if ninja and not VERSION_RE.match(ninja):
         errors.append('python_env_ninja_version must be a version or empty (got %r)' % ninja)
     for req in s.get('python_env_packages') or []:
         if '==' not in str(req):

@@ -22,36 +22,29 @@ NAME = re.compile(r'(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)')
 
 # Reads of another role's variables not yet moved to a cluster-wide variable: {role: {variable}}.
 KNOWN = {
-    'cluster_tests': {'nccl_env_profile_path', 'python_env_path'},
     'container': {
-        'python_env_deepspeed_cpu_ops', 'python_env_deepspeed_ops', 'python_env_deepspeed_version',
-        'python_env_find_links', 'python_env_index_url', 'python_env_ninja_version', 'python_env_packages',
-        'python_env_path', 'python_env_torch_version', 'training_container_extra_args', 'training_container_memlock',
+        'python_env_deepspeed_cpu_ops', 'python_env_deepspeed_ops', 'python_env_find_links', 'python_env_index_url',
+        'python_env_ninja_version', 'python_env_packages', 'training_container_extra_args',
+        'training_container_memlock',
     },
     'firewall': {'ray_client_server_port', 'ray_dashboard_port', 'ray_enabled', 'ray_port'},
     'health': {
         'cluster_tests_bandwidth', 'cluster_tests_collective', 'cluster_tests_smoke', 'container_image',
-        'container_runtime', 'container_user', 'nccl_env_profile_path', 'python_env_deepspeed_version',
-        'python_env_path', 'python_env_torch_version', 'ray_dashboard_port', 'ray_enabled', 'ray_env_path',
-        'ray_manifest_path', 'ray_port', 'ray_unit', 'ray_user',
+        'container_runtime', 'container_user', 'ray_dashboard_port', 'ray_enabled', 'ray_env_path', 'ray_manifest_path',
+        'ray_port', 'ray_unit', 'ray_user',
     },
-    'nccl_env': {'python_env_path'},
-    'nfs_client': {'ssh_trust_uid'},
-    'nfs_server': {'ssh_trust_uid'},
     'node_tools': {
-        'cluster_tests_collective_method', 'cluster_tests_nccl_tests_dir', 'container_runtime',
-        'ssh_trust_all_to_all', 'training_deepspeed_launcher', 'training_launcher',
+        'cluster_tests_collective_method', 'cluster_tests_nccl_tests_dir', 'container_runtime', 'ssh_trust_all_to_all',
+        'training_deepspeed_launcher', 'training_launcher',
     },
     'preflight': {'cluster_tests_bandwidth_port', 'cluster_tests_master_port'},
-    'python_env': {'ssh_trust_user'},
     'ray': {
         'python_env_extra_index_urls', 'python_env_find_links', 'python_env_index_url', 'python_env_offline',
-        'python_env_path', 'python_env_verify',
+        'python_env_verify',
     },
     'training': {
         'container_image', 'container_image_digest', 'container_mounts', 'container_runtime',
-        'nccl_env_profile_path', 'python_env_deepspeed_cpu_ops', 'python_env_deepspeed_ops',
-        'python_env_deepspeed_version', 'python_env_path', 'python_env_torch_version',
+        'python_env_deepspeed_cpu_ops', 'python_env_deepspeed_ops',
     },
 }
 

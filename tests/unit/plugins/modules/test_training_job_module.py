@@ -63,7 +63,7 @@ def test_start_status_stop_of_a_torchrun_job_and_no_secret_in_any_result(tmp_pat
             time.sleep(0.2)
         # the agent saw the token (from job.env), which never appeared in what the module returned
         assert 'token %d' % len(SECRET) in log.read_text()
-        watched, raw = run(tmp_path, state='watched', watch_timeout=20, **base)
+        watched, raw = run(tmp_path, state='first_step', watch_timeout=20, **base)
         assert watched['first_step'] == 'step 0 loss' and watched['failures'] == []
         status, raw = run(tmp_path, state='status', **base)
         assert status['running'] is True and status['pids'] and SECRET not in raw
@@ -79,7 +79,7 @@ def test_bad_input_is_refused_naming_the_node_and_option(tmp_path, base):
     assert out['failed'] is True and out['msg'].startswith('node solo: slurm_time')
     out, _ = run(tmp_path, state='started', **dict(base, node='other'))
     assert out['failed'] is True and out['msg'] == 'node other is not in nodes (solo)'
-    out, _ = run(tmp_path, state='watched', **dict(base, node='w', nodes=base['nodes'] + [
+    out, _ = run(tmp_path, state='first_step', **dict(base, node='w', nodes=base['nodes'] + [
         {'name': 'w', 'address': '127.0.0.2', 'slots': 1}]))
     assert out['failed'] is True and 'runs on the head (solo) only' in out['msg']
 

@@ -152,3 +152,60 @@ def test_nodes_that_see_the_shared_storage_at_different_paths_are_refused():
     assert errors == ['hosts a, b: cluster_shared_dir differs between nodes (/data, /shared); every node must see the '
                       'shared storage at the same path (the launchers, hostfiles and checkpoints name it), set it '
                       'once for all']
+
+
+def test_the_cluster_wide_environment_values_are_taken():
+    every = {'cluster_env_path': '/data/envs/train', 'cluster_nccl_profile': '/etc/profile.d/site-nccl.sh',
+             'cluster_torch_version': '2.12.1', 'cluster_deepspeed_version': '0.18.0', 'cluster_user_uid': '3000',
+             'python_env_path': '/data/envs/train', 'ssh_trust_uid': 3000}
+    assert contract.contract_errors(*_two_nodes(every, every)) == []
+
+
+@pytest.mark.parametrize('name,value,example', [
+    ('cluster_env_path', 'envs/train', '/opt/gpucluster/env'),
+    ('cluster_env_path', '/opt/env/', '/opt/gpucluster/env'),
+    ('cluster_nccl_profile', 7, '/etc/profile.d/gpucluster-nccl.sh'),
+])
+def test_a_cluster_wide_path_that_is_no_clean_absolute_path_is_refused(name, value, example):
+    errors = contract.contract_errors(*_two_nodes({}, {name: value}))
+    assert len(errors) == 1 and errors[0].startswith('host b: %s must be an absolute path like %s' % (name, example))
+    assert repr(value) in errors[0]
+
+
+def test_a_pin_that_is_no_version_string_is_refused_with_the_yaml_hint():
+    errors = contract.contract_errors(*_two_nodes({'cluster_torch_version': 2.13}, {'cluster_torch_version': 2.13}))
+    assert errors == ["host a: cluster_torch_version must be a version like 2.13.0 (a string: quote it in YAML), "
+                      "got 2.13 (float)",
+                      "host b: cluster_torch_version must be a version like 2.13.0 (a string: quote it in YAML), "
+                      "got 2.13 (float)"]
+
+
+@pytest.mark.parametrize('name,a,b', [
+    ('cluster_torch_version', '2.13.0', '2.12.1'),
+    ('cluster_deepspeed_version', None, '0.18.0'),
+    ('cluster_user_uid', 2000, '3000'),
+])
+def test_a_value_that_must_be_the_same_everywhere_and_differs_names_the_nodes_and_values(name, a, b):
+    errors = contract.contract_errors(*_two_nodes({name: a} if a is not None else {}, {name: b}))
+    assert len(errors) == 1
+    assert errors[0].startswith('hosts a, b: %s differs between nodes (' % name)
+    assert 'it must be the same on every node' in errors[0]
+
+
+def test_a_uid_out_of_range_is_refused():
+    assert contract.contract_errors(*_two_nodes({'cluster_user_uid': 0}, {'cluster_user_uid': 0}))[0] == \
+        'host a: cluster_user_uid must be from 1 to 65533, got 0'
+
+
+@pytest.mark.parametrize('role_var,value,cluster_var,default', [
+    ('python_env_path', '/data/env', 'cluster_env_path', '/opt/gpucluster/env'),
+    ('python_env_torch_version', '2.12.1', 'cluster_torch_version', '2.13.0'),
+    ('nccl_env_profile_path', '/etc/profile.d/x.sh', 'cluster_nccl_profile', '/etc/profile.d/gpucluster-nccl.sh'),
+    ('ssh_trust_uid', 3000, 'cluster_user_uid', '2000'),
+])
+def test_a_role_variable_set_alone_where_a_cluster_wide_one_took_its_place_is_refused(role_var, value, cluster_var, default):
+    """Set alone, the other roles would not follow it (training would look for the environment at the default)."""
+    errors = contract.contract_errors(*_two_nodes({role_var: value}, {}))
+    assert len(errors) == 1
+    assert errors[0].startswith('host a: %s is %s but %s is %s; ' % (role_var, value, cluster_var, default))
+    assert errors[0].endswith('set %s: %s instead' % (cluster_var, value))
