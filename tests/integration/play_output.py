@@ -23,3 +23,24 @@ def first_task_msgs(directory, extra=None):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads(proc.stdout)['plays'][0]['tasks'][0]['hosts']
     return {host: r['msg'] for host, r in results.items()}
+
+
+DEFAULTS_PLAY = """
+- hosts: h1
+  gather_facts: false
+  vars_files: {files}
+  tasks:
+    - name: Show the values
+      ansible.builtin.debug:
+        msg: "{{{{ {names} }}}}"
+"""
+
+
+def role_defaults(directory, roles, names, extra=None):
+    """The values of names as the roles' defaults/main.yml give them together (with extra as -e), on
+    one local host: {name: value}."""
+    files = [os.path.join(ROOT, 'roles', r, 'defaults', 'main.yml') for r in roles]
+    shown = '{' + ', '.join("'%s': %s" % (n, n) for n in names) + '}'
+    (directory / 'hosts.yml').write_text('all: {hosts: {h1: {ansible_connection: local, ansible_python_interpreter: python3}}}\n')
+    (directory / 'play.yml').write_text(DEFAULTS_PLAY.format(files=json.dumps(files), names=shown))
+    return first_task_msgs(directory, extra)['h1']

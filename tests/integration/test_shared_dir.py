@@ -4,12 +4,10 @@ defaults; a role's own variable still wins."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 
 import pytest
-from play_output import ROOT, first_task_msgs
+from play_output import role_defaults
 
 ROLES = ['nfs_server', 'nfs_client', 'training', 'container', 'health', 'nccl_env']
 NAMES = ['nfs_server_export_path', 'nfs_client_path', 'nfs_client_export', 'training_jobs_dir', 'container_images_dir',
@@ -17,23 +15,9 @@ NAMES = ['nfs_server_export_path', 'nfs_client_path', 'nfs_client_export', 'trai
 
 pytestmark = pytest.mark.skipif(shutil.which('ansible-playbook') is None, reason='needs ansible-playbook (make setup)')
 
-PLAY = """
-- hosts: h1
-  gather_facts: false
-  vars_files: {files}
-  tasks:
-    - name: Show the paths
-      ansible.builtin.debug:
-        msg: "{{{{ {names} }}}}"
-"""
-
 
 def paths(tmp_path, extra=None):
-    files = [os.path.join(ROOT, 'roles', r, 'defaults', 'main.yml') for r in ROLES]
-    names = '{' + ', '.join("'%s': %s" % (n, n) for n in NAMES) + '}'
-    (tmp_path / 'hosts.yml').write_text('all: {hosts: {h1: {ansible_connection: local, ansible_python_interpreter: python3}}}\n')
-    (tmp_path / 'play.yml').write_text(PLAY.format(files=json.dumps(files), names=names))
-    return first_task_msgs(tmp_path, extra)['h1']
+    return role_defaults(tmp_path, ROLES, NAMES, extra)
 
 
 def test_the_default_is_slash_shared(tmp_path):
