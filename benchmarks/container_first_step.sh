@@ -4,7 +4,7 @@
 # node (no container has run from it yet), then warm container jobs against warm host jobs
 # (goals: the first container job within 1.5x of the first host job, a warm one within 1.2x of a
 # warm host job; before the image carried DeepSpeed's ops the first took 167.5 s against 13-14 s).
-#   a lab with both: python_env on the hosts and the container step (container_runtime=podman)
+#   a lab with both: python_env on the hosts and the container step (cluster_container_runtime=podman)
 #   INV=.lab/inv ROUNDS=3 benchmarks/container_first_step.sh
 # EXTRA: more -e of the site (both site.yml and train.yml get them), e.g. a container lab's
 #   EXTRA='-e container_storage_driver=vfs -e container_cgroups=disabled -e container_memlock_unlimited=false
@@ -43,14 +43,14 @@ time_job() {
 }
 
 image_flag=()
-[ -n "$IMAGE" ] && image_flag=(-e "container_image=$IMAGE")
+[ -n "$IMAGE" ] && image_flag=(-e "cluster_container_image=$IMAGE")
 echo "load before:   $(load)"
 echo "removing the training image from every node, then loading it again (site.yml --tags container)"
 ansible cluster -i "$INV" -b --become-user "$TRAIN_USER" -m ansible.builtin.shell \
   -a "podman ps --all --quiet --filter label=gpucluster.job | xargs -r podman rm --force >/dev/null; \
       podman rmi --force ${IMAGE:-\$(podman images --quiet --filter label=org.opencontainers.image.title=gpucluster-train)} >/dev/null || true" >/dev/null
 site_log=$(mktemp)
-ansible-playbook playbooks/site.yml -i "$INV" --tags container -e container_runtime="$RUNTIME" "${extra[@]}" \
+ansible-playbook playbooks/site.yml -i "$INV" --tags container -e cluster_container_runtime="$RUNTIME" "${extra[@]}" \
   "${image_flag[@]}" >"$site_log" || { tail -30 "$site_log"; exit 1; }
 rm -f "$site_log"
 echo "load after the load: $(load)"

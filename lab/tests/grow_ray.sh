@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Growing a cluster that runs Ray, as a user does: a lab of three nodes whose inventory first
-# lists two (head + one worker) with ray_enabled: true; site.yml converges them (Ray included),
+# lists two (head + one worker) with cluster_ray_enabled: true; site.yml converges them (Ray included),
 # then the third node is added to the inventory and ONE site.yml run must bring it to what the
 # others have (the training environment, NCCL settings, Ray joined to the head). Then torchrun
 # and deepspeed train across all three nodes (world 4: 2 ranks on the head, 1 per worker), and
@@ -56,7 +56,7 @@ state = sys.argv[1]
 with open(state + '/inv-all/hosts.yml') as handle:
     inv = yaml.safe_load(handle)
 v = inv['all']['vars']
-v.update(ray_enabled=True, python_env_find_links=['/opt/wheelhouse', '/opt/ray-wheelhouse'],
+v.update(cluster_ray_enabled=True, cluster_pip_find_links=['/opt/wheelhouse', '/opt/ray-wheelhouse'],
          ray_object_store_memory=104857600, ray_start_timeout=420,
          ray_environment={'RAY_DASHBOARD_STARTUP_TIMEOUT_S': '300'})
 with open(state + '/inv-all/hosts.yml', 'w') as handle:
@@ -74,7 +74,7 @@ with open(state + '/new-node', 'w') as handle:
 EOF
 NEW=$(cat "$STATE/new-node")
 
-step "site.yml on two nodes (ray_enabled: true)"
+step "site.yml on two nodes (cluster_ray_enabled: true)"
 ansible-playbook playbooks/site.yml -i "$STATE/inv-two" > "$STATE/site-two.out" 2>&1 || fail "site.yml on two nodes: $(tail -20 "$STATE/site-two.out")"
 
 step "Ray runs on the two nodes"

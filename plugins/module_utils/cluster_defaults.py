@@ -32,6 +32,10 @@ RAY_PORT = 6379
 RAY_DASHBOARD_PORT = 8265
 RAY_CLIENT_SERVER_PORT = 10001
 RAY_CLIENT_PORT_COUNT = 100
+# The Ray service of the training account on every node, and the manifest of what each node brings
+# (the ray role writes them, health reads them).
+RAY_UNIT = 'gpucluster-ray'
+RAY_MANIFEST = '/etc/gpucluster/ray.json'
 # iperf3's server port (cluster_tests_bandwidth_port), checked free on the head by preflight.
 BANDWIDTH_PORT = 5201
 # The Python pins of the cluster's environment (cluster_torch_version, cluster_deepspeed_version:
@@ -40,6 +44,9 @@ BANDWIDTH_PORT = 5201
 TORCH_VERSION = '2.13.0'
 DEEPSPEED_VERSION = '0.19.8'
 NINJA_VERSION = '1.13.2'
+# DeepSpeed op builders prebuilt where DeepSpeed picks the CPU (cluster_deepspeed_cpu_ops): gloo
+# jobs JIT-build the shm op otherwise.
+DEEPSPEED_CPU_OPS = ['ShareMemCommBuilder']
 # The training image the container role builds: this repository, tagged with the pins.
 TRAIN_IMAGE_REPOSITORY = 'localhost/gpucluster-train'
 
@@ -61,10 +68,29 @@ DEFAULTS = {
     'ray_dashboard_port': RAY_DASHBOARD_PORT,
     'ray_client_server_port': RAY_CLIENT_SERVER_PORT,
     'ray_client_port_count': RAY_CLIENT_PORT_COUNT,
+    'ray_unit': RAY_UNIT,
+    'ray_manifest': RAY_MANIFEST,
     'bandwidth_port': BANDWIDTH_PORT,
     'torch_version': TORCH_VERSION,
     'deepspeed_version': DEEPSPEED_VERSION,
     'ninja_version': NINJA_VERSION,
+    'deepspeed_cpu_ops': DEEPSPEED_CPU_OPS,
+    # Empty unless the inventory sets them (cluster_<name>): where pip finds the cluster's packages,
+    # what else it installs, the CUDA op builders, the launcher, containers, Ray, nccl-tests.
+    'pip_index_url': '',
+    'pip_extra_index_urls': [],
+    'pip_find_links': [],
+    'pip_offline': False,
+    'python_packages': [],
+    'deepspeed_ops': [],
+    'launcher': 'deepspeed',
+    'deepspeed_launcher': 'pdsh',
+    'ssh_all_to_all': False,
+    'container_runtime': 'none',
+    'container_image': '',
+    'container_image_digest': '',
+    'ray_enabled': False,
+    'nccl_tests_dir': '',
 }
 
 

@@ -19,6 +19,8 @@ import re
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import addresses
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.python_env import VERSION_RE
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
+from ansible_collections.gpucluster.multinode.plugins.module_utils.containers import RUNTIMES
+from ansible_collections.gpucluster.multinode.plugins.module_utils.launchers import DEEPSPEED_LAUNCHERS, LAUNCHERS
 from ansible_collections.gpucluster.multinode.plugins.module_utils.hostfile import natural_key, type_name
 
 USER_RE = re.compile(r'^[a-z_][a-z0-9_-]{0,31}$')
@@ -217,6 +219,18 @@ def contract_errors(groups, hostvars):
                               % (host, name, cluster_defaults.DEFAULTS[CLUSTER_VERSIONS[name]], value, type_name(value)))
             else:
                 same.setdefault(name, {}).setdefault(value or cluster_defaults.DEFAULTS[CLUSTER_VERSIONS[name]], []).append(host)
+        for name, kind in CLUSTER_SETTINGS:
+            value = _get(hostvars, host, name)
+            if value is None:
+                if name == 'cluster_container_mounts':
+                    continue  # follows cluster_shared_dir, checked the same on every node above
+                value = cluster_default(name, hostvars, host)
+            else:
+                problem = setting_problem(kind, value)
+                if problem:
+                    errors.append('host %s: %s %s' % (host, name, problem))
+                    continue
+            same.setdefault(name, {}).setdefault(_shown(value), []).append(host)
         uid_errors = len(errors)
         _check_int(errors, host, hostvars, 'cluster_user_uid', 1, 65533)
         if len(errors) == uid_errors:
@@ -249,29 +263,112 @@ def contract_errors(groups, hostvars):
 
 # Cluster-wide values several roles read (each role's own variable derives from it by default).
 CLUSTER_PATHS = (('cluster_env_path', '/opt/gpucluster/env'), ('cluster_nccl_profile', '/etc/profile.d/gpucluster-nccl.sh'))
-CLUSTER_VERSIONS = {'cluster_torch_version': 'torch_version', 'cluster_deepspeed_version': 'deepspeed_version'}
+CLUSTER_VERSIONS = {'cluster_torch_version': 'torch_version', 'cluster_deepspeed_version': 'deepspeed_version',
+                    'cluster_ninja_version': 'ninja_version'}
+# The other cluster-wide settings: the same on every node, of this kind (text, a list of texts, a
+# boolean, a port, or one of these choices); unset, each is cluster_defaults.DEFAULTS[name less cluster_].
+CLUSTER_SETTINGS = (
+    ('cluster_pip_index_url', 'text'),
+    ('cluster_pip_extra_index_urls', 'texts'),
+    ('cluster_pip_find_links', 'texts'),
+    ('cluster_pip_offline', 'bool'),
+    ('cluster_python_packages', 'texts'),
+    ('cluster_deepspeed_ops', 'texts'),
+    ('cluster_deepspeed_cpu_ops', 'texts'),
+    ('cluster_launcher', tuple(LAUNCHERS)),
+    ('cluster_deepspeed_launcher', DEEPSPEED_LAUNCHERS),
+    ('cluster_ssh_all_to_all', 'bool'),
+    ('cluster_container_runtime', ('none',) + RUNTIMES),
+    ('cluster_container_image', 'text'),
+    ('cluster_container_image_digest', 'text'),
+    ('cluster_container_mounts', 'texts'),
+    ('cluster_ray_enabled', 'bool'),
+    ('cluster_ray_port', 'port'),
+    ('cluster_ray_dashboard_port', 'port'),
+    ('cluster_ray_client_server_port', 'port'),
+    ('cluster_bandwidth_port', 'port'),
+    ('cluster_nccl_tests_dir', 'text'),
+)
+BOOL_WORDS = {'true': True, 'yes': True, 'on': True, '1': True, 'false': False, 'no': False, 'off': False, '0': False}
+
+
+def cluster_default(name, hostvars=None, host=None):
+    """A cluster-wide variable's value when the inventory leaves it unset."""
+    if name == 'cluster_container_mounts':
+        return [_get(hostvars or {}, host, 'cluster_shared_dir', cluster_defaults.SHARED_DIR)]
+    return cluster_defaults.DEFAULTS[name[len('cluster_'):]]
+
+
+def setting_problem(kind, value):
+    """Why a value is not of a cluster-wide setting's kind, or None."""
+    if kind == 'text':
+        ok = isinstance(value, str)
+        want = 'a string'
+    elif kind == 'texts':
+        ok = isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)
+        want = 'a list of non-empty strings'
+    elif kind == 'bool':
+        ok = isinstance(value, bool) or (isinstance(value, str) and value.strip().lower() in BOOL_WORDS)
+        want = 'true or false'
+    elif kind == 'port':
+        ok = not isinstance(value, bool) and str(value).strip().isdigit() and 1 <= int(str(value)) <= 65535
+        want = 'a port from 1 to 65535'
+    else:
+        ok = value in kind
+        want = 'one of %s' % ', '.join(kind)
+    return None if ok else 'must be %s, got %r (%s)' % (want, value, type_name(value))
+
+
+def _shown(value):
+    """A setting's value in one comparable, printable form (true/false, 8265, a,b)."""
+    if isinstance(value, bool) or (isinstance(value, str) and value.strip().lower() in BOOL_WORDS
+                                   and not value.strip().isdigit()):
+        return 'true' if _truthy(value) else 'false'
+    if isinstance(value, (list, tuple)):
+        return '[%s]' % ', '.join(str(v) for v in value)
+    return str(value).strip()
+
+
 # A role's variable that other roles read before the cluster-wide one took its place: set alone, the
 # other roles would not follow it, so a value other than the cluster-wide one is refused, naming both.
 REPLACED = (
-    ('python_env_path', 'cluster_env_path', 'env_path', 'training, health, ray, container, cluster_tests and nccl_env'),
-    ('python_env_torch_version', 'cluster_torch_version', 'torch_version', 'the training image, training and health'),
-    ('python_env_deepspeed_version', 'cluster_deepspeed_version', 'deepspeed_version',
-     'the training image, training and health'),
-    ('nccl_env_profile_path', 'cluster_nccl_profile', 'nccl_profile', 'training, health and cluster_tests'),
-    ('ssh_trust_uid', 'cluster_user_uid', 'user_uid', 'nfs_server and nfs_client'),
+    ('python_env_path', 'cluster_env_path', 'training, health, ray, container, cluster_tests and nccl_env'),
+    ('python_env_torch_version', 'cluster_torch_version', 'the training image, training and health'),
+    ('python_env_deepspeed_version', 'cluster_deepspeed_version', 'the training image, training and health'),
+    ('python_env_ninja_version', 'cluster_ninja_version', 'the training image'),
+    ('python_env_packages', 'cluster_python_packages', 'the training image'),
+    ('python_env_index_url', 'cluster_pip_index_url', 'ray and the training image'),
+    ('python_env_extra_index_urls', 'cluster_pip_extra_index_urls', 'ray and the training image'),
+    ('python_env_find_links', 'cluster_pip_find_links', 'ray and the training image'),
+    ('python_env_offline', 'cluster_pip_offline', 'ray and the training image'),
+    ('python_env_deepspeed_ops', 'cluster_deepspeed_ops', 'the training image and the training preflight'),
+    ('python_env_deepspeed_cpu_ops', 'cluster_deepspeed_cpu_ops', 'the training image and the training preflight'),
+    ('nccl_env_profile_path', 'cluster_nccl_profile', 'training, health and cluster_tests'),
+    ('ssh_trust_uid', 'cluster_user_uid', 'nfs_server and nfs_client'),
+    ('ssh_trust_all_to_all', 'cluster_ssh_all_to_all', 'node_tools and the launchers'),
+    ('container_runtime', 'cluster_container_runtime', 'site.yml, node_tools, training and health'),
+    ('container_image', 'cluster_container_image', 'training and health'),
+    ('container_image_digest', 'cluster_container_image_digest', 'training and health'),
+    ('container_mounts', 'cluster_container_mounts', 'training'),
+    ('ray_enabled', 'cluster_ray_enabled', 'site.yml, the firewall and health'),
+    ('ray_port', 'cluster_ray_port', 'the firewall and health'),
+    ('ray_dashboard_port', 'cluster_ray_dashboard_port', 'the firewall and health'),
+    ('ray_client_server_port', 'cluster_ray_client_server_port', 'the firewall and health'),
 )
 
 
 def replaced_errors(host, hostvars):
     """A role variable set to another value than the cluster-wide one that replaced it, one line each."""
     errors = []
-    for role_var, cluster_var, default, readers in REPLACED:
+    for role_var, cluster_var, readers in REPLACED:
         value = _get(hostvars, host, role_var)
-        wanted = _get(hostvars, host, cluster_var, cluster_defaults.DEFAULTS[default])
-        if value is not None and str(value) != str(wanted):
-            errors.append('host %s: %s is %s but %s is %s; %s read %s, not %s: set %s: %s instead'
-                          % (host, role_var, value, cluster_var, wanted, readers, cluster_var, role_var,
-                             cluster_var, value))
+        wanted = _get(hostvars, host, cluster_var)
+        if wanted is None:
+            wanted = cluster_default(cluster_var, hostvars, host)
+        if value is not None and _shown(value) != _shown(wanted):
+            errors.append('host %s: %s is %s but %s is %s; %s is what %s read, not %s: set %s: %s instead'
+                          % (host, role_var, _shown(value), cluster_var, _shown(wanted), cluster_var, readers,
+                             role_var, cluster_var, _shown(value)))
     return errors
 
 

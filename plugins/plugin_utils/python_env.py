@@ -22,7 +22,7 @@ def versions_line(host, versions, width=0):
 
 
 # What python_env installs, and so compares: Ray is the ray role's (ray.yml, or site.yml's ray step
-# with ray_enabled), so a node that has no Ray yet is no python_env problem.
+# with cluster_ray_enabled), so a node that has no Ray yet is no python_env problem.
 INSTALLED = tuple(k for k in COMPARED if k != 'ray')
 
 

@@ -103,7 +103,7 @@ CASES = [
     case('train-container-runtime-one-node', 'train',
          'host bat-worker-1: training_container_runtime is podman, on bat-head none; '
          'training_container_runtime must be the same on every node of the cluster',
-         host_vars={WORKER: {'container_runtime': 'podman'}}),
+         host_vars={WORKER: {'training_container_runtime': 'podman'}}),
     case('train-container-extra-args-net', 'train',
          'training_container_extra_args: --net=bridge conflicts with --network host that every launcher needs',
          extra={'training_container_runtime': 'podman', 'training_container_extra_args': ['--net=bridge']}),
@@ -171,12 +171,9 @@ CASES = [
     case('site-master-port-held', 'site',
          'host bat-head: cluster_master_port 22 is held on the head: port 22 is in use by pid',
          host_vars={HEAD: {'cluster_master_port': 22}}),
-    case('site-tests-master-port-held', 'site',
-         'host bat-head: cluster_tests_master_port 22 is held on the head: port 22 is in use by pid',
-         extra={'cluster_tests_master_port': 22}, args=['--tags', 'network']),
     case('site-bandwidth-port-held', 'site',
-         'host bat-head: cluster_tests_bandwidth_port 22 is held on the head: port 22 is in use by pid',
-         extra={'cluster_tests_bandwidth_port': 22}, args=['--tags', 'python_env']),
+         'host bat-head: cluster_bandwidth_port 22 is held on the head: port 22 is in use by pid',
+         extra={'cluster_bandwidth_port': 22}, args=['--tags', 'python_env']),
     # Report directories: made as mkdir -p would, or refused before any test starts.
     case('bandwidth-report-dir-under-a-file', 'bandwidth',
          'controller: cluster_tests_report_dir /dev/null/reports cannot be made or written',
@@ -195,34 +192,41 @@ CASES = [
     case('nvidia-version-other-branch', 'site', 'host bat-worker-1: nvidia_driver_version 550.54.15 is not in nvidia_driver_branch 580',
          extra={'nvidia_driver_branch': '580', 'nvidia_driver_version': '550.54.15'}, args=['--tags', 'nvidia_driver'], step='nvidia_driver'),
     case('site-python-offline-no-wheelhouse', 'site', 'host bat-head: python_env_offline needs python_env_find_links',
-         extra={'python_env_offline': True, 'python_env_find_links': []}, step='python_env'),
+         extra={'cluster_pip_offline': True, 'cluster_pip_find_links': []}, step='python_env'),
     case('python-wheelhouse-missing', 'site', 'host bat-head: python_env_find_links /no/such/wheelhouse is not a directory',
-         extra={'python_env_offline': True, 'python_env_find_links': ['/no/such/wheelhouse']}, args=['--tags', 'python_env'], step='python_env'),
+         extra={'cluster_pip_offline': True, 'cluster_pip_find_links': ['/no/such/wheelhouse']}, args=['--tags', 'python_env'], step='python_env'),
+    case('site-pip-offline-alone', 'site',
+         'host bat-head: python_env_offline is true but cluster_pip_offline is false; cluster_pip_offline is what ray '
+         'and the training image read, not python_env_offline: set cluster_pip_offline: true instead',
+         extra={'python_env_offline': True}),
     case('python-backend-choice', 'site', "host bat-worker-1: value of python_env_backend must be one of: venv, conda, got: pipx",
          extra={'python_env_backend': 'pipx'}, args=['--tags', 'python_env'], step='python_env'),
     case('site-nccl-rdma-without-devices', 'site', 'host bat-worker-1: nccl_env_mode is rdma but /sys/class/infiniband is empty',
          extra={'nccl_env_mode': 'rdma'}, step='nccl_env'),
     case('nccl-ifname-absent', 'site', 'host bat-head: nccl_env_socket_ifname ib9 is not an interface of this node',
          extra={'nccl_env_socket_ifname': 'ib9'}, args=['--tags', 'nccl_env'], step='nccl_env'),
-    # The container step (site.yml runs it where container_runtime is set): refused in the preflight.
+    # The container step (site.yml runs it where cluster_container_runtime is set): refused in the preflight.
     case('site-container-runtime-choice', 'site',
-         'host bat-head: value of container_runtime must be one of: none, podman, apptainer, singularity, enroot, got: docker',
-         extra={'container_runtime': 'docker'}, step='container'),
+         "host bat-head: cluster_container_runtime must be one of none, podman, apptainer, singularity, enroot, "
+         "got 'docker' (str)", extra={'cluster_container_runtime': 'docker'}),
+    case('site-container-runtime-alone', 'site',
+         'host bat-head: container_runtime is podman but cluster_container_runtime is none; cluster_container_runtime '
+         'is what site.yml, node_tools, training and health read, not container_runtime: set '
+         'cluster_container_runtime: podman instead', extra={'container_runtime': 'podman'}),
     case('site-container-runtime-without-package', 'site', 'host bat-head: container_runtime enroot has no package for',
-         extra={'container_runtime': 'enroot', 'container_image': '/shared/images/train.sqsh',
+         extra={'cluster_container_runtime': 'enroot', 'cluster_container_image': '/shared/images/train.sqsh',
                 'container_image_source': 'present'}, step='container'),
     case('site-container-archive-missing', 'site',
          'host bat-worker-1: container_image_archive /shared/images/none.oci.tar does not exist',
-         extra={'container_runtime': 'podman', 'container_image_source': 'archive',
+         extra={'cluster_container_runtime': 'podman', 'container_image_source': 'archive',
                 'container_image_archive': '/shared/images/none.oci.tar'}, step='container'),
     case('site-container-runtime-one-node', 'site',
-         'host bat-worker-1: container_runtime is podman, on bat-head none; '
-         'container_runtime must be the same on every node of the cluster',
-         host_vars={WORKER: {'container_runtime': 'podman'}}, step='container'),
+         'hosts bat-head, bat-worker-1: cluster_container_runtime differs between nodes (none, podman); it must be '
+         'the same on every node, set it once for all', host_vars={WORKER: {'cluster_container_runtime': 'podman'}}),
     case('site-container-extra-args-network', 'site',
          'host bat-head: training_container_extra_args: --network bridge conflicts with --network host that every launcher '
          'needs (ranks reach each other on the cluster addresses; podman takes no second --network)',
-         extra={'container_runtime': 'podman', 'training_container_extra_args': ['--network', 'bridge']}, step='container'),
+         extra={'cluster_container_runtime': 'podman', 'training_container_extra_args': ['--network', 'bridge']}, step='container'),
     case('nccl-mode-choice', 'site', "host bat-head: value of nccl_env_mode must be one of: tcp, rdma, got: udp",
          extra={'nccl_env_mode': 'udp'}, args=['--tags', 'nccl_env'], step='nccl_env'),
 ]

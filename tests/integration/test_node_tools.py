@@ -55,10 +55,10 @@ def test_defaults_give_iperf3_and_the_build_tools_everywhere_and_pdsh_on_the_hea
 
 
 def test_open_mpi_follows_the_launcher_and_nccl_tests_over_several_nodes(tmp_path):
-    assert 'openmpi' in choice(tmp_path / 'a', extra={'training_launcher': 'mpirun'})['w2']['groups']
-    assert 'openmpi' in choice(tmp_path / 'b', extra={'training_deepspeed_launcher': 'openmpi'})['w1']['groups']
-    assert 'openmpi' in choice(tmp_path / 'c', extra={'cluster_tests_nccl_tests_dir': '/opt/nccl-tests/build'})['h1']['groups']
-    assert 'openmpi' not in choice(tmp_path / 'd', extra={'training_launcher': 'mpirun', 'node_tools_openmpi': 'never'})['h1']['groups']
+    assert 'openmpi' in choice(tmp_path / 'a', extra={'cluster_launcher': 'mpirun'})['w2']['groups']
+    assert 'openmpi' in choice(tmp_path / 'b', extra={'cluster_deepspeed_launcher': 'openmpi'})['w1']['groups']
+    assert 'openmpi' in choice(tmp_path / 'c', extra={'cluster_nccl_tests_dir': '/opt/nccl-tests/build'})['h1']['groups']
+    assert 'openmpi' not in choice(tmp_path / 'd', extra={'cluster_launcher': 'mpirun', 'node_tools_openmpi': 'never'})['h1']['groups']
 
 
 def test_pins_take_the_package_managers_own_form_and_only_what_is_chosen(tmp_path):
@@ -66,7 +66,7 @@ def test_pins_take_the_package_managers_own_form_and_only_what_is_chosen(tmp_pat
     deb = choice(tmp_path / 'deb', extra={'node_tools_versions': pins, 'node_tools_build': False})
     assert deb['w1']['specs'] == ['iperf3=3.12-1']   # no Open MPI chosen: its pin is not installed
     el = choice(tmp_path / 'el', os_file='RedHat_9', extra={'node_tools_versions': {'iperf3': '3.9-13.el9'},
-                                                            'training_launcher': 'mpirun'})
+                                                            'cluster_launcher': 'mpirun'})
     assert 'iperf3-3.9-13.el9' in el['h1']['specs']
     assert {'pdsh', 'pdsh-rcmd-ssh', 'openmpi', 'openmpi-devel', 'gcc-c++', 'python3-devel'} <= set(el['h1']['specs'])
 

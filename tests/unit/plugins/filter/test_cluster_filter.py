@@ -108,7 +108,7 @@ def test_site_steps_are_read_from_the_plays_in_their_order():
     assert nfs_server['group'] == 'head' and nfs_server['tags'] == ['shared_storage', 'nfs']
     # Containers and Ray are steps only where the inventory enables them (the roles' own defaults are not read).
     assert [s['role'] for s in steps if not s['enabled']] == ['container', 'ray']
-    assert [s['enabled'] for s in site_steps(plays, {'ray_enabled': True}) if s['role'] == 'ray'] == [True]
+    assert [s['enabled'] for s in site_steps(plays, {'cluster_ray_enabled': True}) if s['role'] == 'ray'] == [True]
 
 
 def test_site_steps_read_the_on_off_switches_with_the_variables():
@@ -116,7 +116,7 @@ def test_site_steps_read_the_on_off_switches_with_the_variables():
     steps = site_steps(_site_plays(), {'node_tools_enabled': 'false', 'nfs_client_mode': 'check'})
     off = sorted(s['role'] for s in steps if not s['enabled'])
     assert off == ['container', 'nfs_server', 'node_tools', 'ray']
-    on = site_steps(_site_plays(), {'container_runtime': 'podman'})
+    on = site_steps(_site_plays(), {'cluster_container_runtime': 'podman'})
     assert [s['enabled'] for s in on if s['role'] == 'container'] == [True]
 
 

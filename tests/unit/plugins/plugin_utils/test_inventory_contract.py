@@ -202,10 +202,46 @@ def test_a_uid_out_of_range_is_refused():
     ('python_env_torch_version', '2.12.1', 'cluster_torch_version', '2.13.0'),
     ('nccl_env_profile_path', '/etc/profile.d/x.sh', 'cluster_nccl_profile', '/etc/profile.d/gpucluster-nccl.sh'),
     ('ssh_trust_uid', 3000, 'cluster_user_uid', '2000'),
+    ('python_env_find_links', ['/opt/wheelhouse'], 'cluster_pip_find_links', '[]'),
+    ('python_env_offline', True, 'cluster_pip_offline', 'false'),
+    ('container_runtime', 'podman', 'cluster_container_runtime', 'none'),
+    ('container_mounts', ['/data'], 'cluster_container_mounts', '[/shared]'),
+    ('ray_enabled', 'yes', 'cluster_ray_enabled', 'false'),
+    ('ray_port', 7000, 'cluster_ray_port', '6379'),
+    ('ssh_trust_all_to_all', True, 'cluster_ssh_all_to_all', 'false'),
 ])
 def test_a_role_variable_set_alone_where_a_cluster_wide_one_took_its_place_is_refused(role_var, value, cluster_var, default):
     """Set alone, the other roles would not follow it (training would look for the environment at the default)."""
     errors = contract.contract_errors(*_two_nodes({role_var: value}, {}))
+    shown = '[%s]' % ', '.join(value) if isinstance(value, list) else {True: 'true', 'yes': 'true'}.get(value, value)
     assert len(errors) == 1
-    assert errors[0].startswith('host a: %s is %s but %s is %s; ' % (role_var, value, cluster_var, default))
-    assert errors[0].endswith('set %s: %s instead' % (cluster_var, value))
+    assert errors[0].startswith('host a: %s is %s but %s is %s; ' % (role_var, shown, cluster_var, default))
+    assert errors[0].endswith('set %s: %s instead' % (cluster_var, shown))
+
+
+def test_the_same_value_under_the_old_name_is_accepted_whatever_its_spelling():
+    """A role variable equal to the cluster-wide value (true and "yes", 6379 and "6379") is no conflict."""
+    assert contract.contract_errors(*_two_nodes({'ray_enabled': 'yes', 'cluster_ray_enabled': True, 'ray_port': '6379',
+                                                 'python_env_find_links': ['/w'], 'cluster_pip_find_links': ['/w']},
+                                                {'cluster_ray_enabled': True, 'cluster_pip_find_links': ['/w']})) == []
+
+
+@pytest.mark.parametrize('name,value,problem', [
+    ('cluster_pip_offline', 'maybe', "cluster_pip_offline must be true or false, got 'maybe' (str)"),
+    ('cluster_pip_find_links', '/opt/wheelhouse',
+     "cluster_pip_find_links must be a list of non-empty strings, got '/opt/wheelhouse' (str)"),
+    ('cluster_ray_port', 70000, 'cluster_ray_port must be a port from 1 to 65535, got 70000 (int)'),
+    ('cluster_launcher', 'srun', "cluster_launcher must be one of deepspeed, torchrun, mpirun, slurm, got 'srun' (str)"),
+    ('cluster_container_runtime', 'docker',
+     "cluster_container_runtime must be one of none, podman, apptainer, singularity, enroot, got 'docker' (str)"),
+    ('cluster_ninja_version', 1.13, 'cluster_ninja_version must be a version like 1.13.2'),
+])
+def test_a_cluster_wide_setting_of_the_wrong_kind_is_refused_naming_host_and_variable(name, value, problem):
+    errors = contract.contract_errors(*_two_nodes({name: value}, {name: value}))
+    assert len(errors) == 2 and errors[0].startswith('host a: ' + problem), errors
+
+
+def test_a_cluster_wide_setting_that_differs_between_nodes_is_refused_naming_both():
+    errors = contract.contract_errors(*_two_nodes({'cluster_launcher': 'torchrun'}, {}))
+    assert errors == ['hosts a, b: cluster_launcher differs between nodes (deepspeed, torchrun); it must be the same on '
+                      'every node, set it once for all']
