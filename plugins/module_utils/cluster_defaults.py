@@ -83,6 +83,7 @@ DEFAULTS = {
     'pip_offline': False,
     'python_packages': [],
     'deepspeed_ops': [],
+    'user': 'train',
     'launcher': 'deepspeed',
     'deepspeed_launcher': 'pdsh',
     'ssh_all_to_all': False,

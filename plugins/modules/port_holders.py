@@ -47,7 +47,7 @@ EXAMPLES = r'''
     host: "{{ inventory_hostname }}"
     ports:
       - {port: "{{ cluster_master_port }}", variable: cluster_master_port}
-      - {port: 5201, variable: cluster_tests_bandwidth_port}
+      - {port: 5201, variable: cluster_bandwidth_port}
   register: held
 '''
 

@@ -212,6 +212,8 @@ def contract_errors(groups, hostvars):
             problem = path_problem(value, example) if value is not None else None
             if problem:
                 errors.append('host %s: %s %s' % (host, name, problem))
+            else:
+                same.setdefault(name, {}).setdefault(value or cluster_default(name), []).append(host)
         for name in CLUSTER_VERSIONS:
             value = _get(hostvars, host, name)
             if value is not None and not (isinstance(value, str) and VERSION_RE.match(value)):
@@ -222,8 +224,6 @@ def contract_errors(groups, hostvars):
         for name, kind in CLUSTER_SETTINGS:
             value = _get(hostvars, host, name)
             if value is None:
-                if name == 'cluster_container_mounts':
-                    continue  # follows cluster_shared_dir, checked the same on every node above
                 value = cluster_default(name, hostvars, host)
             else:
                 problem = setting_problem(kind, value)
@@ -253,6 +253,8 @@ def contract_errors(groups, hostvars):
                       'storage at the same path (the launchers, hostfiles and checkpoints name it), set it once for all'
                       % (', '.join(sorted((h for hs in shared_dirs.values() for h in hs), key=natural_key)),
                          ', '.join(sorted(shared_dirs))))
+    if not any(_get(hostvars, host, 'cluster_container_mounts') is not None for host in cluster):
+        same.pop('cluster_container_mounts', None)  # follows cluster_shared_dir, checked the same on every node above
     for name in sorted(same):
         if len(same[name]) > 1:
             errors.append('hosts %s: %s differs between nodes (%s); it must be the same on every node, set it once for all'
@@ -347,6 +349,8 @@ REPLACED = (
     ('ssh_trust_uid', 'cluster_user_uid', 'nfs_server and nfs_client'),
     ('ssh_trust_all_to_all', 'cluster_ssh_all_to_all', 'node_tools and the launchers'),
     ('container_runtime', 'cluster_container_runtime', 'site.yml, node_tools, training and health'),
+    ('container_user', 'cluster_user', 'training and health'),
+    ('ray_user', 'cluster_user', 'health'),
     ('container_image', 'cluster_container_image', 'training and health'),
     ('container_image_digest', 'cluster_container_image_digest', 'training and health'),
     ('container_mounts', 'cluster_container_mounts', 'training'),

@@ -245,3 +245,22 @@ def test_a_cluster_wide_setting_that_differs_between_nodes_is_refused_naming_bot
     errors = contract.contract_errors(*_two_nodes({'cluster_launcher': 'torchrun'}, {}))
     assert errors == ['hosts a, b: cluster_launcher differs between nodes (deepspeed, torchrun); it must be the same on '
                       'every node, set it once for all']
+
+
+def test_an_env_path_that_differs_between_nodes_is_refused():
+    errors = contract.contract_errors(*_two_nodes({'cluster_env_path': '/srv/env'}, {}))
+    assert errors == ['hosts a, b: cluster_env_path differs between nodes (/opt/gpucluster/env, /srv/env); it must be the '
+                      'same on every node, set it once for all']
+
+
+def test_container_mounts_set_on_one_node_only_are_refused_and_follow_the_shared_dir_otherwise():
+    assert contract.contract_errors(*_two_nodes({'cluster_container_mounts': ['/data']}, {})) == [
+        'hosts a, b: cluster_container_mounts differs between nodes ([/data], [/shared]); it must be the same on every '
+        'node, set it once for all']
+    assert contract.contract_errors(*_two_nodes({'cluster_shared_dir': '/data'}, {'cluster_shared_dir': '/data'})) == []
+
+
+def test_a_training_account_set_for_one_role_alone_is_refused():
+    errors = contract.contract_errors(*_two_nodes({'container_user': 'alice'}, {}))
+    assert errors == ["host a: container_user is alice but cluster_user is train; cluster_user is what training and "
+                      "health read, not container_user: set cluster_user: alice instead"]
