@@ -332,6 +332,23 @@ def test_the_loop_leaves_out_a_node_that_fails_its_check(tmp_path):
     assert events[4]['left_out'] == ['w2'] and events[4]['why'] == 'without w2'
 
 
+def test_a_node_that_hangs_counts_the_steps_lost_from_the_last_step_read_before_it(tmp_path):
+    """The read that finds a node hung may reach no rank at all: the steps lost still count from the step
+    the reads before it saw, not 'unknown'; after the restart only the new job's steps count."""
+    statuses = [{'result': {'state': 'running'}, 'progress': _progress(23)},
+                {'result': {'state': 'unknown', 'unknown_nodes': ['w2']}},
+                {'result': {'state': 'unknown'}}, {'result': {'state': 'running'}, 'progress': _progress(21)},
+                {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy('w2')])
+    assert rc == 0
+    assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'checked', 'restart', 'training',
+                                            'done']
+    assert (events[1]['step'], events[1]['step_read']) == (23, 'before the fault')
+    assert (events[4]['resume_step'], events[4]['lost_steps']) == (20, 3)
+    assert events[5]['step'] == 21
+    assert sv.summarize(events)['steps_lost'] == 3
+
+
 def test_a_health_run_that_wrote_no_report_calls_no_node_failing_and_judges_by_the_fault(tmp_path):
     statuses = [_failed('w1', 23), {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
     rc, calls, events = _supervise(tmp_path, statuses, [None])

@@ -333,9 +333,13 @@ class Supervisor:
         event(self.job_dir, 'supervising', nodes=self.state['nodes'], why='restarts %d, min nodes %d, for %d s'
               % (self.s['restarts'], self.s['min_nodes'], self.s['seconds']))
         waiting_first_step = None
+        seen_step = None  # the last step a read saw: a read that reaches no rank (a node hangs) keeps it
         while time.time() < deadline:
             self.heartbeat('reading')
             obs = observe(self.read())
+            if obs['step'] is None and seen_step is not None:
+                obs.update(step=seen_step, step_read='before')
+            seen_step = obs['step']
             if waiting_first_step is not None and obs['step'] is not None and obs['step'] > waiting_first_step:
                 event(self.job_dir, 'training', step=obs['step'], why='training again after the restart')
                 waiting_first_step = None
@@ -347,6 +351,7 @@ class Supervisor:
                 waiting_first_step = self.recover(obs, act)
                 if waiting_first_step is False:
                     return 1
+                seen_step = None  # the restarted job's steps start again from its checkpoint
                 continue
             time.sleep(self.s['interval'])
         event(self.job_dir, 'stopped', why='training_supervise_seconds (%d) ended: the job runs on, unsupervised'
@@ -355,7 +360,8 @@ class Supervisor:
 
     def recover(self, obs, act):
         event(self.job_dir, 'fault', seen=act['seen'], nodes=act['nodes'], step=obs['step'],
-              last_step_time=obs['last_step_time'], why=act['why'])
+              last_step_time=obs['last_step_time'], why=act['why'],
+              **({'step_read': 'before the fault'} if obs.get('step_read') else {}))
         self.heartbeat('stopping')
         rc = self.train('stopped')
         event(self.job_dir, 'job_stopped', why='every rank, container and launcher stopped' if rc == 0 else
