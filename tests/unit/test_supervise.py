@@ -347,6 +347,8 @@ def test_a_node_that_hangs_counts_the_steps_lost_from_the_last_step_read_before_
     assert (events[4]['resume_step'], events[4]['lost_steps']) == (20, 3)
     assert events[5]['step'] == 21
     assert sv.summarize(events)['steps_lost'] == 3
+    # the heartbeat before each read carries the last step read so far (the final read ended the supervision)
+    assert json.loads((tmp_path / 'job' / 'supervise' / 'supervisor.json').read_text())['step'] == 21
 
 
 def test_a_health_run_that_wrote_no_report_calls_no_node_failing_and_judges_by_the_fault(tmp_path):

@@ -322,7 +322,8 @@ class Supervisor:
 
     def heartbeat(self, what):
         record = {'pid': os.getpid(), 'host': socket.gethostname(), 'unit': self.s.get('unit'), 'time': time.time(),
-                  'doing': what, 'nodes': self.state['nodes'], 'restarts': self.state['restarts']}
+                  'doing': what, 'nodes': self.state['nodes'], 'restarts': self.state['restarts'],
+                  'step': getattr(self, 'seen_step', None)}
         tmp = os.path.join(self.dir, 'supervisor.json.tmp')
         with open(tmp, 'w') as handle:
             json.dump(record, handle)
@@ -333,13 +334,13 @@ class Supervisor:
         event(self.job_dir, 'supervising', nodes=self.state['nodes'], why='restarts %d, min nodes %d, for %d s'
               % (self.s['restarts'], self.s['min_nodes'], self.s['seconds']))
         waiting_first_step = None
-        seen_step = None  # the last step a read saw: a read that reaches no rank (a node hangs) keeps it
+        self.seen_step = None  # the last step a read saw: a read that reaches no rank (a node hangs) keeps it
         while time.time() < deadline:
             self.heartbeat('reading')
             obs = observe(self.read())
-            if obs['step'] is None and seen_step is not None:
-                obs.update(step=seen_step, step_read='before')
-            seen_step = obs['step']
+            if obs['step'] is None and self.seen_step is not None:
+                obs.update(step=self.seen_step, step_read='before')
+            self.seen_step = obs['step']
             if waiting_first_step is not None and obs['step'] is not None and obs['step'] > waiting_first_step:
                 event(self.job_dir, 'training', step=obs['step'], why='training again after the restart')
                 waiting_first_step = None
@@ -351,7 +352,7 @@ class Supervisor:
                 waiting_first_step = self.recover(obs, act)
                 if waiting_first_step is False:
                     return 1
-                seen_step = None  # the restarted job's steps start again from its checkpoint
+                self.seen_step = None  # the restarted job's steps start again from its checkpoint
                 continue
             time.sleep(self.s['interval'])
         event(self.job_dir, 'stopped', why='training_supervise_seconds (%d) ended: the job runs on, unsupervised'
