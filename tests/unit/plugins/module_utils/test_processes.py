@@ -243,7 +243,14 @@ def test_spawn_detached_records_identity_and_stop_ends_the_whole_group(tmp_path)
     record = pr.spawn_detached('sleep 60 & sleep 60; wait', dict(os.environ), str(tmp_path), str(log), state,
                                job_id='job-9')
     try:
+        # Popen returns when the exec closes its close-on-exec pipe, which the kernel does before it
+        # lays out the new program's environment: for that moment /proc/PID/environ is empty and the
+        # leader does not yet carry the job id. Callers read the pid file in a later module run.
+        deadline = time.time() + 10
         leader = pr.pidfile_process(state, 'job-9')
+        while leader is None and time.time() < deadline:
+            time.sleep(0.01)
+            leader = pr.pidfile_process(state, 'job-9')
         assert leader and leader['pid'] == record['pid'] == leader['pgid']
         deadline = time.time() + 30  # a loaded machine starts the shell and its sleeps slowly
         while time.time() < deadline and len(pr.job_processes('job-9', leaders=[leader])) < 3:
