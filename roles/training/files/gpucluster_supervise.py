@@ -234,6 +234,7 @@ class Supervisor:
         self.dir = os.path.join(self.job_dir, 'supervise')
         self.state = {'nodes': list(settings['nodes']), 'restarts': 0, 'failures': []}
         self.child = None
+        self.seen_step = None  # the last step a read saw: a read that reaches no rank (a node hangs) keeps it
 
     def playbook(self, playbook, extra, limit=None, timeout=None):
         cmd = [self.s['ansible_playbook'], '-i', self.s['inventory'], playbook, '-e', '@' + self.s['vars_file']]
@@ -323,7 +324,7 @@ class Supervisor:
     def heartbeat(self, what):
         record = {'pid': os.getpid(), 'host': socket.gethostname(), 'unit': self.s.get('unit'), 'time': time.time(),
                   'doing': what, 'nodes': self.state['nodes'], 'restarts': self.state['restarts'],
-                  'step': getattr(self, 'seen_step', None)}
+                  'step': self.seen_step}
         tmp = os.path.join(self.dir, 'supervisor.json.tmp')
         with open(tmp, 'w') as handle:
             json.dump(record, handle)
@@ -334,12 +335,11 @@ class Supervisor:
         event(self.job_dir, 'supervising', nodes=self.state['nodes'], why='restarts %d, min nodes %d, for %d s'
               % (self.s['restarts'], self.s['min_nodes'], self.s['seconds']))
         waiting_first_step = None
-        self.seen_step = None  # the last step a read saw: a read that reaches no rank (a node hangs) keeps it
         while time.time() < deadline:
             self.heartbeat('reading')
             obs = observe(self.read())
             if obs['step'] is None and self.seen_step is not None:
-                obs.update(step=self.seen_step, step_read='before')
+                obs.update(step=self.seen_step, step_read='before the fault')
             self.seen_step = obs['step']
             if waiting_first_step is not None and obs['step'] is not None and obs['step'] > waiting_first_step:
                 event(self.job_dir, 'training', step=obs['step'], why='training again after the restart')
@@ -362,7 +362,7 @@ class Supervisor:
     def recover(self, obs, act):
         event(self.job_dir, 'fault', seen=act['seen'], nodes=act['nodes'], step=obs['step'],
               last_step_time=obs['last_step_time'], why=act['why'],
-              **({'step_read': 'before the fault'} if obs.get('step_read') else {}))
+              **({'step_read': obs['step_read']} if obs.get('step_read') else {}))
         self.heartbeat('stopping')
         rc = self.train('stopped')
         event(self.job_dir, 'job_stopped', why='every rank, container and launcher stopped' if rc == 0 else
