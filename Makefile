@@ -8,15 +8,17 @@ setup:            ## controller set-up: system packages, .venv, collection link
 	bash scripts/setup.sh
 
 lab: setup        ## the main job: lab up, site.yml on it, then the example trained with deepspeed
-	$(ENV) ansible-playbook lab/lab.yml $(LAB_ARGS)
+	$(ENV) ansible-playbook lab/lab.yml -i lab/controller.yml $(LAB_ARGS)
 	$(ENV) ansible-playbook playbooks/site.yml -i lab/inventory
-	$(ENV) ansible-playbook playbooks/train.yml -i lab/inventory -e training_wait=finished $(TRAIN_ARGS)
+	$(ENV) ansible-playbook playbooks/train.yml -i lab/inventory -e training_wait=finished $(TRAIN_ARGS); \
+	  rc=$$?; echo; echo "The lab stays up: ansible-playbook ... -i lab/inventory works on it (see above);" \
+	  "make lab-down removes it (containers, network, keys, inventory)."; exit $$rc
 
 lab-up: setup     ## only create the lab
-	$(ENV) ansible-playbook lab/lab.yml $(LAB_ARGS)
+	$(ENV) ansible-playbook lab/lab.yml -i lab/controller.yml $(LAB_ARGS)
 
 lab-down: setup   ## remove the lab (containers, network, keys, inventory)
-	$(ENV) ansible-playbook lab/lab.yml -e lab_state=absent $(LAB_ARGS)
+	$(ENV) ansible-playbook lab/lab.yml -i lab/controller.yml -e lab_state=absent $(LAB_ARGS)
 
 test:             ## lint, unit/integration tests, ansible-test sanity, collection build, molecule scenarios
 	bash scripts/test.sh

@@ -368,10 +368,50 @@ def test_watch_names_a_torchrun_agent_that_exited_non_zero(lab):
 def test_watch_returns_the_first_step_and_times_out_bounded(lab):
     write_log(lab, 'alpha', 'alpha: step 0 loss 2.30\n')
     clock = Clock()
-    assert job(lab).watch(900, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)['first_step'] == 'step 0 loss'
+    # the whole line, not only the part the regex matched (its loss too)
+    assert job(lab).watch(900, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)['first_step'] == \
+        'alpha: step 0 loss 2.30'
     write_log(lab, 'alpha', 'nothing yet\n')
     out = job(lab).watch(30, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)
     assert out['timed_out'] and out['elapsed'] == 30.0 and out['log_tail'] == ['nothing yet']
+
+
+def test_wait_end_returns_when_a_torchrun_agent_exits_non_zero_with_the_last_step(lab):
+    write_log(lab, 'alpha', 'alpha: step 1 loss 2.30\nalpha: step 2 loss 2.10\nother line\n')
+    exits = lab / 'jobs' / 'tiny-001' / 'exit'
+    exits.mkdir(parents=True)
+    clock = Clock()
+
+    def later(seconds):
+        clock.sleep(seconds)
+        if clock.now >= 6:
+            (exits / 'charlie').write_text('1\n')
+    out = job(lab, 'torchrun').wait_end(60, 'step [0-9]+ loss', sleep=later, clock=clock)
+    assert out['ended'] and out['failed'] and not out['timed_out'] and out['elapsed'] == 6.0
+    assert out['last_step'] == 'alpha: step 2 loss 2.10'
+
+
+def test_wait_end_of_torchrun_waits_for_every_agent_and_is_bounded(lab):
+    # the head's agent is done (exit 0) but charlie's and the others' are not written: not ended yet
+    exits = lab / 'jobs' / 'tiny-001' / 'exit'
+    exits.mkdir(parents=True)
+    (exits / 'alpha').write_text('0\n')
+    clock = Clock()
+    out = job(lab, 'torchrun').wait_end(10, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)
+    assert out['timed_out'] and not out['ended'] and out['elapsed'] == 10.0 and out['last_step'] is None
+    for node in NODES:
+        (exits / node['name']).write_text('0\n')
+    out = job(lab, 'torchrun').wait_end(10, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)
+    assert out['ended'] and not out['failed'] and out['elapsed'] == 0
+
+
+def test_every_python_of_the_job_is_unbuffered_unless_training_env_says_otherwise(lab):
+    job(lab, 'torchrun').start(spawn=Spawn())
+    assert "PYTHONUNBUFFERED=1" in (lab / 'jobs' / 'tiny-001' / 'job.env').read_text()
+    job(lab, env={}, job_id='ds-1', job_dir=str(lab / 'jobs' / 'ds-1')).start(spawn=Spawn())
+    assert 'PYTHONUNBUFFERED=1\n' in (lab / 'jobs' / 'ds-1' / 'deepspeed_env').read_text()   # pdsh forwards it
+    job(lab, 'torchrun', env={'PYTHONUNBUFFERED': ''}, job_id='t-2', job_dir=str(lab / 'jobs' / 't-2')).start(spawn=Spawn())
+    assert "PYTHONUNBUFFERED=''" in (lab / 'jobs' / 't-2' / 'job.env').read_text()
 
 
 def test_check_refuses_an_environment_without_torch(lab):
