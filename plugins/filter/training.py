@@ -15,6 +15,7 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import deepsp
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import rank_failure as rfail
 
 
 def training_verdict(results, nodes=None):
@@ -84,12 +85,18 @@ def training_verdict(results, nodes=None):
         if pdsh_tail and (source.get('role') == 'ranks' or not tail):
             tail, log = pdsh_tail, '%s (lines from %s)' % (head.get('log'), culprit)
         first = {'node': culprit, 'exit_code': codes.get(culprit), 'log': log, 'log_tail': tail}
+        # the first failing rank's own error (a root error before the follow-ons of the ranks left waiting)
+        reported = [r['rank_failure'] for r in results if r.get('rank_failure') and culprit == (
+            r['rank_failure'].get('node') or (r['rank_failure']['host'] if r.get('slurm_job_id') else r.get('node')))]
+        first['error'] = rfail.first_error(rfail.node_errors(results), failed, order, reported[0] if reported else None)
     last = None
     for r in results:
         for line in r.get('log_tail') or []:
             if 'final loss' in line or (last is None or 'final loss' not in last) and ' loss ' in line:
                 last = line.strip()
     lines = ['job %s: %s' % (head.get('job_id', '?'), state)]
+    if first:
+        lines.extend(rfail.failure_lines(first['error'], codes, first['node']))
     if last:
         lines.append('last loss line: %s' % last)
     if head.get('world_size'):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_view as jv
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import rank_failure as rfail
 
 
 def training_read_errors(results, hosts):
@@ -54,6 +55,26 @@ def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_
     return view
 
 
+def training_first_failure(result, progress_results=None, hosts=None):
+    """{error, lines} of a job's first failure (training_verdict's result): the failing rank's own error,
+    picked again among the tracebacks the training_progress reads returned too (logs: every node's launcher
+    and per-rank logs), and the lines that show it first; {error: None, lines: []} unless the job failed."""
+    result = result or {}
+    first = result.get('first_failure') or {}
+    if result.get('state') != 'failed' or not first:
+        return {'error': None, 'lines': []}
+    errors = rfail.node_errors([{'errors': [first['error']], 'node': first['error'].get('node')}]
+                               if first.get('error') else [])
+    errors += rfail.node_errors(progress_results or [], hosts)
+    error = rfail.first_error(errors, result.get('failed_nodes') or [first.get('node')], hosts)
+    return {'error': error, 'lines': rfail.failure_lines(error, result.get('exit_codes'), first.get('node'))}
+
+
+def training_watch_outcome(progress_state, verdict_state=None):
+    """{fail, why} of a watch that ended (the last view's state, the job's verdict where it was read)."""
+    return rfail.watch_outcome(progress_state, verdict_state)
+
+
 def training_rank_line(row):
     """The one-line view of a rank (as in the view's lines)."""
     return jv.rank_line(row)
@@ -62,4 +83,5 @@ def training_rank_line(row):
 class FilterModule:
     def filters(self):
         return {'training_progress_view': training_progress_view, 'training_rank_line': training_rank_line,
-                'training_read_errors': training_read_errors, 'training_unknown_result': training_unknown_result}
+                'training_read_errors': training_read_errors, 'training_unknown_result': training_unknown_result,
+                'training_first_failure': training_first_failure, 'training_watch_outcome': training_watch_outcome}

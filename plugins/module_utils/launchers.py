@@ -25,11 +25,13 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import flight
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import launch_failures as lf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
+from ansible_collections.gpucluster.multinode.plugins.module_utils import rank_errors as re_
 from ansible_collections.gpucluster.multinode.plugins.module_utils import slurm
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
 
 SSH_CONNECT_TIMEOUT = 5
 BIG = 100000
+UNBUFFERED_ENV = {'PYTHONUNBUFFERED': '1'}
 
 
 class JobError(Exception):
@@ -399,6 +401,13 @@ def read_layout(path):
     return dict((str(k), v) for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0)
 
 
+def matched_line(text, match):
+    """The whole line of text in which match (a re match object on text) begins, without its end."""
+    start = text.rfind('\n', 0, match.start()) + 1
+    end = text.find('\n', match.start())
+    return text[start:end if end >= 0 else len(text)].strip()
+
+
 class Job:
     def __init__(self, params, runner, proc='/proc'):
         self.p = p = params
@@ -476,6 +485,10 @@ class Job:
         self.flight_dir = os.path.join(self.job_dir, fr.FLIGHT_DIR) if self.uses_nccl() else None
         if self.flight_dir:
             self.env = dict(fr.job_env(self.job_dir), **self.env)
+        # every Python of the job (launcher, agents, ranks) writes each line at once: a rank's output reaches
+        # its node's log as it is printed, not in blocks minutes later (the first-step wait, status and the
+        # stall clock read those logs); training_env can still set it to ''
+        self.env = dict(UNBUFFERED_ENV, **self.env)
         self.warnings = []
         self.launcher = LAUNCHERS[p['launcher']](self)
 
@@ -764,7 +777,7 @@ class Job:
                 failures.append({'node': node, 'cause': 'its %s %s exited with code %d' % (self.launcher.name, what, code)})
         if failures:
             return None, failures
-        return (step.group(0) if step else None), []
+        return (matched_line(text, step) if step else None), []
 
     def watch_log_tail(self):
         """{log, log_tail}: the log the watch reads (the head's) and its last lines."""
@@ -791,6 +804,40 @@ class Job:
                                    **self.watch_log_tail())
             sleep(poll)
 
+    def wait_end(self, timeout, step_regex, poll=2.0, sleep=time.sleep, clock=time.time):
+        """Wait (on the head) for the job's end, at most timeout seconds: {ended, failed, elapsed, timed_out,
+        last_step}. It ended when a node's part exited non-zero (its exit file in the job directory, or the
+        launcher on the head names it), or when the head's part no longer runs and, where every node starts its
+        own part (torchrun agents), every node's exit status was written. last_step: the last line of the
+        head's log the step regex matches, read once at the return (not at every poll)."""
+        start = clock()
+        while True:
+            out = self.status()
+            codes = self.exit_codes()
+            failed = any(codes.values()) or bool(out.get('node_exit_codes')) or bool(out.get('exit_code'))
+            every_node = not self.launcher.per_node or all(n['name'] in codes for n in self.nodes)
+            ended = failed or (not out['running'] and every_node)
+            elapsed = round(clock() - start, 1)
+            if ended or elapsed >= timeout:
+                return self.result(changed=False, ended=ended, failed=failed, elapsed=elapsed, timed_out=not ended,
+                                   running=out['running'], last_step=self.last_step_line(step_regex))
+            sleep(poll)
+
+    def last_step_line(self, step_regex, read_bytes=1024 * 1024):
+        """The last line of the log the head watches that step_regex matches (its last read_bytes), or None."""
+        path = self.launcher.watch_log()
+        try:
+            with open(path, 'rb') as handle:
+                handle.seek(max(0, os.path.getsize(path) - read_bytes))
+                text = handle.read().decode('utf-8', 'replace')
+        except (IOError, OSError):
+            return None
+        step_re = re.compile(step_regex)
+        for line in reversed(text.splitlines()):
+            if step_re.search(line):
+                return line.strip()
+        return None
+
     def status(self):
         procs = self.processes()
         out = self.result(changed=False, running=bool(procs), pids=[p['pid'] for p in procs],
@@ -799,7 +846,18 @@ class Job:
             out['containers'] = self.containers()
             out['running'] = out['running'] or any(c['state'] == 'running' for c in out['containers'])
         self.launcher.read_status(out)
+        out['errors'] = self.rank_errors(out.get('log') or self.log)
         return out
+
+    def rank_errors(self, log):
+        """The tracebacks of the bounded tail of this node's log (rank_errors), a pdsh host named as its node."""
+        names = dict((n['address'], n['name']) for n in self.nodes)
+        names.update((n['name'], n['name']) for n in self.nodes)
+        found = re_.log_errors([log], hosts=list(names))
+        for item in found:
+            if item.get('host'):
+                item['node'] = names.get(item['host'], item['host'])
+        return found
 
     def remove_containers(self, boxes):
         """podman stops the job's containers (SIGTERM, SIGKILL after the grace) and removes them; fails

@@ -33,8 +33,14 @@ options:
       - C(first_step) (head only) waits for the first step line in the head's log, and returns as soon
         as a node's launcher or agent exits non-zero or the launcher reports a node it cannot reach
         (O(watch_timeout) bounds it).
+      - C(finished) (head only) waits for the job's end - the head's part no longer runs and, where every
+        node starts its own part (torchrun), every node's exit status is written - and returns as soon as a
+        node's part exits non-zero or the launcher on the head names a failed node (O(watch_timeout) bounds it).
+      - The two waits say how they go once every O(progress_seconds) on the controller (the action of this
+        module runs the wait in slices of that length and prints a line after each); they never fail only
+        because the time ran out (RV(timed_out)).
     type: str
-    choices: [checked, started, status, stopped, first_step]
+    choices: [checked, started, status, stopped, first_step, finished]
     default: started
   job_id:
     description: Id of the job, the same on every node; letters, digits, C(.), C(_) and C(-).
@@ -126,9 +132,16 @@ options:
     type: bool
     default: true
   watch_timeout:
-    description: Seconds O(state=first_step) waits for the first step.
+    description: Seconds O(state=first_step) waits for the first step, O(state=finished) for the end.
     type: int
     default: 900
+  progress_seconds:
+    description:
+      - Seconds between two progress lines of O(state=first_step) and O(state=finished), printed on the
+        controller while the wait goes on (what the wait saw last - the head log's last line, or the last step).
+      - 0 prints none (one wait of O(watch_timeout)).
+    type: int
+    default: 60
   step_regex:
     description: Regular expression of a step line in the head's log.
     type: str
@@ -218,32 +231,40 @@ extends_documentation_fragment: [gpucluster.multinode.launch_env, gpucluster.mul
 '''
 
 EXAMPLES = r'''
+# Every node of the play runs each task (hosts: cluster); the nodes and the head's address come from
+# the inventory (head first, each node with its own slots).
 - name: Start a DeepSpeed job across the cluster
   gpucluster.multinode.training_job:
     state: started
     job_id: tiny-001
     launcher: deepspeed
     node: "{{ inventory_hostname }}"
-    nodes: "{{ groups | gpucluster.multinode.cluster_job_nodes(hostvars) }}"  # each node its own slots
+    nodes: "{{ job_nodes }}"
     script: /shared/jobs/train_tiny.py
     script_args: [--steps, "50"]
     env_path: /opt/gpucluster/env
-    env: {DS_ACCELERATOR: cpu, WANDB_API_KEY: "{{ vault_wandb_key }}"}  # job.env, 0600; never returned
-    master_addr: 192.168.1.100
+    env: {DS_ACCELERATOR: cpu, WANDB_API_KEY: "{{ lookup('ansible.builtin.env', 'WANDB_API_KEY') }}"}  # job.env, 0600; never returned
+    master_addr: "{{ job_master }}"
     job_dir: /shared/jobs/tiny-001
+  vars:
+    job_nodes: "{{ groups | gpucluster.multinode.cluster_job_nodes(hostvars) }}"
+    job_master: "{{ (groups | gpucluster.multinode.cluster_manifest(hostvars)).master_addr }}"
   become: true
   become_user: train
 
-- name: Stop it on every node
+- name: Stop it on every node (the job's id, launcher, nodes and directory as at its start)
   gpucluster.multinode.training_job:
     state: stopped
     job_id: tiny-001
+    launcher: deepspeed
     node: "{{ inventory_hostname }}"
-    nodes: "{{ job_nodes }}"
+    nodes: "{{ groups | gpucluster.multinode.cluster_job_nodes(hostvars) }}"
     script: /shared/jobs/train_tiny.py
     env_path: /opt/gpucluster/env
-    master_addr: 192.168.1.100
+    master_addr: "{{ (groups | gpucluster.multinode.cluster_manifest(hostvars)).master_addr }}"
     job_dir: /shared/jobs/tiny-001
+  become: true
+  become_user: train
 '''
 
 RETURN = r'''
@@ -287,9 +308,28 @@ ranks:
   elements: int
   sample: [0, 1]
 first_step:
-  description: The first step line seen in the head's log (null when none came).
+  description: The first step line seen in the head's log, the whole line (null when none came).
   returned: state is first_step
   type: str
+  sample: "lab-head: step 1 loss 2.3026 time 1764000000.125"
+elapsed:
+  description: Seconds the wait lasted (all its slices).
+  returned: state is first_step or finished
+  type: float
+  sample: 107.3
+timed_out:
+  description: Whether the wait ran out of O(watch_timeout) before what it waited for came.
+  returned: state is first_step or finished
+  type: bool
+ended:
+  description: Whether the job ended (every part done, or a node failed).
+  returned: state is finished
+  type: bool
+last_step:
+  description: The last step line of the head's log when the wait returned (null when none).
+  returned: state is finished
+  type: str
+  sample: "lab-head: step 120 loss 0.4120"
 failures:
   description: The nodes that failed or could not be reached while the job started, with the cause.
   returned: state is first_step
@@ -337,6 +377,27 @@ rank_failure:
   returned: state is status and launcher is torchrun, or deepspeed on the head
   type: dict
   sample: {time: "2026-11-22_14:36:36", host: lab-worker-1, rank: 1, exit_code: -9, signal: SIGKILL}
+errors:
+  description:
+    - The Python tracebacks in the last 4 MiB (at most 2000 lines) of this node's log (with deepspeed, the head's
+      holds every node's lines through pdsh; with Slurm, the batch log), at most 4, each ending in its last 15 lines.
+    - C(error) is the exception line (C(Type: message); of a chained group its first root exception), C(follow_on)
+      whether it is a follow-on of another rank's failure (C(why): a peer that closed or reset its connection, an
+      NCCL network error, C(DistBackendError), a collective timeout, torchrun's C(ChildFailedError)) or the rank's
+      own error; C(rank) from torch's C([rankN]:) prefix or torchrun's report, C(local_rank) from torchrun's
+      C([defaultN]:) prefix, C(host) and C(node) the pdsh host, C(line) its first line in the log read,
+      C(root_cause) where torchrun's report names it as the first observed failure.
+    - The earliest root errors are kept first, then the last follow-ons.
+  returned: state is status
+  type: list
+  elements: dict
+  sample:
+    - {error: "PermissionError: [Errno 13] Permission denied: '/shared/checkpoints/run/step-3'", type: PermissionError,
+       follow_on: false, why: "", rank: 0, local_rank: null, host: lab-head, node: lab-head, line: 11,
+       log: /shared/jobs/run/logs/lab-head.log,
+       lines: ["Traceback (most recent call last):", "  File \"/shared/jobs/train.py\", line 13, in save_checkpoint",
+               "    os.makedirs(path, exist_ok=True)",
+               "PermissionError: [Errno 13] Permission denied: '/shared/checkpoints/run/step-3'"]}
 log_tail:
   description: Last lines of this node's log.
   returned: state is status
@@ -388,7 +449,8 @@ def main():
                      slots=dict(type='int', default=1), host=dict(type='str'))
     module = AnsibleModule(
         argument_spec=dict(
-            state=dict(type='str', default='started', choices=['checked', 'started', 'status', 'stopped', 'first_step']),
+            state=dict(type='str', default='started',
+                       choices=['checked', 'started', 'status', 'stopped', 'first_step', 'finished']),
             job_id=dict(type='str', required=True),
             launcher=dict(type='str', default='deepspeed', choices=sorted(launchers.LAUNCHERS)),
             node=dict(type='str', required=True),
@@ -413,6 +475,7 @@ def main():
             ssh_check=dict(type='bool', default=True),
             owner=dict(type='str'),
             watch_timeout=dict(type='int', default=900),
+            progress_seconds=dict(type='int', default=60),
             step_regex=dict(type='str', default='step [0-9]+ loss'),
             log_lines=dict(type='int', default=20),
             stop_timeout=dict(type='int', default=10),
@@ -443,10 +506,11 @@ def main():
             result = job.start()
         elif state == 'status':
             result = job.status()
-        elif state == 'first_step':
+        elif state in ('first_step', 'finished'):
             if not job.is_head:
-                job.fail('node %s: state=first_step runs on the head (%s) only' % (job.me, job.nodes[0]['name']))
-            result = job.watch(module.params['watch_timeout'], module.params['step_regex'])
+                job.fail('node %s: state=%s runs on the head (%s) only' % (job.me, state, job.nodes[0]['name']))
+            wait = job.watch if state == 'first_step' else job.wait_end
+            result = wait(module.params['watch_timeout'], module.params['step_regex'])
         else:
             result = job.stop()
     except launchers.JobError as exc:

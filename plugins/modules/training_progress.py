@@ -24,7 +24,8 @@ description:
     runs on this node any more (it finished, failed or was stopped here), the textfile is removed
     instead, so the job's series end with it.
   - With O(logs) the last lines of the node's launcher log, of each rank's progress file and of
-    torchrun's per-rank logs of this node are returned too.
+    torchrun's per-rank logs of this node are returned too, and the Python tracebacks in those logs
+    (C(errors)): each rank's own error told from the follow-on errors of ranks whose peer died.
 author: gpucluster.multinode contributors (!UNKNOWN)
 options:
   job_id:
@@ -144,6 +145,22 @@ log_tails:
   description: "{path: [last lines]} of the node's launcher log, its ranks' progress files and torchrun's per-rank logs."
   returned: logs is true
   type: dict
+errors:
+  description:
+    - The Python tracebacks in the last 4 MiB (at most 2000 lines) of each of the node's launcher log and torchrun's
+      per-rank logs, at most 4 for the node (the earliest root errors first kept, then the last follow-ons), each
+      ending in its last 15 lines; the same rank's same error read in two logs is kept once.
+    - The keys of training_job's C(errors) (C(error), C(type), C(follow_on), C(why), C(rank), C(local_rank),
+      C(host), C(line), C(lines), C(root_cause) where torchrun's report names it) and C(log), the log it was read from.
+  returned: logs is true
+  type: list
+  elements: dict
+  sample:
+    - {error: "PermissionError: [Errno 13] Permission denied: '/shared/checkpoints/run/step-3'", type: PermissionError,
+       follow_on: false, why: "", rank: 0, local_rank: 0, host: null, line: 13,
+       log: /shared/jobs/run/logs/lab-head.log,
+       lines: ["Traceback (most recent call last):", "  File \"<frozen os>\", line 225, in makedirs",
+               "PermissionError: [Errno 13] Permission denied: '/shared/checkpoints/run/step-3'"]}
 '''
 
 import glob
@@ -159,6 +176,7 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import flight
 from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi as ns
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
+from ansible_collections.gpucluster.multinode.plugins.module_utils import rank_errors as re_
 
 
 ARGUMENT_SPEC = dict(
@@ -225,33 +243,64 @@ def remove_textfile(module, path):
 
 
 def log_tails(job_dir, node, hostname, ranks, lines):
+    """({path: last lines}, errors) of the node's launcher log, its ranks' progress files and torchrun's
+    per-rank logs; errors: the tracebacks of the launcher and per-rank logs (rank_errors, bounded)."""
     out = {}
     paths = [os.path.join(job_dir, 'logs', '%s.log' % node)]
     paths += [os.path.join(job_dir, jm.PROGRESS_DIR, 'rank-%d.log' % r['rank']) for r in ranks]
-    for name in {node, hostname}:
+    for name in sorted({node, hostname}):
         paths += sorted(glob.glob(os.path.join(job_dir, 'logs', 'ranks', name, '*', 'attempt_*', '*', '*.log')))
     for path in paths:
         if os.path.isfile(path) and path not in out:
             out[path] = pr.tail(path, lines)
-    return out
+    progress = os.path.join(job_dir, jm.PROGRESS_DIR) + os.sep
+    errors = re_.log_errors([path for path in out if not path.startswith(progress)], hosts=[node, hostname])
+    return out, errors
 
 
 LOG_READ_BYTES = 4 * 1024 * 1024
 
 
-def read_node_log(job_dir, node, regex):
-    """The node's log parsed for steps (job_monitor.parse_log); None without a regex or a log."""
-    path = os.path.join(job_dir, 'logs', '%s.log' % node)
-    if not regex or not os.path.isfile(path):
-        return None
+def log_text(path):
+    """(the last LOG_READ_BYTES of a log as text, its mtime), or None when it cannot be read."""
     try:
         mtime = os.stat(path).st_mtime
         with open(path, 'rb') as handle:
             handle.seek(max(0, os.path.getsize(path) - LOG_READ_BYTES))
-            text = handle.read().decode('utf-8', 'replace')
+            return handle.read().decode('utf-8', 'replace'), mtime
     except (IOError, OSError):
         return None
-    return jm.parse_log(text, regex, mtime)
+
+
+def read_node_log(job_dir, node, regex):
+    """The steps of this node's ranks for a script that writes no progress file, None without a regex.
+
+    The node's own log (<job dir>/logs/<node>.log) when it holds steps. Otherwise the job's other logs:
+    first the lines of one prefixed with this node's name (the deepspeed launcher's log on the head holds
+    every node's lines as '<node>: ...'), else the log with the latest step - in synchronous training one
+    rank's steps are every rank's (a script that prints on rank 0 only). source says whose log it was."""
+    if not regex:
+        return None
+    folder = os.path.join(job_dir, 'logs')
+    read = log_text(os.path.join(folder, '%s.log' % node))
+    own = jm.parse_log(read[0], regex, read[1]) if read else None
+    if own and (own['steps'] or own['heartbeats']):
+        return own
+    prefix = '%s: ' % node
+    latest = None
+    for path in sorted(glob.glob(os.path.join(folder, '*.log'))):
+        name = os.path.basename(path)[:-len('.log')]
+        read = log_text(path) if name != node else None
+        if not read:
+            continue
+        text, mtime = read
+        mine = jm.parse_log('\n'.join(line for line in text.splitlines() if line.startswith(prefix)), regex, mtime)
+        if mine['steps']:
+            return dict(mine, source='log of %s' % name)
+        parsed = jm.parse_log(text, regex, mtime)
+        if parsed['steps'] and (latest is None or parsed['steps'][-1]['time'] > latest['steps'][-1]['time']):
+            latest = dict(parsed, source='log of %s' % name)
+    return latest or own
 
 
 def main():
@@ -301,7 +350,7 @@ def main():
     # the NCCL flight recorder's dumps, where a collective timed out (<job_dir>/flight/)
     result['flight'] = fr.read_job(p['job_dir'])
     if p['logs']:
-        result['log_tails'] = log_tails(p['job_dir'], p['node'], hostname, rows, p['log_lines'])
+        result['log_tails'], result['errors'] = log_tails(p['job_dir'], p['node'], hostname, rows, p['log_lines'])
     module.exit_json(**result)
 
 

@@ -212,6 +212,8 @@ def rank_line(r):
         parts.append(phase_text(r))
     if r.get('tracked') == 'log':
         parts.append('steps from its log')
+    elif str(r.get('tracked') or '').startswith('log of '):
+        parts.append('steps from the %s' % r['tracked'])
     elif not r.get('tracked'):
         parts.append('no steps tracked')
     if r.get('compute_s') is not None:

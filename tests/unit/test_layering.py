@@ -32,7 +32,7 @@ PAYLOAD_MAX = {
     'deepspeed_ops': (2, 800),
     'gpu_facts': (1, 600),
     'health_probe': (8, 2300),
-    'health_report': (2, 300),
+    'health_report': (4, 650),
     'hostfile': (2, 500),
     'k8s_manifests': (0, 0),
     'port_holders': (1, 600),
@@ -42,8 +42,9 @@ PAYLOAD_MAX = {
     'ray_status': (1, 400),
     'slurm_drain': (1, 200),
     'smoke': (5, 1100),
-    'training_job': (10, 3900),
-    'training_progress': (6, 2100),
+    'training_job': (11, 4200),  # rank_errors: the tracebacks of the status read
+    'training_progress': (7, 2400),  # rank_errors: the tracebacks of the logs read
+    'training_report': (7, 2500),
 }
 
 

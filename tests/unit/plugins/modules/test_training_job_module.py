@@ -64,7 +64,7 @@ def test_start_status_stop_of_a_torchrun_job_and_no_secret_in_any_result(tmp_pat
         # the agent saw the token (from job.env), which never appeared in what the module returned
         assert 'token %d' % len(SECRET) in log.read_text()
         watched, raw = run(tmp_path, state='first_step', watch_timeout=20, **base)
-        assert watched['first_step'] == 'step 0 loss' and watched['failures'] == []
+        assert watched['first_step'] == 'step 0 loss 1.0 token %d' % len(SECRET) and watched['failures'] == []
         status, raw = run(tmp_path, state='status', **base)
         assert status['running'] is True and status['pids'] and SECRET not in raw
     finally:
@@ -94,3 +94,90 @@ def test_checked_shows_versions_unmasked_and_only_what_the_launcher_compares_wit
     assert '********' not in json.dumps(out['versions']) and SECRET not in raw
     assert out['invocation']['module_args']['env']['DS_ACCELERATOR'] == 'cpu'
     assert out['invocation']['module_args']['env']['WANDB_API_KEY'] == 'VALUE_SPECIFIED_IN_NO_LOG_PARAMETER'
+
+
+class _Spec(Exception):
+    """Raised by the stand-in AnsibleModule with the argument spec the module really takes."""
+
+
+def _real_options(monkeypatch):
+    from ansible_collections.gpucluster.multinode.plugins.modules import training_job
+
+    def capture(argument_spec, **_kwargs):
+        raise _Spec(argument_spec)
+
+    monkeypatch.setattr(training_job, 'AnsibleModule', capture)
+    with pytest.raises(_Spec) as caught:
+        training_job.main()
+    return training_job, caught.value.args[0]
+
+
+def _filters():
+    """Every filter of the collection, by its full name."""
+    import glob
+    import importlib
+    found = {}
+    for path in glob.glob(os.path.join(ROOT, 'plugins', 'filter', '*.py')):
+        plugin = importlib.import_module('ansible_collections.gpucluster.multinode.plugins.filter.'
+                                         + os.path.basename(path)[:-3])
+        found.update(('gpucluster.multinode.' + k, v) for k, v in plugin.FilterModule().filters().items())
+    return found
+
+
+def _variables(value, env):
+    """The variables a task's value reads in its templates (a filter it names must exist; lookups are
+    no variables)."""
+    from jinja2 import meta
+    if isinstance(value, dict):
+        return set().union(set(), *[_variables(v, env) for v in value.values()])
+    if isinstance(value, list):
+        return set().union(set(), *[_variables(v, env) for v in value])
+    if not isinstance(value, str) or '{{' not in value:
+        return set()
+    return meta.find_undeclared_variables(env.parse(value)) - {'lookup', 'query'}
+
+
+def _expanded(task, option):
+    """An option's value with a bare '{{ name }}' of the task's vars replaced by what vars gives it."""
+    value = task['gpucluster.multinode.training_job'][option]
+    name = value.strip('{} ') if isinstance(value, str) else None
+    return (task.get('vars') or {}).get(name, value)
+
+
+def test_the_examples_use_real_options_and_define_every_variable_they_read(monkeypatch):
+    import jinja2
+    import yaml
+    module, spec = _real_options(monkeypatch)
+    env = jinja2.Environment()
+    env.filters.update(_filters())
+    examples = yaml.safe_load(module.EXAMPLES)
+    assert examples, 'no examples'
+    magic = {'inventory_hostname', 'groups', 'hostvars'}
+    for task in examples:
+        args = task['gpucluster.multinode.training_job']
+        name = task['name']
+        assert set(args) <= set(spec), (name, sorted(set(args) - set(spec)))
+        assert [o for o, s in spec.items() if s.get('required') and o not in args] == [], name
+        for option, value in args.items():
+            if 'choices' in spec[option] and '{{' not in str(value):
+                assert value in spec[option]['choices'], (name, option, value)
+        defined = magic | set(task.get('vars') or {})
+        assert _variables(args, env) <= defined, (name, sorted(_variables(args, env) - defined))
+        assert _variables(task.get('vars') or {}, env) <= magic, name
+        assert task.get('become_user'), (name, 'the job runs as the cluster user (notes)')
+    # a stop names the job as its start did: the same id, launcher, nodes, head and directory
+    start = next(t for t in examples if t['gpucluster.multinode.training_job'].get('state') == 'started')
+    stops = [t for t in examples if t['gpucluster.multinode.training_job'].get('state') == 'stopped']
+    assert stops
+    for task in stops:
+        for option in ('job_id', 'launcher', 'nodes', 'master_addr', 'job_dir', 'script', 'env_path'):
+            assert _expanded(task, option) == _expanded(start, option), option
+        assert task['become_user'] == start['become_user']
+
+
+def test_the_job_id_rule_refuses_a_path():
+    from ansible_collections.gpucluster.multinode.plugins.module_utils import training
+    for good in ('tiny-001', 'a', 'train_tiny-20261127-101500', 'v1.2', 'x' * 64):
+        assert training.is_job_id(good), good
+    for bad in ('', '.', '..', '../x', 'a/b', '/abs', '.hidden', '-x', 'a b', 'x' * 65, 'tiny\n', 7, None):
+        assert not training.is_job_id(bad), bad

@@ -151,6 +151,30 @@ def test_a_rank_without_a_progress_file_takes_its_steps_from_the_node_log(tmp_pa
         proc.wait()
 
 
+def test_a_worker_whose_own_log_holds_no_step_takes_the_steps_of_the_jobs_logs(tmp_path):
+    # a user's script that prints on rank 0 only (torchrun: the head's log has the steps, the worker's none),
+    # and the deepspeed launcher's head log, where every node's lines come prefixed with the node's name
+    job_dir = tmp_path / 'job'
+    (job_dir / 'logs').mkdir(parents=True)
+    (job_dir / 'logs' / 'node-a.log').write_text('[default0]:it 7 loss 0.5\n[default0]:it 8 loss 0.4\n')
+    (job_dir / 'logs' / 'node-b.log').write_text('[W] a warning, no step\n')
+    regex = r'it (?P<step>\d+) loss (?P<loss>[0-9.]+)'
+    env = dict(os.environ, GPUCLUSTER_JOB_ID='t-w', RANK='1', LOCAL_RANK='0')
+    proc = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], env=env)
+    try:
+        row = run(tmp_path, job_id='t-w', node='node-b', job_dir=str(job_dir), sample_seconds=0,
+                  step_regex=regex)['ranks'][0]
+        assert row['tracked'] == 'log of node-a' and row['last_step'] == 8 and row['last_loss'] == 0.4
+        (job_dir / 'logs' / 'node-a.log').write_text('node-a: it 9 loss 0.3\nnode-b: it 5 loss 0.9\n'
+                                                      'node-a: it 10 loss 0.2\n')
+        row = run(tmp_path, job_id='t-w', node='node-b', job_dir=str(job_dir), sample_seconds=0,
+                  step_regex=regex)['ranks'][0]
+        assert row['tracked'] == 'log of node-a' and row['last_step'] == 5   # its own lines in the head's log
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_bad_window_and_regex_are_refused_naming_them(tmp_path, job):
     job_dir, _pid = job
     out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), window=0)
