@@ -10,9 +10,11 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 # System packages the lab and the tests use (prometheus: its promtool tests the shipped alert
-# rules; Debian has no smaller package with it).
+# rules; Debian has no smaller package with it. chromium and a font: the report pages' browser
+# test opens them in headless Chromium, driven by playwright from .venv).
 APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs iptables
-              iperf3 pdsh openssh-client python3-venv git make rsync prometheus)
+              iperf3 pdsh openssh-client python3-venv git make rsync prometheus
+              chromium fonts-dejavu-core)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -48,7 +48,7 @@ check_collection() {
 step yamllint yamllint --strict .
 step ansible-lint ansible-lint --profile production
 # The node image first: the bad-input battery (pytest) runs on two nodes made from it.
-step node-image ansible-playbook lab/lab.yml -e lab_state=image
+step node-image ansible-playbook lab/lab.yml -i lab/controller.yml -e lab_state=image
 GPUCLUSTER_NODE_IMAGE=$(cat .lab/node-image 2>/dev/null)
 export GPUCLUSTER_NODE_IMAGE
 step pytest pytest -q

@@ -67,7 +67,7 @@ def ray_preflight_problems(hostvars, hosts, head, head_address, port, env_path, 
     cannot reach the head's GCS port, a node without the Python environment."""
     problems = []
     head_ports = _plain((hostvars[head] if head in hostvars else {}).get('__ray_head_ports') or {})
-    names = {0: 'ray_port', 1: 'ray_dashboard_port', 2: 'ray_client_server_port'}
+    names = dict(enumerate(ray_cluster.SET_AS[var] for var in ray_cluster.PORT_VARS))
     for i, item in enumerate(head_ports.get('ports') or []):
         if not item.get('free'):
             problems.append('host %s: %s: %s' % (head, names.get(i, 'port'), item.get('text')))
@@ -78,7 +78,7 @@ def ray_preflight_problems(hostvars, hosts, head, head_address, port, env_path, 
         restarting = ((head_ports.get('ports') or [{}])[0].get('ours')
                       and str(reach.get('connect', '')).startswith('connection refused'))
         if reach.get('connect') and reach['connect'] != 'connected' and not restarting:
-            problems.append('host %s: cannot reach the head %s on ray_port %s: %s'
+            problems.append('host %s: cannot reach the head %s on cluster_ray_port %s: %s'
                             % (h, head_address, port, reach['connect']))
         env = _plain(hv.get('__ray_env_python') or {})
         if env and not (env.get('stat') or {}).get('exists') and not check_mode:

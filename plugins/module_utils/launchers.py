@@ -805,7 +805,7 @@ class Job:
             sleep(poll)
 
     def wait_end(self, timeout, step_regex, poll=2.0, sleep=time.sleep, clock=time.time):
-        """Wait (on the head) for the job's end, at most timeout seconds: {ended, failed, elapsed, timed_out,
+        """Wait (on the head) for the job's end, at most timeout seconds: {ended, job_failed, elapsed, timed_out,
         last_step}. It ended when a node's part exited non-zero (its exit file in the job directory, or the
         launcher on the head names it), or when the head's part no longer runs and, where every node starts its
         own part (torchrun agents), every node's exit status was written. last_step: the last line of the
@@ -819,7 +819,7 @@ class Job:
             ended = failed or (not out['running'] and every_node)
             elapsed = round(clock() - start, 1)
             if ended or elapsed >= timeout:
-                return self.result(changed=False, ended=ended, failed=failed, elapsed=elapsed, timed_out=not ended,
+                return self.result(changed=False, ended=ended, job_failed=failed, elapsed=elapsed, timed_out=not ended,
                                    running=out['running'], last_step=self.last_step_line(step_regex))
             sleep(poll)
 

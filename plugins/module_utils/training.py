@@ -16,7 +16,11 @@ import signal
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.processes import JOB_ENV
 
+# A job id names the job's directory (<training_jobs_dir>/<id>), its units and its processes' label:
+# a plain name, never '.', '..' or a path. The one rule: the module's check_job_id, and train.yml's
+# validation through the job_id test (plugins/test/training.py).
 JOB_ID_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$')
+JOB_ID_RULE = '1-64 letters, digits, ".", "_" or "-", starting with a letter or digit'
 # nccl/gloo and launcher variables that mpirun must forward with -x
 FORWARD_PREFIXES = ('NCCL_', 'GLOO_', 'TORCH_', 'DS_', 'OMP_', 'CUDA_', 'PYTHON', 'MASTER_', 'GPUCLUSTER_')
 
@@ -33,10 +37,14 @@ def join(argv):
     return ' '.join(q(a) for a in argv)
 
 
+def is_job_id(job_id):
+    """True when job_id is text that is a plain job name (JOB_ID_RE, the whole text: a trailing newline too is refused)."""
+    return isinstance(job_id, str) and JOB_ID_RE.fullmatch(job_id) is not None
+
+
 def check_job_id(job_id):
-    if not JOB_ID_RE.match(str(job_id or '')):
-        raise TrainingError('job_id %r must be 1-64 letters, digits, ".", "_" or "-", starting with a letter or digit'
-                            % (job_id,))
+    if not is_job_id(str(job_id or '')):
+        raise TrainingError('job_id %r must be %s' % (job_id, JOB_ID_RULE))
     return str(job_id)
 
 

@@ -16,6 +16,9 @@ description:
     O(report_dir)/history (the last O(keep) of each tier are kept), C(latest-<tier>.json), a JUnit
     XML file C(junit-<tier>.xml) and a Prometheus textfile for node_exporter's textfile collector,
     and says what changed since the previous report of the same tier.
+  - With O(html), also C(latest-<tier>.html), the report as one self-contained page (no server, no
+    network, no script) - every check of every node coloured by status, what failed with its remedy,
+    and what changed since the previous report.
   - Every file is written to a temporary file in its directory and moved into place.
 version_added: 0.1.0
 author: gpucluster.multinode contributors (!UNKNOWN)
@@ -58,6 +61,10 @@ options:
     default: ""
   junit:
     description: Write C(junit-<tier>.xml).
+    type: bool
+    default: true
+  html:
+    description: Write C(latest-<tier>.html), the report as a page to open in a browser.
     type: bool
     default: true
   change_drop_pct:
@@ -103,6 +110,11 @@ changes:
   type: list
   elements: str
   sample: ["gpu-worker-2 version.torch: ok -> fail (2.13.0 -> 2.12.0)"]
+html_file:
+  description: The page of this run (C(latest-<tier>.html)); empty when O(html) is false.
+  returned: state is present
+  type: str
+  sample: /var/lib/gpucluster/health/latest-quick.html
 previous_report:
   description: The previous report compared with, or null.
   returned: state is present
@@ -131,6 +143,7 @@ import os
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpucluster.multinode.plugins.module_utils import health_page
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_records
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_reports
 
@@ -182,6 +195,7 @@ def main():
             cluster=dict(type='str', default=''),
             prometheus_file=dict(type='str', default=''),
             junit=dict(type='bool', default=True),
+            html=dict(type='bool', default=True),
             change_drop_pct=dict(type='float', default=20),
         ),
         supports_check_mode=True,
@@ -223,6 +237,7 @@ def main():
     junit_file = os.path.join(rdir, 'junit-%s.xml' % p['tier']) if p['junit'] else None
     prom = p['prometheus_file'] or os.path.join(rdir, 'gpucluster_health_%s.prom' % p['tier'])
     prom = None if prom == 'none' else prom
+    html_file = os.path.join(rdir, health_page.page_name(p['tier'])) if p['html'] else ''
     removed = []
     if not module.check_mode:
         try:
@@ -239,6 +254,9 @@ def main():
                     os.makedirs(os.path.dirname(prom), 0o755)
                 _write(module, prom, health_reports.prometheus_text(p['records'], p['tier'], now.timestamp()))
                 files.append(prom)
+            if html_file:
+                _write(module, html_file, health_page.render(report))
+                files.append(html_file)
             kept = sorted(glob.glob(os.path.join(hdir, '%s-*.json' % p['tier'])))
             for stale in kept[:-p['keep']]:
                 os.unlink(stale)
@@ -246,7 +264,8 @@ def main():
         except (IOError, OSError) as exc:
             module.fail_json(msg='cannot write the health report under %s: %s' % (rdir, exc))
     module.exit_json(changed=not module.check_mode, report_file=report_file, files=files, changes=changes,
-                     previous_report=previous_file, summary=summary, counts=report['counts'], removed=removed)
+                     html_file=html_file, previous_report=previous_file, summary=summary, counts=report['counts'],
+                     removed=removed)
 
 
 if __name__ == '__main__':

@@ -325,6 +325,10 @@ ended:
   description: Whether the job ended (every part done, or a node failed).
   returned: state is finished
   type: bool
+job_failed:
+  description: Whether a node's part exited non-zero or the launcher on the head named a failed node (the read after the wait names it).
+  returned: state is finished
+  type: bool
 last_step:
   description: The last step line of the head's log when the wait returned (null when none).
   returned: state is finished

@@ -31,12 +31,10 @@ def summary_lines(job_id, job_dir, nodes, state=None, inventory=None, local_jobs
     state = state or 'running'
     lines = ['job %s %s (%s on %s)' % (job_id, STATE_WORDS.get(state, state), launcher or 'launcher',
                                       ', '.join(nodes) or '?')]
-    lines.append('job directory: %s (on every node)' % job_dir)
     here = os.path.join(local_jobs_dir, job_id) if local_jobs_dir else ''
-    lines.append('logs: %s/logs/<node>.log, one per node; progress of each rank: %s/progress/'
+    lines.append('job directory: %s on every node%s' % (job_dir, ', %s on this machine' % here if here else ''))
+    lines.append("logs: %s/logs/<node>.log, one per node; each rank's progress: %s/progress/"
                  % (here or job_dir, here or job_dir))
-    if here:
-        lines.append('on this machine: %s' % here)
     if supervised:
         lines.append('supervisor events: %s/events.jsonl' % (here or job_dir))
     verbs = [('status', 'status'), ('watch', 'watch'), ('logs', 'logs'), ('report', 'report'),

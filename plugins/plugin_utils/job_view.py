@@ -8,53 +8,9 @@ the training_monitor filter uses it."""
 
 from __future__ import annotations
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils.job_monitor import slowest_node
+
 PHASE_NAMES = {'checkpoint': 'saving checkpoint', 'eval': 'evaluating', 'load': 'loading checkpoint'}
-
-
-def _median(values):
-    values = sorted(values)
-    if not values:
-        return None
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2.0
-
-
-def slowest_node(rows, ratio=1.25, min_gap_s=0.005):
-    """(node, why) of the node that holds the job back, or (None, why not).
-
-    With wait figures: the node whose ranks compute longest per step (step time less the wait for
-    the others) when that is ratio times the median of the other nodes and min_gap_s above it.
-    Without them: the node whose steps per second are below the others' median by that ratio."""
-    alive = [r for r in rows if r.get('alive')]
-    nodes = sorted({r['node'] for r in alive})
-    if len(nodes) < 2:
-        return None, 'one node runs ranks: nothing to compare'
-
-    def per_node(key):
-        out = {}
-        for node in nodes:
-            values = [r[key] for r in alive if r['node'] == node and isinstance(r.get(key), (int, float))]
-            if values:
-                out[node] = sum(values) / len(values)
-        return out if len(out) == len(nodes) else None
-
-    compute = per_node('compute_s')
-    if compute:
-        node = max(compute, key=compute.get)
-        others = _median([v for n, v in compute.items() if n != node])
-        if compute[node] >= others * ratio and compute[node] - others >= min_gap_s:
-            return node, ('%s computes %.3f s per step, the other nodes %.3f s (they wait for it)'
-                          % (node, compute[node], others))
-        return None, 'no node computes clearly longer per step (%s)' % ', '.join(
-            '%s %.3f s' % (n, compute[n]) for n in nodes)
-    rate = per_node('steps_per_s')
-    if rate:
-        node = min(rate, key=rate.get)
-        others = _median([v for n, v in rate.items() if n != node])
-        if others and rate[node] * ratio <= others:
-            return node, '%s makes %.2f steps/s, the other nodes %.2f' % (node, rate[node], others)
-        return None, 'no node is clearly slower (%s steps/s)' % ', '.join('%s %.2f' % (n, rate[n]) for n in nodes)
-    return None, 'no step figures yet'
 
 
 def activity_age(row):

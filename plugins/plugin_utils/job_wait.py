@@ -44,8 +44,6 @@ def progress_line(state, job_id, elapsed, total, result):
 
 def done(state, result):
     """Whether a slice's result ends the wait (what it waited for came, or a node failed)."""
-    if result.get('failed') and state == 'first_step':
-        return True
     if result.get('failures'):
         return True
     if state == 'first_step':

@@ -60,23 +60,33 @@ VERSION_RE = re.compile(r'^[0-9]+(\.[0-9]+)*([a-z0-9.!+-]*)$', re.IGNORECASE)
 _SHA256 = re.compile(r'^[0-9a-f]{64}$', re.IGNORECASE)
 
 
+# The settings the inventory sets through a cluster-wide variable (the role's own is derived from it, and
+# set alone the inventory contract refuses it): a problem with one names the variable the user sets.
+SET_AS = {'python_env_path': 'cluster_env_path', 'python_env_torch_version': 'cluster_torch_version',
+          'python_env_deepspeed_version': 'cluster_deepspeed_version', 'python_env_ninja_version': 'cluster_ninja_version',
+          'python_env_packages': 'cluster_python_packages', 'python_env_offline': 'cluster_pip_offline',
+          'python_env_find_links': 'cluster_pip_find_links'}
+
+
 def setting_errors(s):
-    """Problems with the python_env settings (a dict of the variables), one line each naming the variable."""
+    """Problems with the python_env settings (a dict of the variables), one line each naming the variable
+    the user sets (the cluster_* one of SET_AS, else the role's own)."""
     errors = []
     path = str(s.get('python_env_path') or '')
     if not path.startswith('/'):
-        errors.append('python_env_path must be an absolute path (got %r)' % path)
+        errors.append('%s must be an absolute path (got %r)' % (SET_AS['python_env_path'], path))
     for key in ('python_env_torch_version', 'python_env_deepspeed_version'):
         if not VERSION_RE.match(str(s.get(key) or '')):
-            errors.append('%s must be a version like 2.13.0 (got %r)' % (key, s.get(key)))
+            errors.append('%s must be a version like 2.13.0 (got %r)' % (SET_AS[key], s.get(key)))
     ninja = str(s.get('python_env_ninja_version') or '')
     if ninja and not VERSION_RE.match(ninja):
-        errors.append('python_env_ninja_version must be a version or empty (got %r)' % ninja)
+        errors.append('%s must be a version or empty (got %r)' % (SET_AS['python_env_ninja_version'], ninja))
     for req in s.get('python_env_packages') or []:
         if '==' not in str(req):
-            errors.append('python_env_packages entry %r is not pinned with ==' % (req,))
+            errors.append('%s entry %r is not pinned with ==' % (SET_AS['python_env_packages'], req))
     if s.get('python_env_offline') in (True, 'true', 'True', 'yes', 1) and not s.get('python_env_find_links'):
-        errors.append('python_env_offline needs python_env_find_links (a wheelhouse) to install from')
+        errors.append('%s needs %s (a wheelhouse) to install from'
+                      % (SET_AS['python_env_offline'], SET_AS['python_env_find_links']))
     if s.get('python_env_installer') == 'uv' and s.get('python_env_backend') == 'conda':
         errors.append('python_env_installer uv works with python_env_backend venv only')
     if s.get('python_env_backend') == 'conda':

@@ -100,6 +100,28 @@ CASES = [
     case('train-watch-metrics-dir-under-proc', 'train',
          'training: training_metrics_dir must be an absolute directory outside /proc, /sys and /dev',
          extra={'training_state': 'watch', 'training_job_id': 'bat-job', 'training_metrics_dir': '/proc/gpucluster'}),
+    # A job id becomes a path (<training_jobs_dir>/<id>): every state that takes one refuses anything but
+    # a plain name before any path is made of it, naming the variable the user sets.
+    case('train-status-job-id-path', 'train', 'host bat-head: training_job_id ../x must be 1-64 letters, digits,',
+         extra={'training_state': 'status', 'training_job_id': '../x'}),
+    case('train-started-job-id-path', 'train', 'host bat-head: training_job_id a/../../etc must be 1-64 letters, digits,',
+         extra={'training_job_id': 'a/../../etc'}),
+    case('train-stopped-job-id-dotdot', 'train', 'host bat-head: training_job_id .. must be 1-64 letters, digits,',
+         extra={'training_state': 'stopped', 'training_job_id': '..'}),
+    case('train-watch-job-id-dot', 'train', 'host bat-head: training_job_id . must be 1-64 letters, digits,',
+         extra={'training_state': 'watch', 'training_job_id': '.'}),
+    case('train-logs-job-id-absolute', 'train', 'host bat-head: training_job_id /shared/jobs/x must be 1-64 letters, digits,',
+         extra={'training_state': 'logs', 'training_job_id': '/shared/jobs/x'}),
+    case('train-tensorboard-job-id-path', 'train', 'host bat-head: training_job_id ../.. must be 1-64 letters, digits,',
+         extra={'training_state': 'tensorboard', 'training_job_id': '../..'}),
+    # The supervision bounds: checked at every start, supervised or not (a negative count would start
+    # the job unsupervised without a word).
+    case('train-restarts-negative', 'train',
+         'host bat-head: training_restarts must be a count (0 or more), got -1; nothing was started',
+         extra={'training_restarts': -1}),
+    case('train-supervise-seconds-zero-unsupervised', 'train',
+         'host bat-head: training_supervise_seconds must be above 0 (the supervisor is bounded in time), got 0; '
+         'nothing was started', extra={'training_supervise_seconds': 0}),
     case('train-container-runtime-one-node', 'train',
          'host bat-worker-1: training_container_runtime is podman, on bat-head none; '
          'training_container_runtime must be the same on every node of the cluster',
@@ -133,7 +155,7 @@ CASES = [
          host_vars={HEAD: {'network_hostname': 'bad_name'}}, args=['--tags', 'network'], step='network'),
     case('network-static-outside-cidr', 'site', 'host bat-worker-1: network_static.address 10.9.0.7/24 is outside cluster_cidr',
          host_vars={WORKER: {'network_static': {'interface': 'eth0', 'address': '10.9.0.7/24'}}}, args=['--tags', 'network'], step='network'),
-    case('ssh-trust-uid-taken', 'site', 'host bat-head: ssh_trust_uid 1000 is already the uid of account batadmin',
+    case('ssh-trust-uid-taken', 'site', 'host bat-head: cluster_user_uid 1000 is already the uid of account batadmin',
          extra={'cluster_user_uid': 1000}, args=['--tags', 'ssh_trust'], step='ssh_trust'),
     case('ssh-trust-uid-word', 'site', "host bat-head: cluster_user_uid must be an integer from 1 to 65533, got 'abc' (str)",
          extra={'cluster_user_uid': 'abc'}, args=['--tags', 'ssh_trust']),
@@ -191,9 +213,9 @@ CASES = [
          extra={'nvidia_driver_branch': 'latest'}, args=['--tags', 'nvidia_driver'], step='nvidia_driver'),
     case('nvidia-version-other-branch', 'site', 'host bat-worker-1: nvidia_driver_version 550.54.15 is not in nvidia_driver_branch 580',
          extra={'nvidia_driver_branch': '580', 'nvidia_driver_version': '550.54.15'}, args=['--tags', 'nvidia_driver'], step='nvidia_driver'),
-    case('site-python-offline-no-wheelhouse', 'site', 'host bat-head: python_env_offline needs python_env_find_links',
+    case('site-python-offline-no-wheelhouse', 'site', 'host bat-head: cluster_pip_offline needs cluster_pip_find_links',
          extra={'cluster_pip_offline': True, 'cluster_pip_find_links': []}, step='python_env'),
-    case('python-wheelhouse-missing', 'site', 'host bat-head: python_env_find_links /no/such/wheelhouse is not a directory',
+    case('python-wheelhouse-missing', 'site', 'host bat-head: cluster_pip_find_links /no/such/wheelhouse is not a directory',
          extra={'cluster_pip_offline': True, 'cluster_pip_find_links': ['/no/such/wheelhouse']}, args=['--tags', 'python_env'], step='python_env'),
     case('site-pip-offline-alone', 'site',
          'host bat-head: python_env_offline is true but cluster_pip_offline is false; cluster_pip_offline is what ray '
@@ -213,7 +235,7 @@ CASES = [
          'host bat-head: container_runtime is podman but cluster_container_runtime is none; cluster_container_runtime '
          'is what site.yml, node_tools, training and health read, not container_runtime: set '
          'cluster_container_runtime: podman instead', extra={'container_runtime': 'podman'}),
-    case('site-container-runtime-without-package', 'site', 'host bat-head: container_runtime enroot has no package for',
+    case('site-container-runtime-without-package', 'site', 'host bat-head: cluster_container_runtime enroot has no package for',
          extra={'cluster_container_runtime': 'enroot', 'cluster_container_image': '/shared/images/train.sqsh',
                 'container_image_source': 'present'}, step='container'),
     case('site-container-archive-missing', 'site',

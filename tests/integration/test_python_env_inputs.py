@@ -64,8 +64,8 @@ def test_a_torch_version_the_wheelhouse_lacks_fails_naming_the_source(tmp_path):
     rc, out = run_role(tmp_path, python_env_torch_version='2.13.0', python_env_offline='true',
                        python_env_find_links=str(wheelhouse))
     assert rc != 0
-    assert ('host ctl-head: python_env_torch_version 2.13.0 is not offered by find-links %s only '
-            '(python_env_offline); nothing was installed.' % wheelhouse) in ' '.join(out.split())
+    assert ('host ctl-head: cluster_torch_version 2.13.0 is not offered by find-links %s only '
+            '(cluster_pip_offline); nothing was installed.' % wheelhouse) in ' '.join(out.split())
     assert not (tmp_path / 'envs').exists()
 
 
@@ -75,7 +75,7 @@ def test_credentials_in_an_index_url_never_show(tmp_path):
     rc, out = run_role(tmp_path, python_env_torch_version='2.13.0', python_env_index_url=url,
                        python_env_pip_timeout='3', python_env_extra_index_urls='["https://tok3n-only@127.0.0.1:9/x"]')
     assert rc != 0
-    assert 'python_env_torch_version 2.13.0 is not offered by https://****@127.0.0.1:9/simple' in ' '.join(out.split())
+    assert 'cluster_torch_version 2.13.0 is not offered by https://****@127.0.0.1:9/simple' in ' '.join(out.split())
     assert 's3cret' not in out and 'build-bot' not in out and 'tok3n-only' not in out
     assert not (tmp_path / 'envs').exists()
 
@@ -83,7 +83,7 @@ def test_credentials_in_an_index_url_never_show(tmp_path):
 def test_offline_without_a_wheelhouse_is_refused(tmp_path):
     rc, out = run_role(tmp_path, python_env_offline='true')
     assert rc != 0
-    assert 'host ctl-head: python_env_offline needs python_env_find_links' in out
+    assert 'host ctl-head: cluster_pip_offline needs cluster_pip_find_links' in out
     assert not (tmp_path / 'envs').exists()
 
 

@@ -79,7 +79,7 @@ def test_a_uid_another_account_holds_fails_naming_each_node_and_the_variable(tmp
     assert rc != 0, out
     assert 'ssh_trust: 2 problem(s) with the account; nothing was changed' in text
     for node in ('ctl-head', 'ctl-worker-1'):
-        assert 'host %s: ssh_trust_uid 1 is already the uid of account %s' % (node, daemon) in text
+        assert 'host %s: cluster_user_uid 1 is already the uid of account %s' % (node, daemon) in text
     # It stopped at the check: no task that would change anything ran, on any node.
     assert 'Make the account' not in out
     assert recap_changed(out) == [], out
@@ -91,7 +91,7 @@ def test_a_gid_another_group_holds_fails_naming_the_variable(tmp_path):
     text = ' '.join(out.split())
     assert rc != 0, out
     assert 'host ctl-head: ssh_trust_gid 1 is already the gid of group' in text
-    assert 'ssh_trust_uid 64999' not in text
+    assert 'cluster_user_uid 64999' not in text
     assert recap_changed(out) == [], out
 
 

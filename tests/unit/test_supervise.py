@@ -7,6 +7,7 @@ results, training_unknown_result, training_progress_view on training_progress re
 import json
 import os
 import sys
+import time
 
 from ansible_collections.gpucluster.multinode.plugins.filter.training import training_verdict
 from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import (
@@ -242,7 +243,7 @@ def test_a_stopped_supervisor_ends_its_playbook_run_but_not_a_job_started_in_a_s
 
 FAKE_PLAYBOOK = r'''#!/usr/bin/env python3
 # stands in for ansible-playbook: answers the supervisor's runs from a script of results
-import json, os, sys
+import json, os, sys, time
 here = os.path.dirname(os.path.abspath(__file__))
 extra = {}
 for i, word in enumerate(sys.argv):
@@ -254,6 +255,11 @@ with open(os.path.join(here, 'script.json')) as handle:
 kind = 'health' if 'health_tier' in extra else extra['training_state']
 with open(os.path.join(here, 'calls.log'), 'a') as handle:
     handle.write(json.dumps([kind, limit, extra.get('training_resume_from', '')]) + '\n')
+if kind == 'report':
+    with open(os.path.join(here, 'report.json'), 'w') as handle:
+        json.dump(extra, handle)
+    time.sleep(script.get('report_sleep', 0))
+    sys.exit(script.get('report_rc', 0))
 if kind in ('status', 'health'):
     answer = script[kind].pop(0)
     if answer is None:
@@ -278,14 +284,14 @@ def _failed(node, step):
             'progress': dict(_progress(step), state='failed')}
 
 
-def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_step=20):
+def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_step=20, report=None, **more):
     import gpucluster_progress as gp
     bin_dir = tmp_path / 'bin'
     bin_dir.mkdir()
     playbook = bin_dir / 'ansible-playbook'
     playbook.write_text('#!%s\n%s' % (sys.executable, FAKE_PLAYBOOK.split('\n', 1)[1]))
     playbook.chmod(0o755)
-    (bin_dir / 'script.json').write_text(json.dumps({'status': statuses, 'health': healths}))
+    (bin_dir / 'script.json').write_text(json.dumps(dict({'status': statuses, 'health': healths}, **(report or {}))))
     job = tmp_path / 'job'
     (job / 'supervise').mkdir(parents=True)
     ckpt = tmp_path / 'ckpt'
@@ -298,6 +304,7 @@ def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_
                 'checkpoint_dir': str(ckpt), 'ansible_playbook': str(playbook), 'inventory': 'inv',
                 'train_playbook': 'gpucluster.multinode.train', 'health_playbook': 'gpucluster.multinode.health',
                 'vars_file': 'vars.json', 'health_report_dir': str(tmp_path / 'health')}
+    settings.update(more)
     rc = sv.Supervisor(settings).run()
     calls = [json.loads(line) for line in (bin_dir / 'calls.log').read_text().splitlines()]
     return rc, calls, sv.read_events(str(job / 'events.jsonl'))
@@ -313,7 +320,7 @@ def test_the_loop_stops_checks_and_restarts_a_killed_rank_on_all_nodes_then_sees
                 {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}]
     rc, calls, events = _supervise(tmp_path, statuses, [_healthy()])
     assert rc == 0
-    assert [c[0] for c in calls] == ['status', 'status', 'stopped', 'health', 'started', 'status', 'status']
+    assert [c[0] for c in calls] == ['status', 'status', 'stopped', 'health', 'started', 'status', 'status', 'report']
     assert calls[4] == ['started', 'head,w1,w2', str(tmp_path / 'ckpt')]
     assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'checked', 'restart', 'training',
                                             'done']
@@ -378,3 +385,50 @@ def test_without_a_checkpoint_the_restart_starts_from_the_beginning_and_says_so(
     assert restart['resume_step'] == 0 and restart['lost_steps'] == 23
     assert restart['why'] == ('on all nodes (w1 passed the check: a transient failure); no complete checkpoint under '
                               '%s yet: restarting from the beginning' % (tmp_path / 'ckpt'))
+
+
+# ----- the report page at the end ------------------------------------------------------------------
+def test_a_job_done_gets_its_report_page_written_on_the_head_without_a_fetch(tmp_path):
+    statuses = [{'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}]
+    rc, calls, events = _supervise(tmp_path, statuses, [])
+    assert rc == 0 and [c[0] for c in calls] == ['status', 'report']
+    extra = json.loads((tmp_path / 'bin' / 'report.json').read_text())
+    assert extra['training_job_id'] == 'j-1' and extra['training_report_fetch'] is False
+    assert extra['training_supervisor_acting'] is True
+    assert [e['event'] for e in events] == ['supervising', 'done']
+
+
+def test_a_job_given_up_gets_its_report_page_too(tmp_path):
+    statuses = [_failed('w1', 23), _failed('w1', 26)]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy(), _healthy()], restarts=1)
+    assert rc == 1 and calls[-1][0] == 'report'
+    assert events[-1]['event'] == 'gave_up'
+
+
+def test_a_report_run_that_fails_is_an_event_not_a_crash(tmp_path):
+    statuses = [{'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [], report={'report_rc': 2})
+    assert rc == 0 and calls[-1][0] == 'report'
+    assert [e['event'] for e in events] == ['supervising', 'done', 'report_failed']
+    assert events[-1]['why'].startswith('train.yml report ended with rc 2 (its output in ')
+    assert sv.summarize(events)['outcome'] == 'finished'  # the job's outcome is the done, not the report
+
+
+def test_a_report_run_is_bounded_in_time(tmp_path):
+    statuses = [{'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    started = time.time()
+    rc, calls, events = _supervise(tmp_path, statuses, [], report={'report_sleep': 60}, report_timeout=1)
+    assert rc == 0 and time.time() - started < 30
+    assert events[-1]['event'] == 'report_failed' and 'rc 124' in events[-1]['why']
+
+
+def test_a_report_run_that_cannot_start_is_an_event_not_a_crash(tmp_path):
+    job = tmp_path / 'job'
+    (job / 'supervise').mkdir(parents=True)
+    settings = {'job_id': 'j-1', 'job_dir': str(job), 'nodes': NODES, 'ansible_playbook': str(tmp_path / 'missing'),
+                'inventory': 'inv', 'train_playbook': 'gpucluster.multinode.train', 'vars_file': 'vars.json',
+                'action_timeout': 30}
+    sv.Supervisor(settings).write_report()
+    events = sv.read_events(str(job / 'events.jsonl'))
+    assert [e['event'] for e in events] == ['report_failed']
+    assert events[0]['why'].startswith('the report page was not written: ')

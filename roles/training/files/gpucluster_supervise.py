@@ -6,6 +6,9 @@ job stalls, judge its nodes with the quick health tier, restart it from its late
     gpucluster_supervise.py <job dir>/supervise/settings.json
     gpucluster_supervise.py --report <job dir>      # who supervises it, the summary and the last events
 
+When the job is done or it gives up, it writes the job's report page (train.yml -e training_state=report,
+<job dir>/report.html); a report run that fails is an event (report_failed), never a crash.
+
 Run by the unit gpucluster-supervise@<job id>.service as the training account (train.yml
 -e training_supervise=true starts it; training_state=stopped stops it before the job). Every read and
 action is a run of the collection's own playbooks on the head (train.yml status/stopped/started,
@@ -347,10 +350,12 @@ class Supervisor:
             act = decide(obs)
             if act['action'] == 'done':
                 event(self.job_dir, 'done', why=act['why'], step=obs['step'])
+                self.write_report()
                 return 0
             if act['action'] == 'stop':
                 waiting_first_step = self.recover(obs, act)
                 if waiting_first_step is False:
+                    self.write_report()
                     return 1
                 self.seen_step = None  # the restarted job's steps start again from its checkpoint
                 continue
@@ -358,6 +363,20 @@ class Supervisor:
         event(self.job_dir, 'stopped', why='training_supervise_seconds (%d) ended: the job runs on, unsupervised'
               % self.s['seconds'])
         return 0
+
+    def write_report(self):
+        """The job's report page (<job dir>/report.html, train.yml -e training_state=report), bounded in time; a
+        run that fails is an event (report_failed), never the supervisor's end."""
+        try:
+            rc = self.train('report', timeout=self.s.get('report_timeout', 300), training_report_fetch=False)
+            if rc != 0:
+                event(self.job_dir, 'report_failed', why='train.yml report ended with rc %d (its output in %s)'
+                      % (rc, os.path.join(self.dir, 'ansible.log')))
+        except Exception as exc:  # pylint: disable=broad-except  # the supervision ended already: only say so
+            try:
+                event(self.job_dir, 'report_failed', why='the report page was not written: %s' % exc)
+            except OSError:
+                pass
 
     def recover(self, obs, act):
         event(self.job_dir, 'fault', seen=act['seen'], nodes=act['nodes'], step=obs['step'],

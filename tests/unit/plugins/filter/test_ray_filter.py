@@ -41,8 +41,8 @@ def test_preflight_problems_name_host_and_variable():
     }
     got = rf.ray_preflight_problems(hostvars, ['h', 'w1', 'w2'], 'h', '10.0.0.1', 6379, '/opt/gpucluster/env')
     assert got == [
-        'host h: ray_port: port 6379 is in use by pid 77 (redis-server *:6379)',
-        'host w1: cannot reach the head 10.0.0.1 on ray_port 6379: no answer within 5s (a firewall drops it, or the head is down)',
+        'host h: cluster_ray_port: port 6379 is in use by pid 77 (redis-server *:6379)',
+        'host w1: cannot reach the head 10.0.0.1 on cluster_ray_port 6379: no answer within 5s (a firewall drops it, or the head is down)',
         'host w2: ray_env_path /opt/gpucluster/env holds no Python environment (site.yml --tags python_env makes it)',
     ]
     assert len(rf.ray_preflight_problems(hostvars, ['h', 'w1', 'w2'], 'h', '10.0.0.1', 6379, '/e', True)) == 2

@@ -387,7 +387,7 @@ def test_wait_end_returns_when_a_torchrun_agent_exits_non_zero_with_the_last_ste
         if clock.now >= 6:
             (exits / 'charlie').write_text('1\n')
     out = job(lab, 'torchrun').wait_end(60, 'step [0-9]+ loss', sleep=later, clock=clock)
-    assert out['ended'] and out['failed'] and not out['timed_out'] and out['elapsed'] == 6.0
+    assert out['ended'] and out['job_failed'] and not out['timed_out'] and out['elapsed'] == 6.0
     assert out['last_step'] == 'alpha: step 2 loss 2.10'
 
 
@@ -402,7 +402,7 @@ def test_wait_end_of_torchrun_waits_for_every_agent_and_is_bounded(lab):
     for node in NODES:
         (exits / node['name']).write_text('0\n')
     out = job(lab, 'torchrun').wait_end(10, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)
-    assert out['ended'] and not out['failed'] and out['elapsed'] == 0
+    assert out['ended'] and not out['job_failed'] and out['elapsed'] == 0
 
 
 def test_every_python_of_the_job_is_unbuffered_unless_training_env_says_otherwise(lab):

@@ -114,14 +114,14 @@ def test_a_version_that_differs_names_the_host_and_the_variable():
 
 
 def test_ports_out_of_range_in_the_worker_range_or_twice():
-    assert errors({'ray_port': 70000}) == ['host head: ray_port must be a port number 1-65535, got 70000']
-    assert errors({'ray_dashboard_port': 'http'})[0].startswith('host head: ray_dashboard_port must be a port')
+    assert errors({'ray_port': 70000}) == ['host head: cluster_ray_port must be a port number 1-65535, got 70000']
+    assert errors({'ray_dashboard_port': 'http'})[0].startswith('host head: cluster_ray_dashboard_port must be a port')
     assert errors({'ray_port': 16379}) == [
-        'host head: ray_port 16379 lies in the range Ray keeps for its workers (10002-19999)']
+        'host head: cluster_ray_port 16379 lies in the range Ray keeps for its workers (10002-19999)']
     assert errors({'ray_client_server_port': 8265}) == [
-        'host head: ray_dashboard_port and ray_client_server_port are both 8265']
+        'host head: cluster_ray_dashboard_port and cluster_ray_client_server_port are both 8265']
     assert errors(w1={'ray_port': 6380}) == [
-        "host w1: ray_port 6380 differs from the head head (6379): the head's port is the one the workers join"]
+        "host w1: cluster_ray_port 6380 differs from the head head (6379): the head's port is the one the workers join"]
 
 
 def test_resources_and_labels():

@@ -12,7 +12,8 @@ def test_a_running_job_names_its_files_and_every_command_to_go_on_with_the_inven
     lines = js.summary_lines('tiny-1', '/shared/jobs/tiny-1', NODES, 'running', inventory='/srv/inv/hosts.yml',
                              launcher='deepspeed')
     assert lines[0] == 'job tiny-1 runs (deepspeed on lab-head, lab-worker-1)'
-    assert 'logs: /shared/jobs/tiny-1/logs/<node>.log, one per node; progress of each rank: /shared/jobs/tiny-1/progress/' in lines
+    assert lines[1] == 'job directory: /shared/jobs/tiny-1 on every node'
+    assert "logs: /shared/jobs/tiny-1/logs/<node>.log, one per node; each rank's progress: /shared/jobs/tiny-1/progress/" in lines
     assert ('status:      ansible-playbook playbooks/train.yml -i /srv/inv/hosts.yml -e training_state=status '
             '-e training_job_id=tiny-1') in lines
     assert [line.split(':')[0] for line in lines[3:]] == ['status', 'watch', 'logs', 'report', 'tensorboard', 'stop']
@@ -22,7 +23,8 @@ def test_a_finished_job_on_the_lab_names_its_directory_on_this_machine_and_has_n
     lines = js.summary_lines('tiny-1', '/shared/jobs/tiny-1', NODES, 'succeeded',
                              local_jobs_dir='/work/.lab/gpucluster-lab/shared/jobs', supervised=True)
     assert lines[0].startswith('job tiny-1 finished')
-    assert 'on this machine: /work/.lab/gpucluster-lab/shared/jobs/tiny-1' in lines
+    assert lines[1] == ('job directory: /shared/jobs/tiny-1 on every node, /work/.lab/gpucluster-lab/shared/jobs/tiny-1 '
+                        'on this machine')
     assert 'supervisor events: /work/.lab/gpucluster-lab/shared/jobs/tiny-1/events.jsonl' in lines
     assert not any(line.startswith('stop:') for line in lines)
     assert 'logs: /work/.lab/gpucluster-lab/shared/jobs/tiny-1/logs/<node>.log' in lines[2]

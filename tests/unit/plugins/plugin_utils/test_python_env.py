@@ -87,10 +87,10 @@ def test_good_settings_have_no_errors():
 
 
 @pytest.mark.parametrize('change, message', [
-    ({'python_env_path': 'env'}, 'python_env_path must be an absolute path'),
-    ({'python_env_torch_version': 'latest'}, 'python_env_torch_version must be a version'),
-    ({'python_env_packages': ['transformers']}, "python_env_packages entry 'transformers' is not pinned"),
-    ({'python_env_offline': True}, 'python_env_offline needs python_env_find_links'),
+    ({'python_env_path': 'env'}, 'cluster_env_path must be an absolute path'),
+    ({'python_env_torch_version': 'latest'}, 'cluster_torch_version must be a version'),
+    ({'python_env_packages': ['transformers']}, "cluster_python_packages entry 'transformers' is not pinned"),
+    ({'python_env_offline': True}, 'cluster_pip_offline needs cluster_pip_find_links'),
     ({'python_env_backend': 'conda', 'python_env_conda_installer_url': 'https://x/Miniforge3.sh'},
      'python_env_conda_installer_sha256 must be the 64 hex digit sha256'),
     ({'python_env_backend': 'conda', 'python_env_conda_installer_sha256': 'a' * 64},
