@@ -174,7 +174,7 @@ def job_data(job_id, progress, events=None, summary=None, layout=None, max_point
         nodes.append(dict(figures, node=name, ranks=[r['rank'] for r in rows], rate_rank=first,
                           rate=rate_series(progress[first]['steps'], min(rate_points, max_points))))
     slowest, why = jm.slowest_node([{'node': r['node'], 'rank': r['rank'], 'alive': True, 'compute_s': r['compute_s'],
-                                  'steps_per_s': r['mean_steps_per_s']} for r in ranks])
+                                     'steps_per_s': r['mean_steps_per_s']} for r in ranks])
 
     loss_rank = 0 if 0 in progress else (min(progress) if progress else None)
     loss_all = ([[s['step'], s['loss']] for s in progress[loss_rank]['steps'] if _num(s.get('loss'))]

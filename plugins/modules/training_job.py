@@ -385,12 +385,12 @@ errors:
   description:
     - The Python tracebacks in the last 4 MiB (at most 2000 lines) of this node's log (with deepspeed, the head's
       holds every node's lines through pdsh; with Slurm, the batch log), at most 4, each ending in its last 15 lines.
-    - C(error) is the exception line (C(Type: message); of a chained group its first root exception), C(follow_on)
-      whether it is a follow-on of another rank's failure (C(why): a peer that closed or reset its connection, an
+    - "C(error) is the exception line (C(Type: message); of a chained group its first root exception), C(follow_on)
+      whether it is a follow-on of another rank's failure (C(why) - a peer that closed or reset its connection, an
       NCCL network error, C(DistBackendError), a collective timeout, torchrun's C(ChildFailedError)) or the rank's
       own error; C(rank) from torch's C([rankN]:) prefix or torchrun's report, C(local_rank) from torchrun's
       C([defaultN]:) prefix, C(host) and C(node) the pdsh host, C(line) its first line in the log read,
-      C(root_cause) where torchrun's report names it as the first observed failure.
+      C(root_cause) where torchrun's report names it as the first observed failure."
     - The earliest root errors are kept first, then the last follow-ons.
   returned: state is status
   type: list

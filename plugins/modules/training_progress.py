@@ -25,7 +25,7 @@ description:
     instead, so the job's series end with it.
   - With O(logs) the last lines of the node's launcher log, of each rank's progress file and of
     torchrun's per-rank logs of this node are returned too, and the Python tracebacks in those logs
-    (C(errors)): each rank's own error told from the follow-on errors of ranks whose peer died.
+    (C(errors)), each rank's own error told from the follow-on errors of ranks whose peer died.
 author: gpucluster.multinode contributors (!UNKNOWN)
 options:
   job_id:

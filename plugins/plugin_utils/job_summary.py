@@ -30,7 +30,7 @@ def summary_lines(job_id, job_dir, nodes, state=None, inventory=None, local_jobs
     nodes = [n if isinstance(n, str) else n.get('name') for n in nodes or []]
     state = state or 'running'
     lines = ['job %s %s (%s on %s)' % (job_id, STATE_WORDS.get(state, state), launcher or 'launcher',
-                                      ', '.join(nodes) or '?')]
+                                       ', '.join(nodes) or '?')]
     here = os.path.join(local_jobs_dir, job_id) if local_jobs_dir else ''
     lines.append('job directory: %s on every node%s' % (job_dir, ', %s on this machine' % here if here else ''))
     lines.append("logs: %s/logs/<node>.log, one per node; each rank's progress: %s/progress/"

@@ -38,8 +38,8 @@ def progress_line(state, job_id, elapsed, total, result):
                 else 'nothing logged yet in %s' % result.get('log', 'the log'))
         return 'job %s: no step yet after %s (%s); %s' % (job_id, duration(elapsed), left, seen)
     step = result.get('last_step')
-    return 'job %s: running for %s (%s); %s' % (job_id, duration(elapsed), left,
-                                               'last step: %s' % _cut(step) if step else 'no step line yet')
+    seen = 'last step: %s' % _cut(step) if step else 'no step line yet'
+    return 'job %s: running for %s (%s); %s' % (job_id, duration(elapsed), left, seen)
 
 
 def done(state, result):

@@ -166,7 +166,7 @@ def test_a_worker_whose_own_log_holds_no_step_takes_the_steps_of_the_jobs_logs(t
                   step_regex=regex)['ranks'][0]
         assert row['tracked'] == 'log of node-a' and row['last_step'] == 8 and row['last_loss'] == 0.4
         (job_dir / 'logs' / 'node-a.log').write_text('node-a: it 9 loss 0.3\nnode-b: it 5 loss 0.9\n'
-                                                      'node-a: it 10 loss 0.2\n')
+                                                     'node-a: it 10 loss 0.2\n')
         row = run(tmp_path, job_id='t-w', node='node-b', job_dir=str(job_dir), sample_seconds=0,
                   step_regex=regex)['ranks'][0]
         assert row['tracked'] == 'log of node-a' and row['last_step'] == 5   # its own lines in the head's log

@@ -25,8 +25,9 @@ def running(step='lab-head: step 40 loss 0.1200'):
 
 
 def test_a_wait_of_three_slices_says_how_it_goes_after_each_but_the_last():
-    module = Module([running(None), running(), {'ended': True, 'job_failed': False, 'timed_out': False, 'elapsed': 12.5,
-                                                 'last_step': 'lab-head: step 100 loss 0.0100'}])
+    last = {'ended': True, 'job_failed': False, 'timed_out': False, 'elapsed': 12.5,
+            'last_step': 'lab-head: step 100 loss 0.0100'}
+    module = Module([running(None), running(), last])
     lines = []
     out = jw.run_wait(ARGS, module, lines.append)
     assert [c['watch_timeout'] for c in module.calls] == [60, 60, 60]
