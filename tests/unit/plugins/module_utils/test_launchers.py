@@ -348,17 +348,22 @@ def test_watch_stops_at_once_naming_the_worker_the_head_cannot_reach(lab):
                                   'Connection timed out' % j.user}
 
 
-def test_watch_names_a_torchrun_agent_that_exited_non_zero(lab):
-    write_log(lab, 'alpha', 'waiting for the rendezvous\n')
+def charlie_exits_1_at(lab, clock, at):
+    """A sleep that moves the clock and writes charlie's exit code 1 into the job directory at time at."""
     exits = lab / 'jobs' / 'tiny-001' / 'exit'
     exits.mkdir(parents=True)
-    clock = Clock()
 
     def later(seconds):
         clock.sleep(seconds)
-        if clock.now >= 3:
+        if clock.now >= at:
             (exits / 'charlie').write_text('1\n')
-    out = job(lab, 'torchrun').watch(900, 'step [0-9]+ loss', sleep=later, clock=clock)
+    return later
+
+
+def test_watch_names_a_torchrun_agent_that_exited_non_zero(lab):
+    write_log(lab, 'alpha', 'waiting for the rendezvous\n')
+    clock = Clock()
+    out = job(lab, 'torchrun').watch(900, 'step [0-9]+ loss', sleep=charlie_exits_1_at(lab, clock, 3), clock=clock)
     assert out['failures'] == [{'node': 'charlie', 'cause': 'its torchrun agent exited with code 1'}]
     assert out['elapsed'] == 3.0
     # the failure comes with the head's last lines, for the message that names the node
@@ -378,15 +383,8 @@ def test_watch_returns_the_first_step_and_times_out_bounded(lab):
 
 def test_wait_end_returns_when_a_torchrun_agent_exits_non_zero_with_the_last_step(lab):
     write_log(lab, 'alpha', 'alpha: step 1 loss 2.30\nalpha: step 2 loss 2.10\nother line\n')
-    exits = lab / 'jobs' / 'tiny-001' / 'exit'
-    exits.mkdir(parents=True)
     clock = Clock()
-
-    def later(seconds):
-        clock.sleep(seconds)
-        if clock.now >= 6:
-            (exits / 'charlie').write_text('1\n')
-    out = job(lab, 'torchrun').wait_end(60, 'step [0-9]+ loss', sleep=later, clock=clock)
+    out = job(lab, 'torchrun').wait_end(60, 'step [0-9]+ loss', sleep=charlie_exits_1_at(lab, clock, 6), clock=clock)
     assert out['ended'] and out['job_failed'] and not out['timed_out'] and out['elapsed'] == 6.0
     assert out['last_step'] == 'alpha: step 2 loss 2.10'
 
