@@ -18,6 +18,13 @@ from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import rank_failure as rfail
 
 
+def _rank_failure_node(result):
+    """The node a result's rank failure report names: the one deepspeed's head log names, the report's own
+    host under Slurm (one log holds every node's report), else the node that read it (torchrun)."""
+    failure = result['rank_failure']
+    return failure.get('node') or (failure['host'] if result.get('slurm_job_id') else result.get('node'))
+
+
 def training_verdict(results, nodes=None):
     """{state: running|succeeded|failed|stopped|unknown, failed_nodes, exit_codes, first_failure, lines}.
 
@@ -54,8 +61,7 @@ def training_verdict(results, nodes=None):
     # (Under Slurm one log holds every node's report: the report's own host is the node.)
     # DeepSpeed: the head's pdsh lines hold every node's launcher report, each naming its node.
     reports = [(r['rank_failure']['time'], 0 if (r['rank_failure'].get('exit_code') or 0) < 0 else 1,
-                r['rank_failure'].get('node') or (r['rank_failure']['host'] if r.get('slurm_job_id') else r.get('node')))
-               for r in results if r.get('rank_failure')]
+                _rank_failure_node(r)) for r in results if r.get('rank_failure')]
     reports = [rep for rep in reports if rep[2] in failed]
     if reports:
         culprit = min(reports)[2]
@@ -86,8 +92,7 @@ def training_verdict(results, nodes=None):
             tail, log = pdsh_tail, '%s (lines from %s)' % (head.get('log'), culprit)
         first = {'node': culprit, 'exit_code': codes.get(culprit), 'log': log, 'log_tail': tail}
         # the first failing rank's own error (a root error before the follow-ons of the ranks left waiting)
-        reported = [r['rank_failure'] for r in results if r.get('rank_failure') and culprit == (
-            r['rank_failure'].get('node') or (r['rank_failure']['host'] if r.get('slurm_job_id') else r.get('node')))]
+        reported = [r['rank_failure'] for r in results if r.get('rank_failure') and _rank_failure_node(r) == culprit]
         first['error'] = rfail.first_error(rfail.node_errors(results), failed, order, reported[0] if reported else None)
     last = None
     for r in results:

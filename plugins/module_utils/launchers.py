@@ -812,7 +812,7 @@ class Job:
         head's log the step regex matches, read once at the return (not at every poll)."""
         start = clock()
         while True:
-            out = self.status()
+            out = self.status(errors=False)  # polled: the tracebacks are read by the status read after the wait
             codes = self.exit_codes()
             failed = any(codes.values()) or bool(out.get('node_exit_codes')) or bool(out.get('exit_code'))
             every_node = not self.launcher.per_node or all(n['name'] in codes for n in self.nodes)
@@ -838,7 +838,9 @@ class Job:
                 return line.strip()
         return None
 
-    def status(self):
+    def status(self, errors=True):
+        """This node's part of the job: running, pids, exit code, log tail, the launcher's reads and, with
+        errors, the tracebacks of the log (rank_errors: a bounded tail read and parsed)."""
         procs = self.processes()
         out = self.result(changed=False, running=bool(procs), pids=[p['pid'] for p in procs],
                           exit_code=pr.read_exit_code(self.state_dir), log_tail=pr.tail(self.log, self.p['log_lines']))
@@ -846,7 +848,8 @@ class Job:
             out['containers'] = self.containers()
             out['running'] = out['running'] or any(c['state'] == 'running' for c in out['containers'])
         self.launcher.read_status(out)
-        out['errors'] = self.rank_errors(out.get('log') or self.log)
+        if errors:
+            out['errors'] = self.rank_errors(out.get('log') or self.log)
         return out
 
     def rank_errors(self, log):

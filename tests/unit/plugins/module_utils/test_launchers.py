@@ -387,6 +387,8 @@ def test_wait_end_returns_when_a_torchrun_agent_exits_non_zero_with_the_last_ste
     out = job(lab, 'torchrun').wait_end(60, 'step [0-9]+ loss', sleep=charlie_exits_1_at(lab, clock, 6), clock=clock)
     assert out['ended'] and out['job_failed'] and not out['timed_out'] and out['elapsed'] == 6.0
     assert out['last_step'] == 'alpha: step 2 loss 2.10'
+    # the wait's polls leave the tracebacks to the status read after it
+    assert 'errors' not in job(lab, 'torchrun').status(errors=False) and 'errors' in job(lab, 'torchrun').status()
 
 
 def test_wait_end_of_torchrun_waits_for_every_agent_and_is_bounded(lab):
