@@ -825,15 +825,11 @@ class Job:
 
     def last_step_line(self, step_regex, read_bytes=1024 * 1024):
         """The last line of the log the head watches that step_regex matches (its last read_bytes), or None."""
-        path = self.launcher.watch_log()
-        try:
-            with open(path, 'rb') as handle:
-                handle.seek(max(0, os.path.getsize(path) - read_bytes))
-                text = handle.read().decode('utf-8', 'replace')
-        except (IOError, OSError):
+        read = pr.tail_text(self.launcher.watch_log(), read_bytes)
+        if read is None:
             return None
         step_re = re.compile(step_regex)
-        for line in reversed(text.splitlines()):
+        for line in reversed(read[0].splitlines()):
             if step_re.search(line):
                 return line.strip()
         return None

@@ -503,6 +503,24 @@ def describe_listeners(port, listeners):
     return 'port %s is in use by %s' % (port, ', '.join(parts))
 
 
+def tail_text(path, max_bytes):
+    """(the text of the last max_bytes of a file, its mtime), None when it cannot be read. A first line cut
+    by the bound is dropped, so every line returned is whole (a log can be large; its end is what is read)."""
+    try:
+        mtime = os.stat(path).st_mtime
+        with open(path, 'rb') as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read(max_bytes)
+    except (IOError, OSError):
+        return None
+    text = data.decode('utf-8', 'replace')
+    if size > max_bytes:
+        text = text.partition('\n')[2]
+    return text, mtime
+
+
 def tail(path, lines=20):
     """Last lines of a text file ([] when it does not exist)."""
     text = _read(path)

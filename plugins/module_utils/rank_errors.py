@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 import re
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
+
 TRACEBACK = 'Traceback (most recent call last):'
 CHAIN_MARKERS = ('During handling of the above exception, another exception occurred:',
                  'The above exception was the direct cause of the following exception:')
@@ -247,18 +249,8 @@ def bound(errors, most=MAX_ERRORS):
 
 def read_tail(path, max_bytes=READ_BYTES, max_lines=READ_LINES):
     """The last max_lines lines within the last max_bytes of a file ('' when it cannot be read)."""
-    try:
-        with open(path, 'rb') as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - max_bytes))
-            data = handle.read(max_bytes)
-    except (IOError, OSError):
-        return ''
-    text = data.decode('utf-8', 'replace')
-    if size > max_bytes:
-        text = text.partition('\n')[2]
-    return '\n'.join(text.splitlines()[-max_lines:])
+    read = pr.tail_text(path, max_bytes)
+    return '\n'.join(read[0].splitlines()[-max_lines:]) if read else ''
 
 
 def log_errors(paths, hosts=(), most=MAX_ERRORS):

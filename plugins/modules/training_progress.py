@@ -261,17 +261,6 @@ def log_tails(job_dir, node, hostname, ranks, lines):
 LOG_READ_BYTES = 4 * 1024 * 1024
 
 
-def log_text(path):
-    """(the last LOG_READ_BYTES of a log as text, its mtime), or None when it cannot be read."""
-    try:
-        mtime = os.stat(path).st_mtime
-        with open(path, 'rb') as handle:
-            handle.seek(max(0, os.path.getsize(path) - LOG_READ_BYTES))
-            return handle.read().decode('utf-8', 'replace'), mtime
-    except (IOError, OSError):
-        return None
-
-
 def read_node_log(job_dir, node, regex):
     """The steps of this node's ranks for a script that writes no progress file, None without a regex.
 
@@ -282,7 +271,7 @@ def read_node_log(job_dir, node, regex):
     if not regex:
         return None
     folder = os.path.join(job_dir, 'logs')
-    read = log_text(os.path.join(folder, '%s.log' % node))
+    read = pr.tail_text(os.path.join(folder, '%s.log' % node), LOG_READ_BYTES)
     own = jm.parse_log(read[0], regex, read[1]) if read else None
     if own and (own['steps'] or own['heartbeats']):
         return own
@@ -290,7 +279,7 @@ def read_node_log(job_dir, node, regex):
     latest = None
     for path in sorted(glob.glob(os.path.join(folder, '*.log'))):
         name = os.path.basename(path)[:-len('.log')]
-        read = log_text(path) if name != node else None
+        read = pr.tail_text(path, LOG_READ_BYTES) if name != node else None
         if not read:
             continue
         text, mtime = read
