@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpucluster.multinode.plugins.module_utils import ray_cluster
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.replaced_vars import SET_AS
 
 
 def _plain(value):
@@ -19,7 +20,7 @@ def _plain(value):
 def ray_input_errors(settings, head):
     """Problems with the Ray settings: settings is {host: {ray_version, ray_port, ...}}."""
     settings = _plain(settings)
-    return ray_cluster.input_errors(list(settings), settings, head)
+    return ray_cluster.input_errors(list(settings), settings, head, names=SET_AS)
 
 
 def ray_node_spec(settings, name, address, is_head, nproc, detected_gpus=None):
@@ -67,7 +68,7 @@ def ray_preflight_problems(hostvars, hosts, head, head_address, port, env_path, 
     cannot reach the head's GCS port, a node without the Python environment."""
     problems = []
     head_ports = _plain((hostvars[head] if head in hostvars else {}).get('__ray_head_ports') or {})
-    names = dict(enumerate(ray_cluster.SET_AS[var] for var in ray_cluster.PORT_VARS))
+    names = dict(enumerate(SET_AS[var] for var in ray_cluster.PORT_VARS))
     for i, item in enumerate(head_ports.get('ports') or []):
         if not item.get('free'):
             problems.append('host %s: %s: %s' % (head, names.get(i, 'port'), item.get('text')))

@@ -15,10 +15,6 @@ import re
 # (ray start refuses: "is trying to use a port number ... that is used by other components").
 RAY_WORKER_PORTS = (10002, 19999)
 PORT_VARS = ('ray_port', 'ray_dashboard_port', 'ray_client_server_port')
-# The inventory sets the ports through the cluster-wide variables (the role's own derive from them):
-# a problem with a port names the variable the user sets.
-SET_AS = {'ray_port': 'cluster_ray_port', 'ray_dashboard_port': 'cluster_ray_dashboard_port',
-          'ray_client_server_port': 'cluster_ray_client_server_port'}
 _UNITS = {'B': 1, 'KiB': 1024, 'MiB': 1024 ** 2, 'GiB': 1024 ** 3, 'TiB': 1024 ** 4,
           'KB': 1000, 'MB': 1000 ** 2, 'GB': 1000 ** 3, 'TB': 1000 ** 4}
 _SIZE_RE = re.compile(r'^\s*([0-9.]+)\s*([KMGT]i?B|B)?\s*$')
@@ -134,10 +130,14 @@ def _int_or_none(value):
     return None
 
 
-def input_errors(hosts, hostvars, head):
+def input_errors(hosts, hostvars, head, names=None):
     """Problems with the Ray settings of the play's hosts, one line each, naming host and variable.
 
-    hostvars: host -> its variables (ray_version, ray_port, ... as the role resolves them)."""
+    hostvars: host -> its variables (ray_version, ray_port, ... as the role resolves them). names: {role
+    variable: the variable the user sets} (plugin_utils/replaced_vars.py's SET_AS, on the controller: the ports are set as cluster_ray_*);
+    a variable it does not name is named as it is."""
+    names = names or {}
+    shown = dict((var, names.get(var, var)) for var in PORT_VARS)
     errors = []
     versions = {}
     for h in hosts:
@@ -158,21 +158,21 @@ def input_errors(hosts, hostvars, head):
         for var in PORT_VARS:
             port = _int_or_none(hv.get(var))
             if port is None or not 1 <= port <= 65535:
-                errors.append('host %s: %s must be a port number 1-65535, got %r' % (head, SET_AS[var], hv.get(var)))
+                errors.append('host %s: %s must be a port number 1-65535, got %r' % (head, shown[var], hv.get(var)))
                 continue
             low, high = RAY_WORKER_PORTS
             if low <= port <= high:
                 errors.append('host %s: %s %d lies in the range Ray keeps for its workers (%d-%d)'
-                              % (head, SET_AS[var], port, low, high))
+                              % (head, shown[var], port, low, high))
             if port in ports:
-                errors.append('host %s: %s and %s are both %d' % (head, SET_AS[ports[port]], SET_AS[var], port))
+                errors.append('host %s: %s and %s are both %d' % (head, shown[ports[port]], shown[var], port))
             ports[port] = var
         for h in hosts:
             if h != head:
                 for var in PORT_VARS[:1]:
                     if str(hostvars[h].get(var)) != str(hv.get(var)):
                         errors.append('host %s: %s %s differs from the head %s (%s): the head\'s port '
-                                      'is the one the workers join' % (h, SET_AS[var], hostvars[h].get(var), head, hv.get(var)))
+                                      'is the one the workers join' % (h, shown[var], hostvars[h].get(var), head, hv.get(var)))
     for h in hosts:
         hv = hostvars[h]
         for var in ('ray_num_cpus', 'ray_num_gpus'):

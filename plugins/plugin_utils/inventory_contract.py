@@ -17,6 +17,7 @@ import posixpath
 import re
 
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import addresses
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import replaced_vars
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.python_env import VERSION_RE
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils.containers import RUNTIMES
@@ -331,34 +332,10 @@ def _shown(value):
     return str(value).strip()
 
 
-# A role's variable that other roles read before the cluster-wide one took its place: set alone, the
-# other roles would not follow it, so a value other than the cluster-wide one is refused, naming both.
-REPLACED = (
-    ('python_env_path', 'cluster_env_path', 'training, health, ray, container, cluster_tests and nccl_env'),
-    ('python_env_torch_version', 'cluster_torch_version', 'the training image, training and health'),
-    ('python_env_deepspeed_version', 'cluster_deepspeed_version', 'the training image, training and health'),
-    ('python_env_ninja_version', 'cluster_ninja_version', 'the training image'),
-    ('python_env_packages', 'cluster_python_packages', 'the training image'),
-    ('python_env_index_url', 'cluster_pip_index_url', 'ray and the training image'),
-    ('python_env_extra_index_urls', 'cluster_pip_extra_index_urls', 'ray and the training image'),
-    ('python_env_find_links', 'cluster_pip_find_links', 'ray and the training image'),
-    ('python_env_offline', 'cluster_pip_offline', 'ray and the training image'),
-    ('python_env_deepspeed_ops', 'cluster_deepspeed_ops', 'the training image and the training preflight'),
-    ('python_env_deepspeed_cpu_ops', 'cluster_deepspeed_cpu_ops', 'the training image and the training preflight'),
-    ('nccl_env_profile_path', 'cluster_nccl_profile', 'training, health and cluster_tests'),
-    ('ssh_trust_uid', 'cluster_user_uid', 'nfs_server and nfs_client'),
-    ('ssh_trust_all_to_all', 'cluster_ssh_all_to_all', 'node_tools and the launchers'),
-    ('container_runtime', 'cluster_container_runtime', 'site.yml, node_tools, training and health'),
-    ('container_user', 'cluster_user', 'training and health'),
-    ('ray_user', 'cluster_user', 'health'),
-    ('container_image', 'cluster_container_image', 'training and health'),
-    ('container_image_digest', 'cluster_container_image_digest', 'training and health'),
-    ('container_mounts', 'cluster_container_mounts', 'training'),
-    ('ray_enabled', 'cluster_ray_enabled', 'site.yml, the firewall and health'),
-    ('ray_port', 'cluster_ray_port', 'the firewall and health'),
-    ('ray_dashboard_port', 'cluster_ray_dashboard_port', 'the firewall and health'),
-    ('ray_client_server_port', 'cluster_ray_client_server_port', 'the firewall and health'),
-)
+# A role's variable that other roles read before the cluster-wide one took its place (plugin_utils/
+# replaced_vars.py holds the table): set alone, the other roles would not follow it, so a value other
+# than the cluster-wide one is refused, naming both.
+REPLACED = replaced_vars.REPLACED
 
 
 def replaced_errors(host, hostvars):

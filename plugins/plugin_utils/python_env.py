@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.replaced_vars import SET_AS
 
 # Compared across nodes, in this order: every key of env_versions, python last.
 COMPARED = tuple(k for k in env_versions.KEYS if k != 'python') + ('python',)
@@ -60,17 +61,9 @@ VERSION_RE = re.compile(r'^[0-9]+(\.[0-9]+)*([a-z0-9.!+-]*)$', re.IGNORECASE)
 _SHA256 = re.compile(r'^[0-9a-f]{64}$', re.IGNORECASE)
 
 
-# The settings the inventory sets through a cluster-wide variable (the role's own is derived from it, and
-# set alone the inventory contract refuses it): a problem with one names the variable the user sets.
-SET_AS = {'python_env_path': 'cluster_env_path', 'python_env_torch_version': 'cluster_torch_version',
-          'python_env_deepspeed_version': 'cluster_deepspeed_version', 'python_env_ninja_version': 'cluster_ninja_version',
-          'python_env_packages': 'cluster_python_packages', 'python_env_offline': 'cluster_pip_offline',
-          'python_env_find_links': 'cluster_pip_find_links'}
-
-
 def setting_errors(s):
     """Problems with the python_env settings (a dict of the variables), one line each naming the variable
-    the user sets (the cluster_* one of SET_AS, else the role's own)."""
+    the user sets (the cluster_* one of replaced_vars.SET_AS, else the role's own)."""
     errors = []
     path = str(s.get('python_env_path') or '')
     if not path.startswith('/'):

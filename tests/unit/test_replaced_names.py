@@ -14,7 +14,8 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import ray_cluster
+from ansible_collections.gpucluster.multinode.plugins.filter import ray as ray_filter
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import replaced_vars
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.inventory_contract import REPLACED
 
@@ -123,8 +124,9 @@ def test_a_replaced_option_says_which_cluster_variable_it_comes_from():
 
 
 def test_the_names_the_settings_checks_show_are_the_contract_s():
-    for table in (python_env.SET_AS, ray_cluster.SET_AS):
-        assert {role_var: CLUSTER_NAME.get(role_var) for role_var in table} == table
+    # one table: the contract's REPLACED, from which the settings checks take the names they show
+    assert replaced_vars.SET_AS == CLUSTER_NAME and REPLACED is replaced_vars.REPLACED
+    assert python_env.SET_AS is replaced_vars.SET_AS
 
 
 RAY_SETTINGS = {'ray_version': '2.60.0', 'ray_port': 6379, 'ray_dashboard_port': 8265, 'ray_client_server_port': 10001}
@@ -134,10 +136,10 @@ RAY_SETTINGS = {'ray_version': '2.60.0', 'ray_port': 6379, 'ray_dashboard_port':
     python_env.setting_errors({'python_env_path': 'env', 'python_env_torch_version': 'latest',
                                'python_env_deepspeed_version': 'x', 'python_env_ninja_version': '?',
                                'python_env_packages': ['numpy'], 'python_env_offline': True, 'python_env_find_links': []}),
-    ray_cluster.input_errors(['h', 'w'], {'h': dict(RAY_SETTINGS, ray_port=70000, ray_dashboard_port=10001,
-                                                    ray_client_server_port=10001),
-                                          'w': dict(RAY_SETTINGS, ray_port=6380)}, 'h'),
-    ray_cluster.input_errors(['h'], {'h': dict(RAY_SETTINGS, ray_port=12000)}, 'h'),
+    ray_filter.ray_input_errors({'h': dict(RAY_SETTINGS, ray_port=70000, ray_dashboard_port=10001,
+                                           ray_client_server_port=10001),
+                                 'w': dict(RAY_SETTINGS, ray_port=6380)}, 'h'),
+    ray_filter.ray_input_errors({'h': dict(RAY_SETTINGS, ray_port=12000)}, 'h'),
 ], ids=['python_env', 'ray-ports', 'ray-worker-range'])
 def test_the_settings_checks_name_the_cluster_variable_the_user_sets(errors):
     assert errors

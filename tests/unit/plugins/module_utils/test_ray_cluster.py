@@ -9,6 +9,8 @@ import os
 import pytest
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import ray_cluster as rc
+SET_AS = {'ray_port': 'cluster_ray_port', 'ray_dashboard_port': 'cluster_ray_dashboard_port',
+          'ray_client_server_port': 'cluster_ray_client_server_port'}  # the filter passes plugin_utils' table
 
 FIX = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'ray')
 GIB = 1024.0 ** 3
@@ -101,7 +103,7 @@ def errors(everywhere=None, **per_host):
     hv = {'head': settings(**(everywhere or {})), 'w1': settings(**(everywhere or {})), 'w2': settings(**(everywhere or {}))}
     for host, over in per_host.items():
         hv[host].update(over)
-    return rc.input_errors(['head', 'w1', 'w2'], hv, 'head')
+    return rc.input_errors(['head', 'w1', 'w2'], hv, 'head', names=SET_AS)
 
 
 def test_good_settings_pass():
