@@ -32,10 +32,12 @@ def training_unknown_result(errors, job_id):
             'last_loss_line': None, 'unknown_nodes': nodes, 'lines': lines}
 
 
-def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_regex=None):
+def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_regex=None, checkpoint_seconds=None):
     """{state, slowest_node, stall, lines, ranks, nodes, node_errors, summary} from the per-node
     results of training_progress (in the order of hosts). A node whose read failed is named with
-    its error and makes the state unknown; nodes holds each node's own state (unknown there)."""
+    its error and makes the state unknown; nodes holds each node's own state (unknown there).
+    checkpoint_seconds (training_checkpoint_seconds): how long a rank that saves a checkpoint, its
+    heartbeats still coming, may save before it is stalled; None (or '') judges it by stall_seconds."""
     rows, flight = [], None
     results = [r or {} for r in results]
     errors = training_read_errors(results, hosts)
@@ -49,7 +51,11 @@ def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_
         step_regex = step_regex if step_regex is not None else result.get('step_regex')
         # every node reads the same dumps on the shared storage: the first that found some says it
         flight = flight or (result.get('flight') or {}).get('lines')
-    view = jv.verdict(rows, float(stall_seconds), errors, step_regex, flight)
+    if checkpoint_seconds is not None and str(checkpoint_seconds).strip() != '':
+        checkpoint_seconds = float(checkpoint_seconds)
+    else:
+        checkpoint_seconds = None
+    view = jv.verdict(rows, float(stall_seconds), errors, step_regex, flight, checkpoint_seconds)
     view['nodes'] = jv.node_states(rows, list(hosts), errors)
     view['summary'] = jv.summary(view['ranks'], job_id, view['state'], view['slowest_node'], time.time())
     return view

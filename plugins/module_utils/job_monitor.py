@@ -15,7 +15,8 @@ write it; any script may):
 
     # gpucluster-progress rank=1 host=node-2 pid=4242 world=4 time=1764000000.0
     step=12 loss=0.4321 time=1764000000.125 wait=0.012
-    # heartbeat phase=checkpoint step=12 time=1764000000.2
+    # heartbeat phase=checkpoint step=12 since=1764000000.200 time=1764000000.200
+    # heartbeat phase=checkpoint step=12 since=1764000000.200 time=1764000010.201
     # heartbeat phase=train step=12 time=1764000030.9
     # done step=100 time=1764000060.5
 
@@ -25,7 +26,10 @@ waits least while the others wait for it is the one that holds the job back.
 
 A heartbeat says what the rank does between two steps (``phase``: ``checkpoint``, ``eval``,
 ``load`` or any word; ``train`` when it goes back to steps) and holds the stall clock: a rank
-whose last step is old but whose last heartbeat is recent is not stalled. A script without a
+whose last step is old but whose last heartbeat is recent is not stalled. ``since`` (optional)
+is when the phase began: the examples write a checkpoint heartbeat every few seconds while a save
+runs, each with the save's start, so the view judges a save by its own age
+(training_checkpoint_seconds) rather than by the age of its heartbeats. A script without a
 progress file prints the same words after ``gpucluster-heartbeat`` to its log (``time`` optional
 there), and its step lines are found with a regular expression (parse_log).
 """
@@ -164,7 +168,8 @@ def parse_log(text, regex, mtime):
 
 def phase_figures(progress, now):
     """{phase, phase_s, seconds_since_heartbeat} from the heartbeats after the last step: the phase
-    of the last one (none when it went back to steps), since the first heartbeat of that phase."""
+    of the last one (none when it went back to steps), since the time its since= field names (when
+    the phase began), else since the first heartbeat of that phase."""
     beats = progress.get('heartbeats') or []
     out = {'phase': None, 'phase_s': None, 'seconds_since_heartbeat': None}
     if not beats:
@@ -178,6 +183,9 @@ def phase_figures(progress, now):
         if beat['phase'] != last['phase']:
             break
         since = beat['time']
+    began = last.get('since')
+    if isinstance(began, (int, float)) and not isinstance(began, bool):
+        since = min(since, began)
     out.update(phase=last['phase'], phase_s=round(max(0.0, now - since), 1))
     return out
 

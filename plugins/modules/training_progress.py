@@ -17,7 +17,8 @@ description:
     where there is one) and its progress file C(<job_dir>/progress/rank-<RANK>.log).
   - A rank with a process here and no progress file takes its steps from the node's log
     C(<job_dir>/logs/<node>.log), the lines O(step_regex) matches (a script of one's own that writes
-    no progress file); a line holding C(gpucluster-heartbeat phase=NAME) there is a heartbeat.
+    no progress file); a line holding C(gpucluster-heartbeat phase=NAME) there is a heartbeat (its
+    optional C(since=) is when the phase began: C(phase_s) counts from it).
   - Nothing is signalled, attached to or slowed down; the progress files are only read.
   - With O(textfile) the figures are written in node_exporter's textfile format (written to a
     temporary file and renamed, so the collector never reads half a file). When no rank of the job

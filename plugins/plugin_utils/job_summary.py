@@ -36,7 +36,9 @@ def summary_lines(job_id, job_dir, nodes, state=None, inventory=None, local_jobs
     lines.append("logs: %s/logs/<node>.log, one per node; each rank's progress: %s/progress/"
                  % (here or job_dir, here or job_dir))
     if supervised:
-        lines.append('supervisor events: %s/events.jsonl' % (here or job_dir))
+        # supervised: True (the events are in the job directory) or where the supervisor keeps them
+        lines.append('supervisor events: %s' % (supervised if isinstance(supervised, str)
+                                                else '%s/events.jsonl' % (here or job_dir)))
     verbs = [('status', 'status'), ('watch', 'watch'), ('logs', 'logs'), ('report', 'report'),
              ('tensorboard', 'tensorboard')]
     if state in ('running', 'stalled', 'unknown'):

@@ -33,15 +33,46 @@ def phase_text(row):
     return '%s since %s s' % (PHASE_NAMES.get(row['phase'], row['phase']), _fmt(row.get('phase_s'), '%.0f'))
 
 
-def stall(rows, stall_seconds):
+SAVE_PHASES = ('checkpoint',)
+
+
+def saving_age(row):
+    """Seconds a rank has been saving a checkpoint (its latest heartbeat's phase is checkpoint: since
+    the save began), None when it is not saving."""
+    if row.get('phase') not in SAVE_PHASES:
+        return None
+    age = row.get('phase_s')
+    return age if isinstance(age, (int, float)) else 0.0
+
+
+def _quiet(row, stall_seconds, checkpoint_seconds):
+    """(quiet, overlong) of a tracked rank: quiet when it showed no life for stall_seconds; with
+    checkpoint_seconds, a rank saving a checkpoint whose heartbeats still come is quiet (overlong)
+    only once its save began checkpoint_seconds ago or more."""
+    age = activity_age(row)
+    if checkpoint_seconds is None or saving_age(row) is None:
+        return age >= stall_seconds, False
+    beat = row.get('seconds_since_heartbeat')
+    if not isinstance(beat, (int, float)) or beat >= stall_seconds:
+        return age >= stall_seconds, False  # its heartbeats stopped: judged as any rank
+    return saving_age(row) >= checkpoint_seconds, saving_age(row) >= checkpoint_seconds
+
+
+def stall(rows, stall_seconds, checkpoint_seconds=None):
     """{stalled, off, ranks: [...first to stop...], nodes, why, collectives} of a job.
 
     Stalled: every rank alive and none of the tracked ones showed life (a step, a heartbeat, or
-    before the first step its start) for stall_seconds. The ranks named are the ones held by the
-    kernel (stopped, traced) when any is, else those without a step (a start-up hang), else those
-    with the lowest last step, earliest first. When every rank stopped at the same step (a
-    collective that never completed: the usual NCCL hang) all are named; collectives is left for a
-    reader of the collectives in flight (NCCL's flight recorder) to fill: a list of lines.
+    before the first step its start) for stall_seconds. With checkpoint_seconds, a rank whose latest
+    heartbeat says it saves a checkpoint (phase checkpoint, its heartbeats still coming) is judged by
+    the save's age instead: it shows no life once its save began checkpoint_seconds ago or more (a
+    heartbeat thread beats on while the main thread hangs in the save); a rank whose heartbeats
+    stopped for stall_seconds is judged as before. None keeps every rank on stall_seconds.
+
+    The ranks named are the ones held by the kernel (stopped, traced) when any is, else those in a
+    save past checkpoint_seconds, else those without a step (a start-up hang), else those with the
+    lowest last step, earliest first. When every rank stopped at the same step (a collective that
+    never completed: the usual NCCL hang) all are named; collectives is left for a reader of the
+    collectives in flight (NCCL's flight recorder) to fill: a list of lines.
     off: nothing tracks the job's steps (no progress file, no log line matching the regex)."""
     out = {'stalled': False, 'off': False, 'ranks': [], 'nodes': [], 'why': '', 'collectives': None}
     if rows and not any(r.get('tracked') for r in rows):
@@ -53,14 +84,19 @@ def stall(rows, stall_seconds):
     tracked = [r for r in alive if activity_age(r) is not None]
     if not tracked:
         return out
-    quiet = min(activity_age(r) for r in tracked)
-    if quiet < stall_seconds:
+    judged = [(r,) + _quiet(r, stall_seconds, checkpoint_seconds) for r in tracked]
+    if not all(quiet for _, quiet, _ in judged):
         return out
+    overlong = sorted([r for r, _, long in judged if long], key=lambda r: -saving_age(r))
+    others = [r for r, _, long in judged if not long]
     held = [r for r in alive if r.get('held')]
     no_step = [r for r in tracked if r.get('last_step') is None]
     if held:
         first = held
         why = ', '.join('rank %d on %s is %s' % (r['rank'], r['node'], r['held']) for r in held)
+    elif overlong:
+        first = overlong
+        why = ''
     elif no_step:
         first = no_step
         why = ('no rank logged a first step since it started: a start-up hang (rendezvous, NCCL '
@@ -75,11 +111,21 @@ def stall(rows, stall_seconds):
         else:
             why = 'lowest last step %d' % low
     phases = ['rank %d on %s has been %s' % (r['rank'], r['node'], phase_text(r).replace(' since ', ' for '))
-              for r in tracked if r.get('phase')]
+              for r in others if r.get('phase')]
     if phases:
-        why += '; ' + ', '.join(phases)
-    out.update(stalled=True, ranks=[r['rank'] for r in first], nodes=sorted({r['node'] for r in first}),
-               why='no rank logged a step or heartbeat for %d s or more (%s)' % (int(quiet), why))
+        why += ('; ' if why else '') + ', '.join(phases)
+    if overlong:
+        saves = 'a checkpoint save running for %d s (training_checkpoint_seconds %d) on %s' % (
+            int(saving_age(overlong[0])), int(checkpoint_seconds),
+            ', '.join('rank %d on %s' % (r['rank'], r['node']) for r in overlong))
+        if others:
+            saves += '; no other rank logged a step or heartbeat for %d s or more' % int(
+                min(activity_age(r) for r in others))
+        why = '%s%s' % (saves, ' (%s)' % why if why else '')
+    else:
+        why = 'no rank logged a step or heartbeat for %d s or more (%s)' % (
+            int(min(activity_age(r) for r in tracked)), why)
+    out.update(stalled=True, ranks=[r['rank'] for r in first], nodes=sorted({r['node'] for r in first}), why=why)
     return out
 
 
@@ -99,16 +145,17 @@ def node_states(rows, hosts, node_errors):
     return out
 
 
-def verdict(rows, stall_seconds, node_errors=None, step_regex=None, collectives=None):
+def verdict(rows, stall_seconds, node_errors=None, step_regex=None, collectives=None, checkpoint_seconds=None):
     """state (running, stalled, finished, failed, not running, unknown), slowest node, stall and the
     lines to print, from every node's rows. A node whose read failed (node_errors: {node: why})
     makes the state unknown: what the other nodes show says nothing of it. collectives: the lines
-    of the NCCL flight recorder's dumps (flight_recorder.analyse), named with a stall."""
+    of the NCCL flight recorder's dumps (flight_recorder.analyse), named with a stall.
+    checkpoint_seconds: the bound of a checkpoint save whose heartbeats still come (stall)."""
     node_errors = node_errors or {}
     rows = sorted(rows, key=lambda r: r['rank'])
     alive = [r for r in rows if r.get('alive')]
     exited = [r for r in rows if not r.get('alive') and r.get('exit') != 'finished']
-    st = stall(rows, stall_seconds)
+    st = stall(rows, stall_seconds, checkpoint_seconds)
     if st['stalled'] and collectives:
         st['collectives'] = list(collectives)
     slow, slow_why = slowest_node(rows)

@@ -76,3 +76,92 @@ def test_a_marker_that_is_not_a_record_does_not_make_a_tag_complete(tmp_path):
     (tmp_path / 'step20' / gp.CHECKPOINT_DONE).write_text('{"step": ')  # cut short
     (tmp_path / 'latest').write_text('step20\n')
     assert gp.latest_complete_checkpoint(str(tmp_path))[0] == 'step10'
+
+
+# ----- heartbeats while a save runs (Progress.saving) ---------------------------------------------
+def _beats(path):
+    return [line for line in path.read_text().splitlines() if line.startswith('# heartbeat ')]
+
+
+def _fields(line):
+    return dict(word.split('=', 1) for word in line.split()[2:])
+
+
+def test_saving_beats_while_a_slow_save_runs_and_leaves_no_thread(tmp_path):
+    import threading
+    import time
+    progress = gp.Progress(0, 2, str(tmp_path), tensorboard_dir='')
+    progress.step(12, 0.5)
+    before = set(threading.enumerate())
+    with progress.saving(12, interval=0.1) as began:
+        alive = [t for t in threading.enumerate() if t not in before]
+        assert [t.name for t in alive] == ['gpucluster-heartbeat'] and alive[0].daemon
+        time.sleep(0.35)  # the blocking save
+        during = len(_beats(tmp_path / 'rank-0.log'))
+    assert set(threading.enumerate()) == before and not alive[0].is_alive()
+    beats = _beats(tmp_path / 'rank-0.log')
+    # one on the way in, about one every 0.1 s while it saved, then train once it ended
+    assert during >= 3, beats
+    assert all(_fields(b)['phase'] == 'checkpoint' for b in beats[:-1])
+    assert all(_fields(b)['step'] == '12' and float(_fields(b)['since']) == round(began, 3) for b in beats[:-1])
+    times = [float(_fields(b)['time']) for b in beats]
+    assert times == sorted(times) and times[-2] - times[0] >= 0.2
+    assert _fields(beats[-1]) == {'phase': 'train', 'step': '12', 'time': _fields(beats[-1])['time']}
+    time.sleep(0.25)
+    assert len(_beats(tmp_path / 'rank-0.log')) == len(beats)  # no heartbeat after the save
+    progress.done(12)
+    assert (tmp_path / 'rank-0.log').read_text().splitlines()[-1].startswith('# done step=12 ')
+
+
+def test_a_save_that_raises_stops_the_thread_and_says_no_train(tmp_path):
+    import threading
+    import time
+    progress = gp.Progress(0, 1, str(tmp_path), tensorboard_dir='')
+    before = set(threading.enumerate())
+    try:
+        with progress.saving(3, interval=0.05):
+            time.sleep(0.12)
+            raise OSError('No space left on device')
+    except OSError:
+        pass
+    assert set(threading.enumerate()) == before
+    beats = _beats(tmp_path / 'rank-0.log')
+    assert len(beats) >= 2 and all(_fields(b)['phase'] == 'checkpoint' for b in beats)
+
+
+def test_saving_without_a_progress_file_writes_nothing_and_still_ends_its_thread(tmp_path):
+    import threading
+    progress = gp.Progress(1, 2, '', tensorboard_dir='')
+    before = set(threading.enumerate())
+    with progress.saving(5, interval=0.01):
+        pass
+    assert set(threading.enumerate()) == before and not os.listdir(str(tmp_path))
+
+
+def test_the_heartbeat_interval_is_an_option_of_the_examples():
+    import argparse
+    parser = argparse.ArgumentParser()
+    gp.add_arguments(parser)
+    assert parser.parse_args([]).heartbeat_seconds == gp.HEARTBEAT_SECONDS == 10.0
+    assert parser.parse_args(['--heartbeat-seconds', '2.5']).heartbeat_seconds == 2.5
+    assert gp.heartbeat_line('checkpoint', 12, now=7.0, since=5.0) == \
+        'gpucluster-heartbeat phase=checkpoint step=12 since=5.000 time=7.000'
+
+
+def test_both_examples_save_inside_progress_saving():
+    import ast
+    for name, save_call in (('train_tiny.py', 'save'), ('train_fsdp.py', 'dcp.save')):
+        with open(os.path.join(FILES, name)) as handle:
+            tree = ast.parse(handle.read())
+        inside, outside = 0, 0
+        savings = [w for w in ast.walk(tree) if isinstance(w, ast.With)
+                   and any(ast.unparse(i.context_expr).startswith('progress.saving(') for i in w.items)]
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call) or ast.unparse(node.func) != save_call:
+                continue
+            wrapped = any(any(c is node for c in ast.walk(w)) for w in savings)
+            inside, outside = inside + wrapped, outside + (not wrapped)
+        assert inside >= 1 and outside == 0, (name, inside, outside)
+        with open(os.path.join(FILES, name)) as handle:
+            text = handle.read()
+        assert "heartbeat('checkpoint'" not in text and 'heartbeat_seconds' in text, name

@@ -6,31 +6,41 @@ Every rank appends to <progress dir>/rank-<RANK>.log (the job directory's progre
 
     # gpucluster-progress rank=1 host=node-2 pid=4242 world=4 time=1764000000.0
     step=12 loss=0.4321 time=1764000000.125 wait=0.012
-    # heartbeat phase=checkpoint step=12 time=1764000000.2
+    # heartbeat phase=checkpoint step=12 since=1764000000.200 time=1764000000.200
+    # heartbeat phase=checkpoint step=12 since=1764000000.200 time=1764000010.201
     # heartbeat phase=train step=12 time=1764000031.0
     # done step=100 time=1764000060.5 peak_rss_kib=412000
 
 time is the wall clock when the step ended, wait the seconds the rank waited for the others at the
 step's synchronisation point. A heartbeat says what the rank does between two steps (phase
-checkpoint, eval, load or any word; train when it goes back to steps): it holds the stall clock,
-so a checkpoint that takes longer than training_stall_seconds is not called a stall. A script
-without a progress file can print the same line to its log (heartbeat_line(): "gpucluster-heartbeat
-phase=checkpoint step=12 time=..."). Rank 0 also writes TensorBoard event files (loss, steps per second)
+checkpoint, eval, load or any word; train when it goes back to steps): it holds the stall clock.
+since (optional) is when the phase began. A checkpoint save runs inside `with progress.saving(step):`,
+which writes a checkpoint heartbeat every few seconds from a thread while the save runs (each with the
+save's start as since) and a train heartbeat after it: a save longer than training_stall_seconds is
+not a stall, and one longer than training_checkpoint_seconds is (the thread beats on while the main
+thread hangs in a save, so the save's own age is judged). A script without a progress file can print
+the same line to its log (heartbeat_line(): "gpucluster-heartbeat phase=checkpoint step=12
+since=... time=..."). Rank 0 also writes TensorBoard event files (loss, steps per second)
 when the tensorboard package is installed. Import it from a script that sits beside this file.
 
 require_gpus() refuses to run a rank on the CPU when the launch said the job has GPUs
 (GPUCLUSTER_EXPECT_GPUS=<n>, set by training_job in containers and under Slurm with GPUs).
 """
 
+import contextlib
 import json
 import os
 import resource
 import socket
+import threading
 import time
 
 # The file a checkpoint's tag directory holds once every rank wrote its part (the examples write it,
 # then move `latest` onto the tag): a tag without it is a save that did not finish.
 CHECKPOINT_DONE = 'gpucluster.json'
+# Seconds between two heartbeats of a save in progress (Progress.saving, --heartbeat-seconds): well
+# below training_stall_seconds, so a save whose heartbeats stop is told from one that runs.
+HEARTBEAT_SECONDS = 10.0
 
 
 def expected_gpus(environ=None):
@@ -69,6 +79,8 @@ class Progress:
         self.handle = None
         self.writer = None
         self.last = None
+        # the saving() thread writes heartbeats while the main thread is in a save: one line at a time
+        self.lock = threading.Lock()
         if progress_dir:
             os.makedirs(progress_dir, exist_ok=True)
             # line buffered: every step line reaches the shared storage when it is written; a run
@@ -88,11 +100,14 @@ class Progress:
         if self.writer is not None:
             self.writer.add_scalar(tag, value, step)
 
+    def _write(self, line):
+        with self.lock:
+            if self.handle:
+                self.handle.write(line)
+
     def step(self, step, loss, wait=None):
         now = time.time()
-        if self.handle:
-            self.handle.write('step=%d loss=%.6f time=%.3f%s\n'
-                              % (step, loss, now, '' if wait is None else ' wait=%.4f' % wait))
+        self._write('step=%d loss=%.6f time=%.3f%s\n' % (step, loss, now, '' if wait is None else ' wait=%.4f' % wait))
         if self.writer is not None:
             self.writer.add_scalar('train/loss', loss, step)
             if self.last is not None and now > self.last[1]:
@@ -101,10 +116,37 @@ class Progress:
                 self.writer.add_scalar('train/wait_seconds', wait, step)
         self.last = (step, now)
 
-    def heartbeat(self, phase, step=None):
-        """Say what the rank does now (before and after a checkpoint save or an evaluation)."""
-        if self.handle:
-            self.handle.write('# %s\n' % heartbeat_line(phase, step)[len('gpucluster-'):])
+    def heartbeat(self, phase, step=None, since=None):
+        """Say what the rank does now (before and after a checkpoint save or an evaluation); since:
+        when the phase began (seconds since the epoch), written by the heartbeats of a save."""
+        self._write('# %s\n' % heartbeat_line(phase, step, since=since)[len('gpucluster-'):])
+
+    @contextlib.contextmanager
+    def saving(self, step, interval=None, phase='checkpoint', after='train'):
+        """Around a blocking checkpoint save: a `phase` heartbeat now, one every interval seconds
+        (HEARTBEAT_SECONDS when None) from a thread while the save runs, each naming the save's start
+        (since=), and once it ended an `after` heartbeat (none when the save raised). The thread is
+        stopped and joined on the way out, whatever the save did."""
+        interval = HEARTBEAT_SECONDS if interval is None else float(interval)
+        if interval <= 0:
+            raise ValueError('the heartbeat interval must be above 0 seconds (got %s)' % interval)
+        began = time.time()
+        self.heartbeat(phase, step, since=began)
+        stop = threading.Event()
+
+        def beat():
+            while not stop.wait(interval):
+                self.heartbeat(phase, step, since=began)
+
+        thread = threading.Thread(target=beat, name='gpucluster-heartbeat', daemon=True)
+        thread.start()
+        try:
+            yield began
+        finally:
+            stop.set()
+            thread.join()
+        if after:
+            self.heartbeat(after, step)
 
     def sync_point(self, dist, tensor, step, first_step, args):
         """Before the step's work: the delay injected on purpose (args), then the all-reduce of the
@@ -131,22 +173,26 @@ class Progress:
 
     def done(self, step):
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-        if self.handle:
-            self.handle.write('# done step=%d time=%.3f peak_rss_kib=%d\n' % (step, time.time(), peak))
-            self.handle.close()
-            self.handle = None
+        with self.lock:
+            if self.handle:
+                self.handle.write('# done step=%d time=%.3f peak_rss_kib=%d\n' % (step, time.time(), peak))
+                self.handle.close()
+                self.handle = None
         if self.writer is not None:
             self.writer.flush()
             self.writer.close()
             self.writer = None
 
 
-def heartbeat_line(phase, step=None, now=None):
-    """The heartbeat words: "gpucluster-heartbeat phase=checkpoint step=12 time=1764000000.200".
+def heartbeat_line(phase, step=None, now=None, since=None):
+    """The heartbeat words: "gpucluster-heartbeat phase=checkpoint step=12 time=1764000000.200", with
+    since=<when the phase began> before time when given ("... step=12 since=1764000000.000 time=...").
     Printed as is to a job's log, it is read from there (scripts without a progress file)."""
     words = 'gpucluster-heartbeat phase=%s' % phase
     if step is not None:
         words += ' step=%d' % step
+    if since is not None:
+        words += ' since=%.3f' % since
     return '%s time=%.3f' % (words, time.time() if now is None else now)
 
 
@@ -227,6 +273,10 @@ def add_arguments(parser):
     parser.add_argument('--slow-host', default='', help='host whose ranks sleep --slow-seconds before each step')
     parser.add_argument('--slow-seconds', type=float, default=0.0)
     parser.add_argument('--progress-dir', default='progress', help='per-rank progress files ("" for none)')
+    parser.add_argument('--save-delay', type=float, default=0.0,
+                        help='seconds every rank sleeps inside each save (stands in for a slow filer)')
+    parser.add_argument('--heartbeat-seconds', type=float, default=HEARTBEAT_SECONDS,
+                        help='seconds between two heartbeats while a checkpoint is saved')
     parser.add_argument('--tensorboard-dir', default='tensorboard', help='TensorBoard event files of rank 0 ("" for none)')
     parser.add_argument('--seed', type=int, default=1234)
 

@@ -96,23 +96,22 @@ def latest(directory):
     return os.path.join(directory, name), int(name[4:])
 
 
-def save(directory, step, model, optimizer, world, rank, progress):
-    # heartbeats before and after the save: a long save is not a stall
-    progress.heartbeat('checkpoint', step)
-    path = os.path.join(directory, 'step%d' % step)
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    dcp.save({'model': model_sd, 'optim': optim_sd}, checkpoint_id=path)
-    dist.barrier()
-    if rank == 0:
-        with open(os.path.join(path, 'gpucluster.json'), 'w') as handle:
-            json.dump({'step': step, 'world_size': world, 'saved': time.time()}, handle)
-        tmp = os.path.join(directory, 'latest.tmp')
-        with open(tmp, 'w') as handle:
-            handle.write('step%d\n' % step)
-        os.replace(tmp, os.path.join(directory, 'latest'))
-        print('saved sharded checkpoint %s (step %d, world %d)' % (path, step, world), flush=True)
-    dist.barrier()
-    progress.heartbeat('train', step)
+def save(directory, step, model, optimizer, world, rank, progress, heartbeat_seconds=None):
+    # heartbeats while the save runs: a long save is not a stall (training_checkpoint_seconds bounds it)
+    with progress.saving(step, heartbeat_seconds):
+        path = os.path.join(directory, 'step%d' % step)
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        dcp.save({'model': model_sd, 'optim': optim_sd}, checkpoint_id=path)
+        dist.barrier()
+        if rank == 0:
+            with open(os.path.join(path, 'gpucluster.json'), 'w') as handle:
+                json.dump({'step': step, 'world_size': world, 'saved': time.time()}, handle)
+            tmp = os.path.join(directory, 'latest.tmp')
+            with open(tmp, 'w') as handle:
+                handle.write('step%d\n' % step)
+            os.replace(tmp, os.path.join(directory, 'latest'))
+            print('saved sharded checkpoint %s (step %d, world %d)' % (path, step, world), flush=True)
+        dist.barrier()
 
 
 def main():
@@ -182,12 +181,12 @@ def main():
         if rank == 0:
             print('step %d loss %.6f elapsed %.3f' % (step, loss.item(), time.time() - STARTED), flush=True)
         if args.checkpoint_dir and args.save_every and step % args.save_every == 0:
-            save(args.checkpoint_dir, step, model, optimizer, world, rank, progress)
+            save(args.checkpoint_dir, step, model, optimizer, world, rank, progress, args.heartbeat_seconds)
         if args.step_delay:
             time.sleep(args.step_delay)
 
     if args.checkpoint_dir and start_step < args.steps and not (args.save_every and args.steps % args.save_every == 0):
-        save(args.checkpoint_dir, args.steps, model, optimizer, world, rank, progress)
+        save(args.checkpoint_dir, args.steps, model, optimizer, world, rank, progress, args.heartbeat_seconds)
     progress.finish(dist, loss.detach().float().reshape(1).clone(), args.steps, backend)
 
 

@@ -93,6 +93,8 @@ def save(engine, args, step, rank, world):
             os.unlink(os.path.join(args.checkpoint_dir, tag, CHECKPOINT_DONE))
         except OSError:
             pass
+    if args.save_delay:
+        time.sleep(args.save_delay)
     engine.save_checkpoint(args.checkpoint_dir, tag=tag, client_state={'step': step}, save_latest=False)
     if rank == 0:
         commit_checkpoint(args.checkpoint_dir, tag, step, world, zero_stage=engine.zero_optimization_stage())
@@ -182,17 +184,15 @@ def main():
         if rank == 0:
             print('step %d loss %.6f elapsed %.3f' % (step, loss.item(), time.time() - STARTED), flush=True)
         if args.checkpoint_dir and args.save_every and step % args.save_every == 0:
-            # heartbeats before and after the save: a long save is not a stall
-            progress.heartbeat('checkpoint', step)
-            save(engine, args, step, rank, world)
-            progress.heartbeat('train', step)
+            # heartbeats while the save runs: a long save is not a stall (training_checkpoint_seconds bounds it)
+            with progress.saving(step, args.heartbeat_seconds):
+                save(engine, args, step, rank, world)
         if args.step_delay:
             time.sleep(args.step_delay)
 
     if args.checkpoint_dir and args.steps > start_step and not (args.save_every and args.steps % args.save_every == 0):
-        progress.heartbeat('checkpoint', args.steps)
-        save(engine, args, args.steps, rank, world)
-        progress.heartbeat('train', args.steps)
+        with progress.saving(args.steps, args.heartbeat_seconds):
+            save(engine, args, args.steps, rank, world)
     # The loss of the last step, averaged over ranks.
     progress.finish(dist, loss.detach().to(device=device, dtype=torch.float32), args.steps, backend)
 

@@ -57,3 +57,20 @@ def test_a_stall_names_the_collective_the_flight_recorder_dumps_show(tmp_path):
     # no dumps (a CPU job, or no timeout yet): the stall is reported without them
     view = training_progress_view([{'ranks': rows[:1], 'flight': {}}, {'ranks': rows[1:]}], ['head', 'w1'], 60, 'j-1')
     assert view['state'] == 'stalled' and view['stall']['collectives'] is None
+
+
+def test_the_checkpoint_bound_is_passed_through_to_the_stall_rule():
+    # both ranks save since 900 s, their heartbeats 5 s old: within training_checkpoint_seconds, then past it
+    saving = dict(ROW, seconds_since_step=900.0, seconds_since_heartbeat=5.0, phase='checkpoint', phase_s=900.0)
+    results = [{'ranks': [saving]}, {'ranks': [dict(saving, node='w1', rank=1)]}]
+    assert training_progress_view(results, ['head', 'w1'], 600, 'j-1', None, checkpoint_seconds=1800)['state'] == 'running'
+    # as Ansible passes it from -e: a string
+    assert training_progress_view(results, ['head', 'w1'], '600', 'j-1', None, checkpoint_seconds='1800')['state'] == 'running'
+    view = training_progress_view(results, ['head', 'w1'], 600, 'j-1', None, checkpoint_seconds=600)
+    assert view['state'] == 'stalled'
+    assert view['stall']['why'].startswith('a checkpoint save running for 900 s (training_checkpoint_seconds 600)')
+    # without the bound (the filter's default) a save that beats is judged by its heartbeats alone
+    assert training_progress_view(results, ['head', 'w1'], 600, 'j-1')['state'] == 'running'
+    stopped = dict(saving, seconds_since_heartbeat=700.0)
+    quiet = [{'ranks': [stopped]}, {'ranks': [dict(stopped, node='w1', rank=1)]}]
+    assert training_progress_view(quiet, ['head', 'w1'], 600, 'j-1', None, checkpoint_seconds=1800)['state'] == 'stalled'

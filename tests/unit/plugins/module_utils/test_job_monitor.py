@@ -251,15 +251,49 @@ def test_the_examples_write_heartbeats_around_their_checkpoint_saves(tmp_path):
     assert jm.progress_figures(parsed, parsed['heartbeats'][0]['time'] + 5)['phase'] == 'checkpoint'
     assert helper.heartbeat_line('eval', 3, now=7.0) == 'gpucluster-heartbeat phase=eval step=3 time=7.000'
     with open(os.path.join(EXAMPLES, 'train_tiny.py')) as handle:
-        tiny = [line.strip() for line in handle]
+        tiny = [line.rstrip() for line in handle]
     # DeepSpeed's save_checkpoint is called once, in save(); both calls of save() (every --save-every
-    # steps and at the end) are between a checkpoint and a train heartbeat
+    # steps and at the end) run inside progress.saving(), which beats while they save
     assert len([line for line in tiny if 'engine.save_checkpoint(' in line]) == 1
-    saves = [i for i, line in enumerate(tiny) if line.startswith('save(engine, args, ')]
+    saves = [i for i, line in enumerate(tiny) if line.strip().startswith('save(engine, args, ')]
     assert len(saves) == 2
     for i in saves:
-        assert tiny[i - 1].startswith("progress.heartbeat('checkpoint'") and tiny[i + 1].startswith("progress.heartbeat('train'")
+        indent = len(tiny[i]) - len(tiny[i].lstrip())
+        assert tiny[i - 1].strip().startswith('with progress.saving(')
+        assert len(tiny[i - 1]) - len(tiny[i - 1].lstrip()) == indent - 4  # save() is the with's body
+    assert "progress.heartbeat('checkpoint'" not in '\n'.join(tiny)
     with open(os.path.join(EXAMPLES, 'train_fsdp.py')) as handle:
         fsdp = handle.read()
     body = fsdp[fsdp.index('def save('):fsdp.index('def main(')]
-    assert body.index("progress.heartbeat('checkpoint'") < body.index('dcp.save(') < body.index("progress.heartbeat('train'")
+    lines = body.splitlines()
+    opening = next(i for i, line in enumerate(lines) if line.strip().startswith('with progress.saving('))
+    inside = [line for line in lines[opening + 1:] if line.strip()]
+    assert all(line.startswith(' ' * 8) for line in inside)  # the whole save, its barriers too
+    assert any('dcp.save(' in line for line in inside) and any('dist.barrier()' in line for line in inside)
+
+
+def test_the_heartbeats_of_a_save_date_its_phase_from_its_start(tmp_path):
+    text = ('# gpucluster-progress rank=0 host=head pid=1 world=2 time=1000.0\n'
+            'step=140 loss=0.5 time=1100.0\n'
+            '# heartbeat phase=checkpoint step=140 since=1100.500 time=1100.500\n'
+            '# heartbeat phase=checkpoint step=140 since=1100.500 time=1110.500\n')
+    figures = jm.progress_figures(jm.parse_progress(text), 1120.5)
+    assert figures['phase'] == 'checkpoint' and figures['phase_s'] == pytest.approx(20.0)
+    assert figures['seconds_since_heartbeat'] == pytest.approx(10.0)
+    # the heartbeats before the read may have been cut (only the last kept): since still dates the save
+    last = text.splitlines()
+    figures = jm.progress_figures(jm.parse_progress('\n'.join(last[:2] + last[3:]) + '\n'), 1120.5)
+    assert figures['phase_s'] == pytest.approx(20.0)
+    # the same words in a log, without time: dated by the log's last write, the save by since
+    log = 'step 140 loss 0.5\n[rank0] gpucluster-heartbeat phase=checkpoint step=140 since=1100.500\n'
+    figures = jm.progress_figures(jm.parse_log(log, 'step [0-9]+ loss', mtime=1110.0), 1120.5)
+    assert figures['phase'] == 'checkpoint' and figures['phase_s'] == pytest.approx(20.0)
+    # the line the examples write, read back by the node side
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('gpucluster_progress', os.path.join(EXAMPLES, 'gpucluster_progress.py'))
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    line = helper.heartbeat_line('checkpoint', 140, now=1110.5, since=1100.5)
+    assert line == 'gpucluster-heartbeat phase=checkpoint step=140 since=1100.500 time=1110.500'
+    beats = jm.parse_progress('step=140 loss=0.5 time=1100.0\n# %s\n' % line[len('gpucluster-'):])['heartbeats']
+    assert beats == [{'phase': 'checkpoint', 'step': 140, 'since': 1100.5, 'time': 1110.5}]

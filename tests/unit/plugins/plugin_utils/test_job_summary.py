@@ -21,11 +21,12 @@ def test_a_running_job_names_its_files_and_every_command_to_go_on_with_the_inven
 
 def test_a_finished_job_on_the_lab_names_its_directory_on_this_machine_and_has_nothing_to_stop():
     lines = js.summary_lines('tiny-1', '/shared/jobs/tiny-1', NODES, 'succeeded',
-                             local_jobs_dir='/work/.lab/gpucluster-lab/shared/jobs', supervised=True)
+                             local_jobs_dir='/work/.lab/gpucluster-lab/shared/jobs',
+                             supervised='lab-head:/var/lib/gpucluster/supervise/tiny-1/events.jsonl')
     assert lines[0].startswith('job tiny-1 finished')
     assert lines[1] == ('job directory: /shared/jobs/tiny-1 on every node, /work/.lab/gpucluster-lab/shared/jobs/tiny-1 '
                         'on this machine')
-    assert 'supervisor events: /work/.lab/gpucluster-lab/shared/jobs/tiny-1/events.jsonl' in lines
+    assert 'supervisor events: lab-head:/var/lib/gpucluster/supervise/tiny-1/events.jsonl' in lines
     assert not any(line.startswith('stop:') for line in lines)
     assert 'logs: /work/.lab/gpucluster-lab/shared/jobs/tiny-1/logs/<node>.log' in lines[2]
 

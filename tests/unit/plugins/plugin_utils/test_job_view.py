@@ -154,3 +154,94 @@ def test_nothing_tracked_is_said_plainly_and_stall_detection_is_off():
     assert ('no steps tracked: the script writes no progress file and no log line matches '
             'training_progress_regex (step [0-9]+ loss); stall detection is off for this job') in view['lines']
     assert 'no steps tracked' in jv.rank_line(rows[0])
+
+
+# ----- a save judged by training_checkpoint_seconds ------------------------------------------------
+def _saving(began, last_beat, step=140, step_time=None, every=10.0):
+    """The progress file of a rank that logged step `step` then entered `with progress.saving(step):`
+    at began: a checkpoint heartbeat every `every` seconds up to last_beat, each naming the save's start."""
+    step_time = began - 0.1 if step_time is None else step_time
+    text = ('# gpucluster-progress rank=0 host=head pid=1 world=2 time=%.3f\n' % (step_time - 100)
+            + 'step=%d loss=0.5 time=%.3f\n' % (step, step_time))
+    beat = began
+    while beat <= last_beat:
+        text += '# heartbeat phase=checkpoint step=%d since=%.3f time=%.3f\n' % (step, began, beat)
+        beat += every
+    return text
+
+
+def test_a_save_longer_than_the_stall_bound_but_within_the_checkpoint_bound_is_not_stalled():
+    # both ranks have been saving for 900 s (the stall bound is 600 s), their heartbeats 5 s old
+    text = _saving(1000.0, 1895.0)
+    rows = [live_row(text, 1900.0, rank=0), live_row(text, 1900.0, node='worker', rank=1)]
+    assert rows[0]['phase'] == 'checkpoint' and rows[0]['phase_s'] == pytest.approx(900.0)
+    assert rows[0]['seconds_since_step'] > 600
+    st = jv.stall(rows, 600, checkpoint_seconds=1800)
+    assert not st['stalled'], st
+    view = jv.verdict(rows, 600, checkpoint_seconds=1800)
+    assert view['state'] == 'running', view['lines']
+    assert any('saving checkpoint since 900 s' in line for line in view['lines']), view['lines']
+
+
+def test_a_save_longer_than_the_checkpoint_bound_is_stalled_and_says_so():
+    # a hung save: the heartbeat thread beats on (5 s old), the save began 1900 s ago
+    text = _saving(1000.0, 2895.0)
+    rows = [live_row(text, 2900.0, rank=0), live_row(text, 2900.0, node='worker', rank=1)]
+    st = jv.stall(rows, 600, checkpoint_seconds=1800)
+    assert st['stalled'] and st['ranks'] == [0, 1] and st['nodes'] == ['head', 'worker'], st
+    assert 'a checkpoint save running for 1900 s (training_checkpoint_seconds 1800)' in st['why'], st['why']
+    assert 'no rank logged a step or heartbeat' not in st['why']  # they did: their heartbeats are recent
+    view = jv.verdict(rows, 600, checkpoint_seconds=1800)
+    assert view['state'] == 'stalled'
+    assert any(line.startswith('stalled: a checkpoint save running for 1900 s') for line in view['lines']), view['lines']
+    # just under the bound it runs
+    rows = [live_row(_saving(1000.0, 2795.0), 2799.0, rank=r) for r in (0, 1)]
+    assert not jv.stall(rows, 600, checkpoint_seconds=1800)['stalled']
+
+
+def test_the_rank_still_saving_past_the_bound_is_named_when_the_others_went_back_to_steps():
+    saving = _saving(1000.0, 2895.0)
+    # rank 1 finished its part, said so, and waits in the next step's collective since
+    done = _saving(1000.0, 1010.0) + '# heartbeat phase=train step=140 time=1020.0\n'
+    rows = [live_row(saving, 2900.0, rank=0), live_row(done, 2900.0, node='worker', rank=1)]
+    assert rows[1]['phase'] is None
+    st = jv.stall(rows, 600, checkpoint_seconds=1800)
+    assert st['stalled'] and st['ranks'] == [0] and st['nodes'] == ['head'], st
+    assert st['why'].startswith('a checkpoint save running for 1900 s (training_checkpoint_seconds 1800) on '
+                                'rank 0 on head; no other rank logged a step or heartbeat for 1880 s'), st['why']
+    # within the save bound, the rank waiting for it is not a stall of its own
+    rows = [live_row(_saving(1000.0, 1895.0), 1900.0, rank=0), live_row(done, 1900.0, node='worker', rank=1)]
+    assert not jv.stall(rows, 600, checkpoint_seconds=1800)['stalled']
+
+
+def test_a_save_whose_heartbeats_stopped_is_stalled_by_the_stall_bound():
+    # the process died inside the save or is frozen whole (heartbeat thread too): last beat 700 s old
+    text = _saving(1000.0, 1200.0)
+    rows = [live_row(text, 1900.0, rank=r) for r in (0, 1)]
+    st = jv.stall(rows, 600, checkpoint_seconds=1800)
+    assert st['stalled'] and st['why'].startswith('no rank logged a step or heartbeat for 700 s or more'), st['why']
+    assert 'has been saving checkpoint for 900 s' in st['why']
+    # the single heartbeat an older script writes before its save: the same as before
+    old = ('# gpucluster-progress rank=0 host=head pid=1 world=2 time=1000.0\n'
+           'step=140 loss=0.5 time=1100.0\n# heartbeat phase=checkpoint step=140 time=1100.1\n')
+    rows = [live_row(old, 1800.0, rank=0), live_row(old, 1800.0, node='worker', rank=1)]
+    assert jv.verdict(rows, 600, checkpoint_seconds=1800)['state'] == 'stalled'
+
+
+def test_a_rank_without_step_or_heartbeat_is_stalled_as_before_with_a_checkpoint_bound():
+    text = ('# gpucluster-progress rank=0 host=head pid=1 world=2 time=1000.0\n'
+            'step=140 loss=0.5 time=1100.0\n')
+    rows = [live_row(text, 1701.0, rank=0), live_row(text, 1701.0, node='worker', rank=1)]
+    for bound in (None, 1800, 10):
+        st = jv.stall(rows, 600, checkpoint_seconds=bound)
+        assert st['stalled'] and st['ranks'] == [0, 1], (bound, st)
+        assert st['why'].startswith('no rank logged a step or heartbeat for 601 s or more (every rank stopped '
+                                    'after step 140'), st['why']
+    assert not jv.stall([live_row(text, 1699.0, rank=r) for r in (0, 1)], 600, checkpoint_seconds=1800)['stalled']
+
+
+def test_without_a_checkpoint_bound_a_save_that_beats_is_never_stalled_as_before():
+    text = _saving(1000.0, 9995.0)
+    rows = [live_row(text, 10000.0, rank=r) for r in (0, 1)]
+    assert not jv.stall(rows, 600)['stalled']
+    assert jv.verdict(rows, 600)['state'] == 'running'

@@ -1,0 +1,125 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""The supervisor host's inventory of the cluster, written from the controller's (roles/supervisor)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory_contract
+
+DOCUMENTATION = r'''
+name: supervisor_inventory
+short_description: the cluster's inventory as the supervisor host reaches it
+description:
+  - The groups and hosts of the controller's inventory that the cluster is made of (every group that
+    holds a host of the cluster, the spares or the supervisor), each host by its cluster address, reached
+    as root with the supervisor's own key and its pinned host keys.
+  - Every variable the controller's inventory gives a host is kept (the cluster's settings, the roles'
+    settings, the per-node slots), except the controller's connection settings (C(ansible_*) but for
+    C(ansible_python_interpreter)), Ansible's own names, facts and registered results (C(__*)), and
+    C(training_local_jobs_dir) (a path on the controller). Values equal on every host go to C(all.vars).
+options:
+  _input:
+    description: C(hostvars).
+    type: dict
+    required: true
+  groups:
+    description: C(groups).
+    type: dict
+    required: true
+  hosts:
+    description: the hosts to write (the cluster's, the spares, the supervisor host).
+    type: list
+    elements: str
+    required: true
+  key_file:
+    description: the supervisor's private key on the supervisor host.
+    type: str
+    required: true
+  known_hosts:
+    description: the known_hosts file of the pinned host keys on the supervisor host.
+    type: str
+    required: true
+'''
+
+MAGIC = frozenset(('inventory_hostname', 'inventory_hostname_short', 'group_names', 'groups', 'hostvars', 'omit',
+                   'playbook_dir', 'play_hosts', 'role_name', 'role_names', 'role_path', 'inventory_dir',
+                   'inventory_file', 'environment', 'vars', 'module_setup', 'gather_subset', 'discovered_interpreter_python',
+                   'training_local_jobs_dir'))
+KEPT_ANSIBLE = frozenset(('ansible_python_interpreter',))
+
+
+def _plain(value):
+    if isinstance(value, dict) or hasattr(value, 'items'):
+        return dict((str(k), _plain(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def kept(name):
+    """Whether a host variable of the controller's inventory goes to the supervisor's."""
+    if name in MAGIC or name.startswith('_'):
+        return False
+    return not name.startswith('ansible_') or name in KEPT_ANSIBLE
+
+
+def supervisor_inventory(hostvars, groups, hosts, key_file, known_hosts):
+    hosts = [h for h in hosts]
+    per_host = {}
+    for host in hosts:
+        if host not in hostvars:
+            raise AnsibleFilterError('supervisor_inventory: host %s is not in the inventory' % host)
+        here = hostvars[host]
+        keep = {}
+        for name in sorted(here.keys()):
+            if kept(name):
+                keep[name] = _plain(here[name])
+        keep['ansible_host'] = inventory_contract.address_of(here, host)
+        per_host[host] = keep
+    common = {}
+    if per_host:
+        first = per_host[hosts[0]]
+        for name, value in first.items():
+            if name != 'ansible_host' and all(per_host[h].get(name, object()) == value for h in hosts[1:]) \
+                    and all(name in per_host[h] for h in hosts):
+                common[name] = value
+    common.update({
+        'ansible_user': 'root',
+        'ansible_become': False,
+        'ansible_ssh_private_key_file': key_file,
+        'ansible_ssh_common_args': '-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes'
+                                   % known_hosts,
+    })
+    children = {}
+    for group in sorted(groups.keys()):
+        if group in ('all', 'ungrouped'):
+            continue
+        members = [h for h in groups[group] if h in per_host]
+        if members:
+            children[group] = {'hosts': dict((h, dict((k, v) for k, v in sorted(per_host[h].items())
+                                                      if k not in common or k == 'ansible_host'))
+                                             for h in members)}
+    for group in children.values():
+        for name, host_vars in group['hosts'].items():
+            if not host_vars:
+                group['hosts'][name] = None
+    return {'all': {'vars': dict(sorted(common.items())), 'children': children}}
+
+
+def supervisor_host(groups):
+    """The host that supervises the jobs: the first of the supervisor group, else the head."""
+    for group in ('supervisor', 'head'):
+        hosts = list((groups or {}).get(group) or [])
+        if hosts:
+            return hosts[0]
+    raise AnsibleFilterError('supervisor_host: the inventory has no head group (and no supervisor group)')
+
+
+class FilterModule:
+    def filters(self):
+        return {'supervisor_inventory': supervisor_inventory, 'supervisor_host': supervisor_host}
