@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Seconds from a fault to the supervised job's next step, and steps lost against the checkpoint
 # interval: a supervised DeepSpeed job (train_tiny.py, --save-every SAVE_EVERY) whose rank on WORKER
-# is killed ROUNDS times, once per job; each round reads the job's events.jsonl on the head.
+# is killed ROUNDS times, once per job; each round reads the job's events on the supervisor host (the head).
 #   benchmarks/supervise_recovery.sh     # INV=lab/inventory WORKER=<a worker> ROUNDS=3 SAVE_EVERY=5
-# The head needs what a supervised job needs (training_supervise_inventory, ansible-playbook and this
-# collection there, see roles/training/README.md): pass them with EXTRA='-e training_supervise_inventory=...'.
+# On a cluster site.yml set up (its supervisor step prepares the head); more -e options in EXTRA.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
@@ -21,6 +20,9 @@ read -r -a extra <<< "${EXTRA:-}"
 # a command's output on one node, its lines as they are (the first line of ansible's answer is the host's)
 on() { ansible -i "$INV" "$1" -b --become-user "${TRAIN_USER:-train}" -m ansible.builtin.command -a "$2" 2>/dev/null \
          | sed '1d'; }
+# the supervisor's events of a job, root's on the supervisor host
+events_of() { ansible -i "$INV" "$HEAD" -b -m ansible.builtin.command -a "cat /var/lib/gpucluster/supervise/$1/events.jsonl" \
+                2>/dev/null | sed '1d'; }
 
 to_seen=(); to_step=(); lost=()
 for round in $(seq 1 "$ROUNDS"); do
@@ -41,10 +43,10 @@ for round in $(seq 1 "$ROUNDS"); do
   fault=$(date +%s.%N)
   on "$WORKER" "kill -9 $pid" >/dev/null
   for _ in $(seq 1 300); do
-    on "$HEAD" "cat $JOBS_DIR/$job/events.jsonl" | grep -q '"event": "\(training\|gave_up\)"' && break
+    events_of "$job" | grep -q '"event": "\(training\|gave_up\)"' && break
     sleep 2
   done
-  events=$(on "$HEAD" "cat $JOBS_DIR/$job/events.jsonl")
+  events=$(events_of "$job")
   read -r seen secs steps < <(EVENTS=$events python3 - "$fault" <<'PY'
 import json, os, sys
 events = [json.loads(l) for l in os.environ['EVENTS'].splitlines() if l.strip()]

@@ -16,10 +16,10 @@ description:
   - The groups and hosts of the controller's inventory that the cluster is made of (every group that
     holds a host of the cluster, the spares or the supervisor), each host by its cluster address, reached
     as root with the supervisor's own key and its pinned host keys.
-  - Every variable the controller's inventory gives a host is kept (the cluster's settings, the roles'
-    settings, the per-node slots), except the controller's connection settings (C(ansible_*) but for
-    C(ansible_python_interpreter)), Ansible's own names, facts and registered results (C(__*)), and
-    C(training_local_jobs_dir) (a path on the controller). Values equal on every host go to C(all.vars).
+  - The settings the supervisor's runs read are kept (C(cluster_*), the settings of the roles train.yml and
+    health.yml run, C(node_slots), C(gpu_slots), C(ansible_python_interpreter)); the controller's connection
+    settings, facts, results a run computed and C(training_local_jobs_dir) (a path on the controller) are not.
+    Values equal on every host go to C(all.vars).
 options:
   _input:
     description: C(hostvars).
@@ -44,11 +44,14 @@ options:
     required: true
 '''
 
-MAGIC = frozenset(('inventory_hostname', 'inventory_hostname_short', 'group_names', 'groups', 'hostvars', 'omit',
-                   'playbook_dir', 'play_hosts', 'role_name', 'role_names', 'role_path', 'inventory_dir',
-                   'inventory_file', 'environment', 'vars', 'module_setup', 'gather_subset', 'discovered_interpreter_python',
-                   'training_local_jobs_dir'))
-KEPT_ANSIBLE = frozenset(('ansible_python_interpreter',))
+# What the supervisor's runs (train.yml, health.yml) read: the cluster-wide settings, the settings of the
+# roles they run and chain to, and the contract's per-node values. Results a run computes (set_fact) and the
+# controller's own paths are not settings.
+KEPT_PREFIXES = ('cluster_', 'training_', 'health_', 'nccl_env_', 'python_env_', 'container_', 'slurm_', 'ray_',
+                 'nvidia_driver_', 'node_tools_', 'nfs_client_')
+KEPT_NAMES = frozenset(('node_slots', 'gpu_slots', 'ansible_python_interpreter'))
+COMPUTED = frozenset(('training_result', 'training_progress', 'training_local_jobs_dir', 'node_tools_os_packages',
+                      'node_tools_os_name'))
 
 
 def _plain(value):
@@ -63,9 +66,9 @@ def _plain(value):
 
 def kept(name):
     """Whether a host variable of the controller's inventory goes to the supervisor's."""
-    if name in MAGIC or name.startswith('_'):
+    if name in COMPUTED:
         return False
-    return not name.startswith('ansible_') or name in KEPT_ANSIBLE
+    return name in KEPT_NAMES or name.startswith(KEPT_PREFIXES)
 
 
 def supervisor_inventory(hostvars, groups, hosts, key_file, known_hosts):

@@ -228,7 +228,10 @@ class Torchrun(Launcher):
 
     def command(self):
         j = self.job
-        return tr.torchrun_command(j.bin, len(j.nodes), j.slots, j.p['master_addr'], j.p['master_port'], j.job_id,
+        # each attempt of a supervised job rendezvous under its own id: agents left from an earlier one never join
+        attempt = str(j.env.get('GPUCLUSTER_ATTEMPT') or '1')
+        rdzv_id = j.job_id if attempt in ('', '1') else '%s-attempt%s' % (j.job_id, attempt)
+        return tr.torchrun_command(j.bin, len(j.nodes), j.slots, j.p['master_addr'], j.p['master_port'], rdzv_id,
                                    j.p['script'], j.p['script_args'], log_dir=os.path.join(j.rank_log_dir, j.me),
                                    local_addr=j.node['address'])
 

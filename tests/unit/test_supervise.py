@@ -155,8 +155,12 @@ def test_the_health_report_names_failing_nodes_and_those_it_has_no_record_of():
 def test_the_event_log_tells_the_story_and_the_summary_counts_restarts_steps_and_time_lost(tmp_path, monkeypatch):
     clock = iter([100.0, 130.0, 140.0, 160.0, 190.0, 400.0, 420.0, 450.0, 470.0, 800.0])
     monkeypatch.setattr(sv.time, 'time', lambda: next(clock))
-    job = str(tmp_path)
-    sv.event(job, 'supervising', nodes=NODES)
+    job = str(tmp_path)  # the supervisor's state directory
+    umask = os.umask(0o077)  # users read the events whatever the supervisor's umask
+    try:
+        sv.event(job, 'supervising', nodes=NODES)
+    finally:
+        os.umask(umask)
     sv.event(job, 'fault', seen='unreachable', nodes=['w1'], step=23, last_step_time=120.0, why='w1 could not be read')
     sv.event(job, 'job_stopped', why='stop ended with rc 2')
     sv.event(job, 'restart', nodes=['head', 'w2'], left_out=['w1'], resume_step=20, lost_steps=3, attempt=1)
@@ -167,10 +171,12 @@ def test_the_event_log_tells_the_story_and_the_summary_counts_restarts_steps_and
     sv.event(job, 'done', why='the job finished', step=100)
     with open(os.path.join(job, 'events.jsonl'), 'a') as handle:
         handle.write('{"event": "fau')  # a line cut short by a crash is skipped
-    events = sv.read_events(os.path.join(job, 'events.jsonl'))
+    events = sv.read_events(job)
     assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'restart', 'training', 'fault',
                                             'restart', 'training', 'done']
+    assert sv.read_events(os.path.join(job, 'events.jsonl')) == events  # the file itself (the report page's reader)
     assert json.loads(open(os.path.join(job, 'events.jsonl')).readline())['time'] == 100.0
+    assert os.stat(os.path.join(job, 'events.jsonl')).st_mode & 0o777 == 0o644  # users read the events
     summary = sv.summarize(events)
     # time lost: 120 -> 190 and 395 -> 450
     assert summary == {'restarts': 2, 'steps_lost': 7, 'time_lost_s': 125.0, 'faults': 2, 'left_out': ['w1'],
@@ -197,18 +203,29 @@ def test_two_supervisors_never_act_on_one_job(tmp_path):
 
 
 def test_the_report_says_who_supervises_the_job_or_that_nobody_does(tmp_path):
-    (tmp_path / 'supervise').mkdir()
-    (tmp_path / 'supervise' / 'supervisor.json').write_text(json.dumps(
+    # everything in the supervisor's state directory: its heartbeat, its events, its lock
+    (tmp_path / 'supervisor.json').write_text(json.dumps(
         {'unit': 'gpucluster-supervise@j-1.service', 'pid': 4242, 'host': 'head', 'doing': 'reading',
          'time': NOW - 5, 'restarts': 1}))
     (tmp_path / 'events.jsonl').write_text(json.dumps({'event': 'supervising', 'time': NOW - 60}) + '\n')
-    held = sv.lock(str(tmp_path / 'supervise' / 'lock'))
+    held = sv.lock(str(tmp_path / 'lock'))
     lines = sv.report(str(tmp_path), NOW)
     assert lines[0] == 'supervised by gpucluster-supervise@j-1.service (pid 4242 on head, reading 5 s ago; restarts 1)'
     assert lines[1].startswith('supervision: supervised; 0 restart(s)')
+    # the report only looks: the supervisor still holds its lock after it
+    assert sv.lock(str(tmp_path / 'lock')) is None
+    # and a report that looks at the same time as another is not taken for a supervisor
+    import fcntl
+    with open(str(tmp_path / 'lock')) as looking:
+        held.close()
+        fcntl.flock(looking, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        assert sv.lock_held(str(tmp_path / 'lock')) is False
+    held = sv.lock(str(tmp_path / 'lock'))
+    assert sv.lock_held(str(tmp_path / 'lock')) is True
     held.close()  # the supervisor died: the job runs on, and status says so
-    assert sv.report(str(tmp_path), NOW)[0] == ('nobody supervises this job (no supervisor holds %s/supervise/lock)'
-                                                % tmp_path)
+    assert sv.report(str(tmp_path), NOW)[0] == 'nobody supervises this job (no supervisor holds %s/lock)' % tmp_path
+    (tmp_path / 'lock').unlink()  # never supervised here
+    assert sv.report(str(tmp_path), NOW)[0].startswith('nobody supervises this job')
 
 
 def test_a_stopped_supervisor_ends_its_playbook_run_but_not_a_job_started_in_a_session_of_its_own(tmp_path):
@@ -218,9 +235,10 @@ def test_a_stopped_supervisor_ends_its_playbook_run_but_not_a_job_started_in_a_s
     playbook = tmp_path / 'ansible-playbook'
     playbook.write_text('#!/bin/bash\nsetsid sleep 60 & echo $! > %s/job.pid\nsleep 60\n' % tmp_path)
     playbook.chmod(0o755)
-    (tmp_path / 'supervise').mkdir()
-    settings = {'job_id': 'j-1', 'job_dir': str(tmp_path), 'nodes': NODES, 'ansible_playbook': str(playbook),
-                'inventory': 'inv', 'vars_file': 'vars.json', 'action_timeout': 30}
+    (tmp_path / 'state').mkdir()
+    settings = {'job_id': 'j-1', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(tmp_path / 'state'),
+                'nodes': NODES, 'ansible_playbook': str(playbook), 'inventory': 'inv', 'vars_file': 'vars.json',
+                'action_timeout': 30}
     sup = sv.Supervisor(settings)
     done = []
     runner = threading.Thread(target=lambda: done.append(sup.playbook('train.yml', {'training_state': 'started'})))
@@ -238,10 +256,10 @@ def test_a_stopped_supervisor_ends_its_playbook_run_but_not_a_job_started_in_a_s
         os.kill(job, 0)  # the job lives on
     finally:
         os.kill(job, 9)
-    assert 'train.yml' in (tmp_path / 'supervise' / 'ansible.log').read_text()
+    assert 'train.yml' in (tmp_path / 'state' / 'ansible.log').read_text()
 
 
-FAKE_PLAYBOOK = r'''#!/usr/bin/env python3
+FAKE_PLAYBOOK = r"""#!/usr/bin/env python3
 # stands in for ansible-playbook: answers the supervisor's runs from a script of results
 import json, os, sys, time
 here = os.path.dirname(os.path.abspath(__file__))
@@ -255,28 +273,65 @@ with open(os.path.join(here, 'script.json')) as handle:
 kind = 'health' if 'health_tier' in extra else extra['training_state']
 with open(os.path.join(here, 'calls.log'), 'a') as handle:
     handle.write(json.dumps([kind, limit, extra.get('training_resume_from', '')]) + '\n')
+with open(os.path.join(here, 'extra.log'), 'a') as handle:
+    handle.write(json.dumps(extra) + '\n')
 if kind == 'report':
     with open(os.path.join(here, 'report.json'), 'w') as handle:
         json.dump(extra, handle)
     time.sleep(script.get('report_sleep', 0))
     sys.exit(script.get('report_rc', 0))
+answers = script.get(kind) or []
+answer = answers.pop(0) if answers else ({} if kind in ('stopped', 'started') else None)
+with open(os.path.join(here, 'script.json'), 'w') as handle:
+    json.dump(script, handle)
 if kind in ('status', 'health'):
-    answer = script[kind].pop(0)
+    time.sleep(script.get('sleep_' + kind, 0))
     if answer is None:
+        print('ERROR! the script of answers ran out')
         sys.exit(2)  # a run that failed before it wrote anything
+    if '_fail' in answer:  # a run that failed with this output and wrote nothing
+        print(answer['_fail']['output'])
+        sys.exit(answer['_fail']['rc'])
     path = extra['training_status_file'] if kind == 'status' else os.path.join(extra['health_report_dir'],
                                                                                'latest-quick.json')
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, 'w') as handle:
         json.dump(answer, handle)
+elif answer:
+    print(answer.get('output', ''))
+    sys.exit(answer.get('rc', 0))
+"""
+
+FAKE_ANSIBLE = r"""#!/usr/bin/env python3
+# stands in for ansible (the direct probe's ping): each host answers as the script says, else is unreachable
+import json, os, sys
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, 'script.json')) as handle:
+    script = json.load(handle)
+answers = script.get('ping') or []
+answer = answers.pop(0) if answers else {}
 with open(os.path.join(here, 'script.json'), 'w') as handle:
     json.dump(script, handle)
-'''
+with open(os.path.join(here, 'calls.log'), 'a') as handle:
+    handle.write(json.dumps(['ping', sys.argv[1], sys.argv[sys.argv.index('-m') + 1]]) + '\n')
+rc = 0
+for host in sys.argv[1].split(','):
+    if answer.get(host) == 'SUCCESS':
+        print('%s | SUCCESS => {"changed": false,"ping": "pong"}' % host)
+    else:
+        print('%s | UNREACHABLE!: Task failed: Failed to connect to the host via ssh: ssh: connect to host %s port '
+              '22: No route to host' % (host, host))
+        rc = 4
+sys.exit(rc)
+"""
 
 
-def _progress(step, node_states=None):
-    return {'state': 'running', 'stall': {'stalled': False},
-            'ranks': [_row('head', 0, step), _row('head', 1, step), _row('w1', 2, step), _row('w2', 3, step)]}
+def _progress(step, node_states=None, attempt=None):
+    out = {'state': 'running', 'stall': {'stalled': False},
+           'ranks': [_row('head', 0, step), _row('head', 1, step), _row('w1', 2, step), _row('w2', 3, step)]}
+    if attempt is not None:
+        out['attempt'] = attempt
+    return out
 
 
 def _failed(node, step):
@@ -284,30 +339,63 @@ def _failed(node, step):
             'progress': dict(_progress(step), state='failed')}
 
 
-def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_step=20, report=None, **more):
-    import gpucluster_progress as gp
-    bin_dir = tmp_path / 'bin'
+def _unreachable(node):
+    return {'result': {'state': 'unknown', 'unknown_nodes': [node]}}
+
+
+def _read_fails(rc, output):
+    return {'_fail': {'rc': rc, 'output': output}}
+
+
+def _closed_port():
+    import socket
+    sock = socket.socket()
+    sock.bind(('127.0.0.1', 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
+
+
+def _script(base, **answers):
+    bin_dir = base / 'bin'
     bin_dir.mkdir()
-    playbook = bin_dir / 'ansible-playbook'
-    playbook.write_text('#!%s\n%s' % (sys.executable, FAKE_PLAYBOOK.split('\n', 1)[1]))
-    playbook.chmod(0o755)
-    (bin_dir / 'script.json').write_text(json.dumps(dict({'status': statuses, 'health': healths}, **(report or {}))))
+    for name, text in (('ansible-playbook', FAKE_PLAYBOOK), ('ansible', FAKE_ANSIBLE)):
+        (bin_dir / name).write_text('#!%s\n%s' % (sys.executable, text.split('\n', 1)[1]))
+        (bin_dir / name).chmod(0o755)
+    (bin_dir / 'script.json').write_text(json.dumps(answers))
+    return bin_dir
+
+
+def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_step=20, report=None, ping=None,
+               started=None, **more):
+    """Run the supervisor's loop against the fake playbooks: (rc, the runs it made, its events)."""
+    import gpucluster_progress as gp
+    bin_dir = _script(tmp_path, status=statuses, health=healths, ping=ping or [], started=started or [],
+                      **(report or {}))
     job = tmp_path / 'job'
-    (job / 'supervise').mkdir(parents=True)
+    job.mkdir()
+    state = tmp_path / 'state'
+    state.mkdir()
     ckpt = tmp_path / 'ckpt'
     ckpt.mkdir()
     if checkpoint_step is not None:
         (ckpt / ('step%d' % checkpoint_step)).mkdir()
         gp.commit_checkpoint(str(ckpt), 'step%d' % checkpoint_step, checkpoint_step, 4)
-    settings = {'job_id': 'j-1', 'job_dir': str(job), 'nodes': NODES, 'hosts': {}, 'restarts': restarts,
-                'min_nodes': min_nodes, 'seconds': 60, 'interval': 0.01, 'action_timeout': 30,
-                'checkpoint_dir': str(ckpt), 'ansible_playbook': str(playbook), 'inventory': 'inv',
+    settings = {'job_id': 'j-1', 'job_dir': str(job), 'state_dir': str(state), 'nodes': NODES, 'hosts': {},
+                'addresses': dict((n, '127.0.0.1') for n in NODES), 'ssh_port': _closed_port(),
+                'restarts': restarts, 'min_nodes': min_nodes, 'seconds': 60, 'interval': 0.01, 'action_timeout': 30,
+                'checkpoint_dir': str(ckpt), 'ansible_playbook': str(bin_dir / 'ansible-playbook'), 'inventory': 'inv',
                 'train_playbook': 'gpucluster.multinode.train', 'health_playbook': 'gpucluster.multinode.health',
                 'vars_file': 'vars.json', 'health_report_dir': str(tmp_path / 'health')}
     settings.update(more)
     rc = sv.Supervisor(settings).run()
     calls = [json.loads(line) for line in (bin_dir / 'calls.log').read_text().splitlines()]
-    return rc, calls, sv.read_events(str(job / 'events.jsonl'))
+    assert os.listdir(str(job)) == []  # nothing is written on the shared storage
+    return rc, calls, sv.read_events(str(state))
+
+
+def _extras(tmp_path):
+    return [json.loads(line) for line in (tmp_path / 'bin' / 'extra.log').read_text().splitlines()]
 
 
 def _healthy(*bad):
@@ -325,25 +413,34 @@ def test_the_loop_stops_checks_and_restarts_a_killed_rank_on_all_nodes_then_sees
     assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'checked', 'restart', 'training',
                                             'done']
     restart = events[4]
-    assert (restart['nodes'], restart['resume_step'], restart['lost_steps'], restart['attempt']) == (NODES, 20, 3, 1)
+    # the job's first start was attempt 1: the restart is attempt 2
+    assert (restart['nodes'], restart['resume_step'], restart['lost_steps'], restart['attempt']) == (NODES, 20, 3, 2)
     assert sv.summarize(events)['restarts'] == 1 and sv.summarize(events)['outcome'] == 'finished'
 
 
-def test_the_loop_leaves_out_a_node_that_fails_its_check(tmp_path):
-    statuses = [{'result': {'state': 'unknown', 'unknown_nodes': ['w2']}}, {'result': {'state': 'running'},
-                                                                            'progress': _progress(21)},
+def test_a_node_that_misses_two_reads_and_the_direct_probe_is_a_fault_and_is_left_out_when_it_fails_its_check(
+        tmp_path):
+    statuses = [_unreachable('w2'), _unreachable('w2'), {'result': {'state': 'running'}, 'progress': _progress(21)},
                 {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
-    rc, calls, events = _supervise(tmp_path, statuses, [_healthy('w2')])
-    assert rc == 0 and calls[3] == ['started', 'head,w1', str(tmp_path / 'ckpt')]
-    assert events[1]['seen'] == 'unreachable' and events[3]['nodes'] == ['w2']
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy('w2')], ping=[{'head': 'SUCCESS'}])
+    assert rc == 0
+    # the first read missed w2: a direct probe (an ansible ping of w2 alone) and a second read, then the stop
+    assert calls[:3] == [['status', '', ''], ['ping', 'w2', 'ansible.builtin.ping'], ['status', '', '']]
+    assert calls[5] == ['started', 'head,w1', str(tmp_path / 'ckpt')]
+    assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'checked', 'restart', 'training',
+                                            'done']
+    fault = events[1]
+    assert fault['seen'] == 'unreachable' and fault['nodes'] == ['w2']
+    assert fault['why'].startswith('w2 did not answer two reads and a direct probe (w2: port ')
+    assert 'Connection refused' in fault['why'] and 'No route to host' in fault['why']
+    assert events[3]['nodes'] == ['w2']
     assert events[4]['left_out'] == ['w2'] and events[4]['why'] == 'without w2'
 
 
 def test_a_node_that_hangs_counts_the_steps_lost_from_the_last_step_read_before_it(tmp_path):
     """The read that finds a node hung may reach no rank at all: the steps lost still count from the step
     the reads before it saw, not 'unknown'; after the restart only the new job's steps count."""
-    statuses = [{'result': {'state': 'running'}, 'progress': _progress(23)},
-                {'result': {'state': 'unknown', 'unknown_nodes': ['w2']}},
+    statuses = [{'result': {'state': 'running'}, 'progress': _progress(23)}, _unreachable('w2'), _unreachable('w2'),
                 {'result': {'state': 'unknown'}}, {'result': {'state': 'running'}, 'progress': _progress(21)},
                 {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
     rc, calls, events = _supervise(tmp_path, statuses, [_healthy('w2')])
@@ -354,8 +451,10 @@ def test_a_node_that_hangs_counts_the_steps_lost_from_the_last_step_read_before_
     assert (events[4]['resume_step'], events[4]['lost_steps']) == (20, 3)
     assert events[5]['step'] == 21
     assert sv.summarize(events)['steps_lost'] == 3
-    # the heartbeat before each read carries the last step read so far (the final read ended the supervision)
-    assert json.loads((tmp_path / 'job' / 'supervise' / 'supervisor.json').read_text())['step'] == 21
+    # the heartbeat after each read carries the last step read (the final read ended the supervision)
+    beat = json.loads((tmp_path / 'state' / 'supervisor.json').read_text())
+    assert (beat['step'], beat['attempt'], beat['failed_reads']) == (40, 2, 0)
+    assert isinstance(beat['read_seconds'], float) and 'blind' not in beat
 
 
 def test_a_health_run_that_wrote_no_report_calls_no_node_failing_and_judges_by_the_fault(tmp_path):
@@ -423,12 +522,186 @@ def test_a_report_run_is_bounded_in_time(tmp_path):
 
 
 def test_a_report_run_that_cannot_start_is_an_event_not_a_crash(tmp_path):
-    job = tmp_path / 'job'
-    (job / 'supervise').mkdir(parents=True)
-    settings = {'job_id': 'j-1', 'job_dir': str(job), 'nodes': NODES, 'ansible_playbook': str(tmp_path / 'missing'),
-                'inventory': 'inv', 'train_playbook': 'gpucluster.multinode.train', 'vars_file': 'vars.json',
-                'action_timeout': 30}
+    state = tmp_path / 'state'
+    state.mkdir()
+    settings = {'job_id': 'j-1', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(state), 'nodes': NODES,
+                'ansible_playbook': str(tmp_path / 'missing'), 'inventory': 'inv',
+                'train_playbook': 'gpucluster.multinode.train', 'vars_file': 'vars.json', 'action_timeout': 30}
     sv.Supervisor(settings).write_report()
-    events = sv.read_events(str(job / 'events.jsonl'))
+    events = sv.read_events(str(state))
     assert [e['event'] for e in events] == ['report_failed']
     assert events[0]['why'].startswith('the report page was not written: ')
+
+
+# ----- a node that misses a read --------------------------------------------------------------------
+def test_a_node_that_misses_one_read_is_not_stopped(tmp_path):
+    statuses = [{'result': {'state': 'running'}, 'progress': _progress(12)}, _unreachable('w2'),
+                {'result': {'state': 'running'}, 'progress': _progress(13)},
+                {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [])  # w2 does not answer the ping either
+    assert rc == 0
+    assert [c[0] for c in calls] == ['status', 'status', 'ping', 'status', 'status', 'report']
+    assert [e['event'] for e in events] == ['supervising', 'read_missed', 'done']
+    missed = events[1]
+    assert missed['nodes'] == ['w2'] and missed['attempt'] == 1
+    assert missed['why'].startswith('not read once, not a fault: w2: the second read reached it; the direct probe '
+                                    'failed (port ')
+
+
+def test_a_node_that_answers_the_direct_probe_is_not_stopped_and_a_run_of_misses_is_said_once(tmp_path):
+    statuses = [_unreachable('w2'), _unreachable('w2'), _unreachable('w2'), _unreachable('w2'),
+                {'result': {'state': 'running'}, 'progress': _progress(14)},
+                {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [], ping=[{'w2': 'SUCCESS'}, {'w2': 'SUCCESS'}])
+    assert rc == 0
+    assert [c[0] for c in calls] == ['status', 'ping', 'status', 'status', 'ping', 'status', 'status', 'status',
+                                     'report']
+    assert [e['event'] for e in events] == ['supervising', 'read_missed', 'done']
+    assert events[1]['why'] == ('not read once, not a fault: w2: the second read could not reach it either; it '
+                                'answered the direct probe')
+
+
+# ----- a supervisor that cannot read the job ----------------------------------------------------------
+FATAL_READ = ('TASK [Read the job on every node] ****\n'
+              'fatal: [w1]: UNREACHABLE! => {"changed": false, "msg": "Failed to connect to the host via ssh: ssh: '
+              'connect to host w1 port 22: No route to host", "unreachable": true}\n')
+
+
+def test_reads_that_fail_k_times_in_a_row_make_the_supervisor_blind_until_one_works_and_it_stops_nothing(tmp_path):
+    statuses = [{'result': {'state': 'running'}, 'progress': _progress(12)}] + [_read_fails(4, FATAL_READ)] * 3 + [
+        {'result': {'state': 'running'}, 'progress': _progress(14)},
+        {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [], blind_reads=3)
+    assert rc == 0
+    assert [c[0] for c in calls] == ['status'] * 6 + ['report']  # nothing stopped, no probe
+    assert [e['event'] for e in events] == ['supervising', 'blind', 'sighted', 'done']
+    blind = events[1]
+    assert blind['why'].startswith('3 reads in a row failed: train.yml status ended with rc 4 and wrote no status: '
+                                   'task "Read the job on every node": w1: unreachable: Failed to connect to the host '
+                                   'via ssh: ssh: connect to host w1 port 22: No route to host; last good read ')
+    assert blind['why'].endswith(' s ago') and blind['failed_reads'] == 3 and blind['attempt'] == 1
+    assert events[2]['why'] == 'reads again after 3 failed reads'
+    beat = json.loads((tmp_path / 'state' / 'supervisor.json').read_text())
+    assert 'blind' not in beat and beat['failed_reads'] == 0
+
+
+def test_fewer_failed_reads_than_blind_reads_say_nothing(tmp_path):
+    statuses = [_read_fails(2, 'ERROR! boom')] * 2 + [{'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [], blind_reads=3)
+    assert rc == 0 and [e['event'] for e in events] == ['supervising', 'done']
+    assert [c[0] for c in calls] == ['status'] * 3 + ['report']
+
+
+def test_a_blind_supervisor_says_so_in_its_heartbeat_figures_and_report(tmp_path):
+    # one good read, then every read fails (the fake's answers run out) until the supervision's time ends
+    (tmp_path / 'metrics').mkdir()
+    rc, calls, events = _supervise(tmp_path, [{'result': {'state': 'running'}, 'progress': _progress(12)}], [],
+                                   blind_reads=2, seconds=2, metrics_dir=str(tmp_path / 'metrics'))
+    assert rc == 0 and [e['event'] for e in events] == ['supervising', 'blind', 'stopped']
+    assert set(c[0] for c in calls) == {'status'}
+    why = events[1]['why']
+    assert why.startswith('2 reads in a row failed: train.yml status ended with rc 2 and wrote no status: the script '
+                          'of answers ran out; last good read ')
+    state = tmp_path / 'state'
+    beat = json.loads((state / 'supervisor.json').read_text())
+    assert (beat['doing'], beat['blind']) == ('blind', why) and beat['failed_reads'] >= 2
+    assert oct(os.stat(str(state / 'supervisor.json')).st_mode & 0o777) == oct(0o644)
+    prom = (state / 'supervisor.prom').read_text()
+    assert 'gpucluster_supervisor_blind{job="j-1"} 1\n' in prom
+    assert 'gpucluster_supervisor_failed_reads{job="j-1"} %d\n' % beat['failed_reads'] in prom
+    # the figures left node_exporter's directory when the supervision ended
+    assert os.listdir(str(tmp_path / 'metrics')) == []
+    held = sv.lock(str(state / 'lock'))  # as if it still ran
+    try:
+        lines = sv.report(str(state), time.time())
+    finally:
+        held.close()
+    assert lines[0] == 'supervisor cannot read the job: %s (since %s)' % (
+        why, time.strftime('%H:%M:%S', time.localtime(beat['blind_since'])))
+
+
+# ----- attempts ----------------------------------------------------------------------------------
+def test_every_event_carries_its_attempt_the_restart_passes_it_and_a_read_of_the_attempt_before_is_ignored(tmp_path):
+    stale = dict(_failed('w1', 23))
+    stale['result'] = dict(stale['result'], attempt=1)
+    statuses = [{'result': {'state': 'running', 'attempt': 1}, 'progress': _progress(12, attempt=1)},
+                dict(_failed('w1', 23), result=dict(_failed('w1', 23)['result'], attempt=1)),
+                stale,  # the restarted job has not written yet: its read still says attempt 1 failed
+                {'result': {'state': 'running', 'attempt': 2}, 'progress': _progress(21, attempt=2)},
+                {'result': {'state': 'succeeded', 'attempt': 2}, 'progress': _progress(40, attempt=2)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy()])
+    assert rc == 0
+    assert [c[0] for c in calls] == ['status', 'status', 'stopped', 'health', 'started', 'status', 'status', 'status',
+                                     'report']
+    assert [(e['event'], e['attempt']) for e in events] == [
+        ('supervising', 1), ('fault', 1), ('job_stopped', 1), ('checked', 1), ('restart', 2), ('training', 2),
+        ('done', 2)]
+    started = [x for x in _extras(tmp_path) if x.get('training_state') == 'started']
+    assert [x['training_attempt'] for x in started] == [2]
+    assert events[5]['step'] == 21
+
+
+def test_the_first_attempt_is_the_one_settings_names(tmp_path):
+    statuses = [_failed('w1', 23), {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy()], attempt=4)
+    assert rc == 0 and [c[0] for c in calls].count('started') == 1
+    assert [e['attempt'] for e in events if e['event'] in ('supervising', 'fault', 'restart')] == [4, 4, 5]
+    assert [x['training_attempt'] for x in _extras(tmp_path) if x.get('training_state') == 'started'] == [5]
+
+
+# ----- a restart that fails says why ----------------------------------------------------------------
+def test_a_restart_that_fails_says_the_failing_tasks_message(tmp_path):
+    output = ('TASK [Start the launcher on the head] ****\n'
+              '[ERROR]: Task failed: Action failed: host head: the launcher exited at once: deepspeed: command not '
+              'found\nOrigin: /x/started.yml:40:3\n\n'
+              'fatal: [head]: FAILED! => {"changed": false, "msg": "host head: the launcher exited at once: '
+              'deepspeed: command not found"}\n\nPLAY RECAP ****\nhead : ok=3 failed=1\n')
+    statuses = [_failed('w1', 23), {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy()], started=[{'rc': 2, 'output': output}])
+    # the job was then read as done (a start that failed half way is read as the fake says)
+    assert rc == 0 and [c[0] for c in calls] == ['status', 'stopped', 'health', 'started', 'status', 'report']
+    failed = [e for e in events if e['event'] == 'restart_failed']
+    assert len(failed) == 1 and failed[0]['attempt'] == 2
+    assert failed[0]['why'] == ('train.yml started ended with rc 2: task "Start the launcher on the head": head: host '
+                                'head: the launcher exited at once: deepspeed: command not found')
+
+
+# ----- the program as the unit runs it ------------------------------------------------------------
+def test_the_program_holds_the_lock_in_its_state_dir_and_a_stop_ends_its_run_and_its_figures(tmp_path):
+    import signal
+    import subprocess
+    bin_dir = _script(tmp_path, status=[{'result': {'state': 'running'}, 'progress': _progress(12)}], health=[],
+                      sleep_status=60)
+    state = tmp_path / 'state'
+    state.mkdir()
+    (tmp_path / 'metrics').mkdir()
+    settings = {'job_id': 'j-1', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(state), 'nodes': NODES,
+                'restarts': 1, 'min_nodes': 2, 'seconds': 120, 'interval': 1, 'action_timeout': 30,
+                'ansible_playbook': str(bin_dir / 'ansible-playbook'), 'inventory': 'inv',
+                'train_playbook': 'gpucluster.multinode.train', 'health_playbook': 'gpucluster.multinode.health',
+                'vars_file': 'vars.json', 'health_report_dir': str(tmp_path / 'health'),
+                'metrics_dir': str(tmp_path / 'metrics'), 'unit': 'gpucluster-supervise@j-1.service'}
+    (state / 'settings.json').write_text(json.dumps(settings))
+    program = os.path.join(FILES, 'gpucluster_supervise.py')
+    sup = subprocess.Popen([sys.executable, program, str(state / 'settings.json')])
+    try:
+        for _ in range(200):  # until its first read runs
+            if (bin_dir / 'calls.log').exists():
+                break
+            time.sleep(0.05)
+        assert (tmp_path / 'metrics' / 'gpucluster_supervisor_j-1.prom').exists()
+        assert sv.report(str(state))[0].startswith('supervised by gpucluster-supervise@j-1.service (pid %d on '
+                                                   % sup.pid)
+        second = subprocess.run([sys.executable, program, str(state / 'settings.json')], stdout=subprocess.PIPE,
+                                universal_newlines=True, timeout=30)
+        assert second.returncode == 3 and 'is supervised already (the lock %s/lock is held)' % state in second.stdout
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(30) == 0
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+    events = sv.read_events(str(state))
+    assert [e['event'] for e in events] == ['supervising', 'stopped']
+    assert events[1]['why'].startswith('the supervisor was stopped (signal 15)')
+    assert os.listdir(str(tmp_path / 'metrics')) == [] and (state / 'supervisor.prom').exists()
+    assert sv.report(str(state))[0] == 'nobody supervises this job (no supervisor holds %s/lock)' % state

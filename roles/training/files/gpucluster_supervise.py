@@ -1,26 +1,68 @@
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""Supervise one training job from the head: stop it when a rank fails, a node stops answering or the
-job stalls, judge its nodes with the quick health tier, restart it from its latest complete checkpoint.
+"""Supervise one training job from the supervisor host: stop it when a rank fails, a node stops answering
+or the job stalls, judge its nodes with the quick health tier, restart it from its latest complete
+checkpoint.
 
-    gpucluster_supervise.py <job dir>/supervise/settings.json
-    gpucluster_supervise.py --report <job dir>      # who supervises it, the summary and the last events
+    gpucluster_supervise.py <state dir>/settings.json   # supervise (the unit gpucluster-supervise@<job id>)
+    gpucluster_supervise.py --report <state dir>        # who supervises it (or that it cannot read the
+                                                         # job), the summary and the last events
+    gpucluster_supervise.py --probe <state dir>/settings.json
+        # one bounded check that the supervisor, as it will run, can do its reads: prints
+        # {"problems": ["host X: ...", ...]}; exit 0 when there is none, 1 otherwise
 
-When the job is done or it gives up, it writes the job's report page (train.yml -e training_state=report,
-<job dir>/report.html); a report run that fails is an event (report_failed), never a crash.
+Runs as root from root's own disk (/usr/local/lib/gpucluster, gpucluster_progress.py beside it) and keeps
+all its state in its state directory on the supervisor host's own disk (settings.json's state_dir, e.g.
+/var/lib/gpucluster/supervise/<job id>; made by the role), never on the shared storage:
 
-Run by the unit gpucluster-supervise@<job id>.service as the training account (train.yml
--e training_supervise=true starts it; training_state=stopped stops it before the job). Every read and
-action is a run of the collection's own playbooks on the head (train.yml status/stopped/started,
-health.yml quick tier), the same reads `status` and `watch` make. What it sees and does is appended to
-<job dir>/events.jsonl; supervise.json there says who supervises the job. One supervisor per job:
-an exclusive lock on <job dir>/supervise/lock. Decisions are the pure functions observe(), decide()
-and plan_restart(); summarize() counts restarts, steps lost and time lost from the events.
+    settings.json, vars.json   written by the role (mode 0600: vars.json may hold tokens)
+    lock                       an exclusive lock held for the supervisor's life: one supervisor per job
+    events.jsonl               what it saw and did, one JSON object a line (mode 0644); every event of
+                               an attempt of the job carries its number (attempt)
+    supervisor.json            its heartbeat (mode 0644): pid, host, unit, doing, time, attempt, restarts,
+                               step, failed_reads, read_seconds, last_read, and blind/blind_since while
+                               it cannot read the job
+    supervisor.prom            its figures in Prometheus' text format (mode 0644), written on every read
+                               and heartbeat; also <metrics_dir>/gpucluster_supervisor_<job id>.prom when
+                               settings.json names a node_exporter textfile directory (metrics_dir),
+                               removed there when the supervision ends
+    status.json                the last status read; ansible.log: the output of every run (mode 0600)
+The quick health tier reports to settings.json's health_report_dir. The job's directory on the shared
+storage (job_dir) is only named to the playbooks; the supervisor writes nothing there.
+
+settings.json: job_id, job_dir, state_dir, unit, nodes, hosts (node: inventory host), addresses (node:
+address for the direct probe; else its host), restarts, min_nodes, seconds, interval, action_timeout,
+read_timeout (300), blind_reads (3), attempt (1), ssh_port (22), checkpoint_dir, ansible_playbook, ansible
+(default: the ansible beside ansible_playbook), inventory, train_playbook, health_playbook, vars_file,
+health_report_dir, metrics_dir (''), training_user (--probe, when vars.json names none), environment.
+
+Every read and action is a run of the collection's own playbooks (train.yml status/stopped/started,
+health.yml quick tier), the same reads `status` and `watch` make. A node a read could not reach (and no
+failed rank) is a fault only when a second read still cannot reach it and the direct probe fails: a TCP
+connect to its SSH port (5 s, said in the why) and an ansible ping of it (bounded), which decides; else it
+is one read_missed event. When blind_reads reads in a row fail (no status, or no state in it), the
+supervisor says it is blind (a blind event, its heartbeat, its figures, --report's first line) and stops
+nothing until a read works again (a sighted event). Each start of the job is an attempt: the first is
+settings.json's attempt, each restart the next (passed to train.yml as training_attempt); a read that
+names an earlier attempt is ignored (the new one has not written yet), and is no failed read. When the job
+is done or it gives up, it writes the job's report page (train.yml -e training_state=report); a report run
+that fails is an event (report_failed), never a crash.
+
+Events (each with time, event, attempt): supervising, read_missed {nodes}, blind {failed_reads},
+sighted {failed_reads}, fault {seen, nodes, step, last_step_time, step_read}, job_stopped, checked {nodes},
+restart {nodes, left_out, resume_step, lost_steps}, restart_failed {nodes; why: the failing task's message
+from ansible.log}, training {step}, done {step}, gave_up {step}, stopped, report_failed, metrics_failed;
+each with its why.
+
+Decisions are the pure functions observe(), decide(), confirm_unreachable() and plan_restart();
+summarize() counts restarts, steps lost and time lost from the events; run_error() and parse_adhoc() read
+ansible's output.
 """
 
 import fcntl
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -28,23 +70,46 @@ import sys
 import time
 
 EVENTS = 'events.jsonl'
+LOCK = 'lock'
+HEARTBEAT = 'supervisor.json'
+STATUS = 'status.json'
+LOG = 'ansible.log'
+PROM = 'supervisor.prom'
 # The supervisor's playbook runs reach a frozen node: SSH gives up on it (a connection multiplexed over
 # an open master gets no ConnectTimeout, so the server is asked to answer every 5 s), and a read ends.
 SSH_ENV = {'ANSIBLE_SSH_ARGS': '-C -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=5 '
                                '-o ServerAliveCountMax=3',
            'ANSIBLE_TIMEOUT': '10'}
 FAULTS = ('failed', 'unreachable', 'stalled')
+TCP_TIMEOUT = 5        # the direct probe's connect to a node's SSH port
+PING_TIMEOUT = 60      # the direct probe's ansible ping (every node not read, in one run)
+PROBE_TIMEOUT = 120    # each run of --probe
+BEAT_EVERY = 15        # the heartbeat is written again this often while a run goes on
+LOG_TAIL = 256 * 1024  # the most of a run's output read back for its error
+ERROR_CHARS = 400      # a run's error, cut to this
 
 
 # ----- what the job's state says ----------------------------------------------------------------
-def observe(status, now=None):
+def named_attempt(status):
+    """The lowest attempt a status read names (its result's or its progress' attempt), None when none."""
+    named = []
+    for part in ('result', 'progress'):
+        value = ((status or {}).get(part) or {}).get('attempt')
+        if isinstance(value, int) and not isinstance(value, bool):
+            named.append(value)
+    return min(named) if named else None
+
+
+def observe(status, now=None, attempt=None):
     """The supervisor's view of one status read: {state, failed_nodes, unreachable_nodes, stalled_nodes,
-    step, last_step_time, why, time}.
+    step, last_step_time, why, time} (and stale: true for a read of an earlier attempt).
 
     status: what train.yml -e training_state=status wrote (training_status_file): result (the job's
     verdict) and progress (every node's ranks), either may be missing. state is running, succeeded,
-    stopped, failed (a rank or launcher exited non-zero), unreachable (a node could not be read),
-    stalled (no rank logged a step or heartbeat for training_stall_seconds) or unknown (no read at all)."""
+    stopped, failed (a rank or launcher exited non-zero), unreachable (a node could not be read; a rank
+    that failed as well is in failed_nodes), stalled (no rank logged a step or heartbeat for
+    training_stall_seconds) or unknown (no read at all, or a read of an attempt before attempt: the
+    restarted job has not written yet)."""
     now = time.time() if now is None else now
     result = (status or {}).get('result') or {}
     progress = (status or {}).get('progress') or {}
@@ -53,18 +118,26 @@ def observe(status, now=None):
     times = [r.get('last_step_time') for r in ranks if isinstance(r.get('last_step_time'), (int, float))]
     obs = {'time': now, 'state': 'unknown', 'failed_nodes': [], 'unreachable_nodes': [], 'stalled_nodes': [],
            'step': max(steps) if steps else None, 'last_step_time': max(times) if times else None, 'why': ''}
+    read_attempt = named_attempt(status)
+    if attempt is not None and read_attempt is not None and read_attempt < attempt:
+        obs.update(stale=True, step=None, last_step_time=None,
+                   why='the read is of attempt %d: attempt %d has not written yet' % (read_attempt, attempt))
+        return obs
     unreachable = list(result.get('unknown_nodes') or []) + [n for n in sorted(progress.get('node_errors') or {})
                                                              if n not in (result.get('unknown_nodes') or [])]
     stall = progress.get('stall') or {}
-    if unreachable:
-        obs.update(state='unreachable', unreachable_nodes=unreachable,
-                   why='%s could not be read' % ', '.join(unreachable))
-    elif result.get('state') == 'failed':
+    failed_why = None
+    if result.get('state') == 'failed':
         first = result.get('first_failure') or {}
         failed = list(result.get('failed_nodes') or [])
         culprit = first.get('node') or ', '.join(failed or ['?'])
-        obs.update(state='failed', failed_nodes=failed,
-                   why='a rank failed first on %s (exit %s)' % (culprit, first.get('exit_code')))
+        obs['failed_nodes'] = failed
+        failed_why = 'a rank failed first on %s (exit %s)' % (culprit, first.get('exit_code'))
+    if unreachable:
+        obs.update(state='unreachable', unreachable_nodes=unreachable,
+                   why='%s could not be read' % ', '.join(unreachable) + ('; %s' % failed_why if failed_why else ''))
+    elif failed_why:
+        obs.update(state='failed', why=failed_why)
     elif progress.get('state') == 'stalled' or stall.get('stalled'):
         obs.update(state='stalled', stalled_nodes=list(stall.get('nodes') or []), why=stall.get('why') or 'stalled')
     elif result.get('state') in ('running', 'succeeded', 'stopped'):
@@ -93,6 +166,36 @@ def decide(obs):
     if obs['state'] == 'stopped':
         return {'action': 'done', 'why': 'the job was stopped (not by its supervisor): nothing to restart'}
     return {'action': 'wait', 'why': obs['why'] or obs['state']}
+
+
+def needs_confirming(obs):
+    """A read that found nodes it could not reach and nothing else wrong (no failed rank): one missed read is
+    no fault until a second read and a direct probe agree (confirm_unreachable)."""
+    return obs['state'] == 'unreachable' and not obs['failed_nodes']
+
+
+def confirm_unreachable(first, second, probes):
+    """The nodes of the first read's unreachable ones that the second read could not reach either and whose
+    direct probe failed (probes: {node: {answered, why}}; a node with no probe is taken as not answering)."""
+    return [n for n in first['unreachable_nodes']
+            if n in second['unreachable_nodes'] and not (probes.get(n) or {}).get('answered')]
+
+
+def missed_why(first, second, probes):
+    """Why the nodes the first read could not reach are not a fault (the read_missed event's why)."""
+    confirmed = confirm_unreachable(first, second, probes)
+    parts = []
+    for node in first['unreachable_nodes']:
+        if node in confirmed:
+            continue
+        probe = probes.get(node) or {}
+        again = ('the second read could not reach it either' if node in second['unreachable_nodes']
+                 else 'the second read %s' % ('reached it' if second['state'] not in ('unknown',)
+                                              else 'gave no answer (%s)' % (second['why'] or 'nothing read')))
+        direct = ('it answered the direct probe' if probe.get('answered')
+                  else 'the direct probe failed (%s)' % (probe.get('why') or 'not probed'))
+        parts.append('%s: %s; %s' % (node, again, direct))
+    return 'not read once, not a fault: ' + '; '.join(parts)
 
 
 def bad_nodes(health, nodes):
@@ -139,19 +242,278 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
             else 'on all nodes (%s passed the check: a transient failure)' % (', '.join(recovered) or 'every node')}
 
 
+# ----- reads that fail: blind and sighted -------------------------------------------------------
+def read_failure(rc, status, obs, error='', read_timeout=300):
+    """What one failed read was: the run's rc (or its timeout), whether it wrote a status, its error."""
+    if rc == 124:
+        what = 'train.yml status did not end within %d s (read_timeout)' % read_timeout
+    else:
+        what = 'train.yml status ended with rc %s' % rc
+    if status is None:
+        what += ' and wrote no status'
+    elif obs['state'] == 'unknown':
+        what += '; its status named no state of the job (%s)' % (obs['why'] or 'unknown')
+    return what + (': %s' % error if error else '')
+
+
+def blind_why(count, failure, last_good, started, now):
+    """The blind event's why: how many reads failed, the last one's failure, the last good read's age."""
+    since = ('last good read %.0f s ago' % (now - last_good) if last_good is not None
+             else 'no good read since the supervisor started %.0f s ago' % (now - started))
+    return '%d reads in a row failed: %s; %s' % (count, failure, since)
+
+
+# ----- ansible's output -------------------------------------------------------------------------
+ANSI = re.compile(r'\x1b\[[0-9;]*[A-Za-z]')
+FATAL = re.compile(r'^fatal: \[(?P<host>[^\]]+)\]: (?P<caption>FAILED!|UNREACHABLE!) =>\s?(?P<rest>.*)$')
+ERROR = re.compile(r'^(?:ERROR!|\[ERROR\]:)\s*(?P<msg>.*)$')
+ADHOC = re.compile(r'^(?P<host>\S+) \| (?P<caption>SUCCESS|CHANGED|FAILED!?|UNREACHABLE!?)(?P<rest>.*)$')
+NO_MATCH = re.compile(r'Could not match supplied host pattern, ignoring: (?P<host>\S+)')
+
+
+def one_line(text, limit=ERROR_CHARS):
+    """text on one line (runs of white space one space), cut to limit characters."""
+    text = ' '.join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + '...'
+
+
+def result_msg(lines):
+    """The message of one result ansible printed (JSON on one or more lines, or YAML with
+    callback_result_format=yaml): msg, with the module's stderr when the module itself failed."""
+    text = '\n'.join(lines).strip()
+    if text.startswith('{'):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            msg = data.get('msg') or ''
+            msg = '; '.join(str(m) for m in msg) if isinstance(msg, list) else str(msg)
+            for key in ('module_stderr', 'stderr'):
+                extra = [x for x in str(data.get(key) or '').splitlines() if x.strip()]
+                if extra and (not msg or 'MODULE FAILURE' in msg or 'non-zero return code' in msg
+                              or 'deserialization' in msg):
+                    msg = '%s: %s' % (msg, extra[-1]) if msg else extra[-1]
+            return msg or text
+        found = re.search(r'"msg":\s*"((?:[^"\\]|\\.)*)"', text)
+        if found:
+            try:
+                return json.loads('"%s"' % found.group(1))
+            except ValueError:
+                return found.group(1)
+        return text
+    for i, line in enumerate(lines):
+        found = re.match(r'^(\s*)msg:\s?(.*)$', line)
+        if not found:
+            continue
+        indent, value = len(found.group(1)), found.group(2).strip()
+        more = []
+        for nxt in lines[i + 1:]:
+            if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= indent:
+                break
+            more.append(nxt.strip())
+        if value in ('|', '|-', '|+', '>', '>-', '>+'):
+            value = ' '.join(more)
+        else:
+            value = ' '.join([value] + more)
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] == "'":
+            value = value[1:-1].replace("''", "'")
+        elif len(value) >= 2 and value[0] == value[-1] == '"':
+            try:
+                value = json.loads(value)
+            except ValueError:
+                value = value[1:-1]
+        return value
+    return text
+
+
+def clean_msg(msg):
+    msg = one_line(msg, 100000)
+    return msg[len('Task failed: '):] if msg.startswith('Task failed: ') else msg
+
+
+def run_error(text, limit=ERROR_CHARS):
+    """The error of one ansible-playbook run's output, on one line cut to limit: the last failing task's
+    fatal lines ('task "<name>": <hosts>: <msg>'; those followed by ...ignoring skipped), or the last
+    ERROR! / [ERROR]: message after the last ignored failure, whichever came last; '' when none."""
+    lines = ANSI.sub('', text or '').splitlines()
+    task, task_no = None, 0
+    fatals, errors, last_ignored = [], [], -1
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith('TASK ['):
+            task_no += 1
+            task = line[len('TASK ['):].rstrip('* ').rstrip()
+            task = task[:-1] if task.endswith(']') else task
+        found = FATAL.match(line)
+        if found:
+            block, j = [found.group('rest')], i + 1
+            while j < len(lines) and lines[j][:1] in (' ', '\t') and lines[j].strip():
+                block.append(lines[j])
+                j += 1
+            if j >= len(lines) or lines[j].strip() != '...ignoring':  # an ignored one: its line is read next
+                msg = clean_msg(result_msg(block))
+                if found.group('caption') == 'UNREACHABLE!':
+                    msg = 'unreachable: ' + msg
+                fatals.append((i, task_no, task, found.group('host'), msg))
+            i = j
+            continue
+        if line.strip() == '...ignoring':
+            last_ignored = i
+        found = ERROR.match(line)
+        if found:
+            block, j = [found.group('msg')], i + 1
+            while j < len(lines) and lines[j].strip() and not lines[j].startswith(('Origin:', 'fatal: [', 'TASK [')):
+                block.append(lines[j])
+                j += 1
+            errors.append((i, one_line(' '.join(block), 100000)))
+            i = j
+            continue
+        i += 1
+    errors = [e for e in errors if e[0] > last_ignored]
+    if fatals and (not errors or fatals[-1][0] > errors[-1][0]):
+        last = fatals[-1][1]
+        group = [f for f in fatals if f[1] == last]
+        by_msg = []
+        for _, _, _, host, msg in group:
+            for entry in by_msg:
+                if entry[1] == msg:
+                    entry[0].append(host)
+                    break
+            else:
+                by_msg.append(([host], msg))
+        said = '; '.join('%s: %s' % (', '.join(hosts), msg) for hosts, msg in by_msg)
+        return one_line(('task "%s": %s' % (group[-1][2], said)) if group[-1][2] else said, limit)
+    if errors:
+        return one_line(errors[-1][1], limit)
+    return ''
+
+
+def parse_adhoc(text, hosts):
+    """{host: None (it answered) or why it failed} from the output of an `ansible` ad-hoc run, one line a
+    host (-o: 'h | CHANGED | rc=0 | (stdout) ...', 'h | FAILED! => {...}', 'h | UNREACHABLE!: msg') or
+    the minimal callback's blocks ('h | CHANGED | rc=0 >>', 'h | UNREACHABLE! => {' and the lines after
+    it). A host the output does not name did not answer (not in the inventory, when ansible says so)."""
+    lines = ANSI.sub('', text or '').splitlines()
+    blocks = {}
+    current = None
+    for line in lines:
+        found = ADHOC.match(line)
+        if found:
+            current = [found.group('caption'), found.group('rest'), []]
+            blocks.setdefault(found.group('host'), []).append(current)
+        elif current is not None and not line.startswith(('[WARNING]', '[DEPRECATION WARNING]')):
+            current[2].append(line)
+    unmatched = set(m.group('host') for m in (NO_MATCH.search(line) for line in lines) if m)
+    error = run_error(text)
+    out = {}
+    for host in hosts:
+        mine = blocks.get(host)
+        if not mine:
+            out[host] = ('not in the inventory (no host of that name)' if host in unmatched
+                         else 'no answer in ansible\'s output' + (' (%s)' % error if error else ''))
+            continue
+        failing = [b for b in mine if b[0].startswith(('FAILED', 'UNREACHABLE'))]
+        if not failing:
+            out[host] = None
+            continue
+        said, bare = [], []
+        for caption, rest, more in failing:
+            kind = 'unreachable' if caption.startswith('UNREACHABLE') else 'failed'
+            rest = rest.strip()
+            if rest.startswith('=>'):
+                msg = clean_msg(result_msg([rest[2:].strip()] + more))
+                said.append('%s: %s' % (kind, msg))
+            elif rest.startswith(':'):
+                said.append('%s: %s' % (kind, clean_msg(rest[1:])))
+            else:
+                # a command's own failure: '| rc=1 | (stdout) ... (stderr) ...' or '| rc=1 >>' and its output
+                detail = one_line(' '.join([rest.strip(' |').replace(' >>', '')] + more), 300)
+                bare.append('%s: %s' % (kind, detail))
+        unique = []
+        for msg in said or bare:
+            if msg not in unique:
+                unique.append(msg)
+        out[host] = one_line('; '.join(unique), 300)
+    return out
+
+
+# ----- figures for Prometheus -------------------------------------------------------------------
+METRICS = (
+    ('last_read_timestamp_seconds', 'Time of the supervisor\'s last status read that succeeded.'),
+    ('read_seconds', 'Seconds the supervisor\'s last status read took.'),
+    ('failed_reads', 'Status reads in a row that failed.'),
+    ('blind', '1 while the supervisor cannot read the job (blind_reads reads in a row failed), else 0.'),
+    ('restarts', 'Restarts of the job by its supervisor.'),
+    ('attempt', 'The attempt of the job the supervisor follows (1: its first start).'),
+    ('heartbeat_timestamp_seconds', 'Time of the supervisor\'s last heartbeat.'),
+)
+
+
+def label(value):
+    return str(value).replace('\\', '\\\\').replace('"', '\\"').replace('\n', '\\n')
+
+
+def metrics_text(job, values):
+    """The supervisor's figures in Prometheus' text format (gauges gpucluster_supervisor_<name>{job=...}, with
+    HELP and TYPE); a value that is None (no read yet) is left out."""
+    out = []
+    for name, text in METRICS:
+        value = values.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = int(value)
+        metric = 'gpucluster_supervisor_' + name
+        out += ['# HELP %s %s' % (metric, text), '# TYPE %s gauge' % metric,
+                '%s{job="%s"} %s' % (metric, label(job), repr(float(value)) if isinstance(value, float) else value)]
+    return '\n'.join(out) + '\n'
+
+
+def write_file(path, text, mode):
+    """Write path whole at once (a temporary beside it, then renamed over it), with mode."""
+    tmp = os.path.join(os.path.dirname(path), '.%s.%d.tmp' % (os.path.basename(path), os.getpid()))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, 'w') as handle:
+            fd = None
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
 # ----- events and summary -----------------------------------------------------------------------
-def event(job_dir, kind, **fields):
-    """Append one event to <job dir>/events.jsonl (one JSON object a line, written and synced at once)."""
+def event(state_dir, kind, **fields):
+    """Append one event to <state dir>/events.jsonl (one JSON object a line, written and synced at once;
+    mode 0644: the events hold no secret and users read them)."""
     record = dict(fields, time=round(time.time(), 3), event=kind)
-    with open(os.path.join(job_dir, EVENTS), 'a') as handle:
-        handle.write(json.dumps(record, sort_keys=True) + '\n')
-        handle.flush()
-        os.fsync(handle.fileno())
+    fd = os.open(os.path.join(state_dir, EVENTS), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        try:
+            os.fchmod(fd, 0o644)
+        except OSError:
+            pass
+        os.write(fd, (json.dumps(record, sort_keys=True) + '\n').encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     return record
 
 
-def read_events(path):
-    """The events of a job's events.jsonl, skipping a last line cut short."""
+def read_events(state_dir):
+    """The events of a supervisor's <state dir>/events.jsonl, skipping a line cut short (a path that is no
+    directory is taken for the events file itself)."""
+    path = os.path.join(state_dir, EVENTS) if os.path.isdir(state_dir) else state_dir
     out = []
     try:
         with open(path) as handle:
@@ -209,7 +571,9 @@ def summary_lines(events, limit=8):
                 s['time_lost_s'], ('; left out: %s' % ', '.join(s['left_out'])) if s['left_out'] else '')]
     for ev in events[-limit:]:
         words = [time.strftime('%H:%M:%S', time.localtime(ev.get('time', 0))), ev.get('event', '?')]
-        for key in ('seen', 'nodes', 'step', 'resume_step', 'why'):
+        keys = ('seen', 'nodes', 'step', 'resume_step') + (('attempt',) if ev.get('event') == 'restart' else ()) \
+            + ('why',)
+        for key in keys:
             if ev.get(key) not in (None, [], ''):
                 value = ev[key]
                 words.append('%s=%s' % (key, ','.join(value) if isinstance(value, list) else value))
@@ -217,7 +581,7 @@ def summary_lines(events, limit=8):
     return lines
 
 
-# ----- the loop on the head ---------------------------------------------------------------------
+# ----- one supervisor per job -------------------------------------------------------------------
 def lock(path):
     """Hold the job's supervisor lock for the life of this process; None when another one holds it."""
     handle = open(path, 'a+')
@@ -229,15 +593,139 @@ def lock(path):
     return handle
 
 
+def lock_held(path):
+    """Whether a supervisor holds the lock at path (read only: a shared lock, let go at once; no file: no)."""
+    try:
+        handle = open(path)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        handle.close()
+    return False
+
+
+def report(state_dir, now=None):
+    """What status prints of a supervised job: who supervises it (or that nobody does, or that its
+    supervisor cannot read the job), then its summary and last events."""
+    now = time.time() if now is None else now
+    path = os.path.join(state_dir, LOCK)
+    who = None
+    try:
+        held = lock_held(path)
+    except OSError as exc:
+        held = None
+        who = 'cannot tell who supervises this job (%s: %s)' % (path, exc.strerror or exc)
+    try:
+        with open(os.path.join(state_dir, HEARTBEAT)) as handle:
+            beat = json.load(handle)
+    except (OSError, ValueError):
+        beat = {}
+    if not isinstance(beat, dict):
+        beat = {}
+    if held is False:
+        who = 'nobody supervises this job (no supervisor holds %s)' % path
+    elif held and beat.get('blind'):
+        since = beat.get('blind_since')
+        who = 'supervisor cannot read the job: %s (since %s)' % (
+            beat['blind'], time.strftime('%H:%M:%S', time.localtime(since)) if isinstance(since, (int, float)) else '?')
+    elif held:
+        who = 'supervised by %s (pid %s on %s, %s %.0f s ago; restarts %s)' % (
+            beat.get('unit') or 'a supervisor', beat.get('pid', '?'), beat.get('host', '?'), beat.get('doing', '?'),
+            now - beat.get('time', now), beat.get('restarts', '?'))
+    return [who] + summary_lines(read_events(state_dir))
+
+
+# ----- the loop on the supervisor host ----------------------------------------------------------
+def state_dir_of(settings):
+    """The supervisor's state directory (settings.json's state_dir; before it had one: <job dir>/supervise)."""
+    return settings.get('state_dir') or os.path.join(settings['job_dir'], 'supervise')
+
+
+def ansible_of(settings):
+    """The ansible ad-hoc program: settings.json's ansible, else the one beside ansible_playbook."""
+    return settings.get('ansible') or os.path.join(os.path.dirname(settings.get('ansible_playbook') or ''), 'ansible')
+
+
+def run_env(settings):
+    """The environment of every ansible run: the supervisor's own, settings' environment; SSH that gives up
+    (SSH_ENV) only where no ANSIBLE_CONFIG is named (the supervisor host's ansible.cfg carries the same bounds
+    and its timeout, which these variables would override)."""
+    environment = settings.get('environment') or {}
+    if environment.get('ANSIBLE_CONFIG') or os.environ.get('ANSIBLE_CONFIG'):
+        return dict(os.environ, **environment)
+    return dict(os.environ, **dict(SSH_ENV, **environment))
+
+
+def tcp_probe(host, port, timeout=TCP_TIMEOUT):
+    """(answered, why) of one TCP connect to host:port, bounded by timeout."""
+    try:
+        conn = socket.create_connection((host, port), timeout=timeout)
+    except socket.timeout:
+        return False, 'port %s on %s: no answer within %s s' % (port, host, timeout)
+    except OSError as exc:
+        return False, 'port %s on %s: %s' % (port, host, exc.strerror or exc)
+    conn.close()
+    return True, 'port %s on %s: open' % (port, host)
+
+
 class Supervisor:
     def __init__(self, settings):
         self.s = settings
         self.job = settings['job_id']
-        self.job_dir = settings['job_dir']
-        self.dir = os.path.join(self.job_dir, 'supervise')
+        self.job_dir = settings['job_dir']  # the job's directory on the shared storage: named to the playbooks only
+        self.dir = state_dir_of(settings)
+        self.attempt = int(settings.get('attempt', 1))
+        # False after a restart that failed: the new attempt may never write, so reads of the earlier one count
+        self.attempt_began = True
+        self.blind_reads = max(1, int(settings.get('blind_reads', 3)))
         self.state = {'nodes': list(settings['nodes']), 'restarts': 0, 'failures': []}
         self.child = None
         self.seen_step = None  # the last step a read saw: a read that reaches no rank (a node hangs) keeps it
+        self.doing = None
+        self.failed_reads = 0  # reads in a row that failed
+        self.blind = None      # why the supervisor cannot read the job (None: it can)
+        self.blind_since = None
+        self.last_good = None  # time of the last read that worked
+        self.read_seconds = None
+        self.read_rc = None
+        self.run_offset = 0    # where the output of the run in progress (or the last) begins in ansible.log
+        self.missed = None     # the nodes of the read_missed event of this episode (no event again for them)
+        self.metrics_failed = False
+        self.started = time.time()
+
+    def event(self, kind, **fields):
+        """An event of the attempt in progress (fields may name another attempt)."""
+        return event(self.dir, kind, **dict({'attempt': self.attempt}, **fields))
+
+    # ----- runs of ansible ----------------------------------------------------------------------
+    def command(self, cmd, timeout):
+        """rc of cmd, its output appended to ansible.log, bounded by timeout (rc 124 past it); the heartbeat
+        is written again every BEAT_EVERY s while it runs."""
+        log = os.fdopen(os.open(os.path.join(self.dir, LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), 'a')
+        try:
+            log.write('\n# %s %s\n' % (time.strftime('%Y-%m-%dT%H:%M:%S'), ' '.join(cmd)))
+            log.flush()
+            self.run_offset = os.fstat(log.fileno()).st_size
+            # its own process group: the supervisor ends it (and only it) when it is stopped; a job the run
+            # starts lives in sessions of its own (training_job) and is not part of it
+            self.child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          start_new_session=True, env=run_env(self.s))
+            deadline = time.time() + timeout
+            while True:
+                try:
+                    return self.child.wait(timeout=max(0.0, min(BEAT_EVERY, deadline - time.time())))
+                except subprocess.TimeoutExpired:
+                    if time.time() >= deadline:
+                        self.end_child()
+                        return 124
+                    self.refresh()
+        finally:
+            self.child = None
+            log.close()
 
     def playbook(self, playbook, extra, limit=None, timeout=None):
         cmd = [self.s['ansible_playbook'], '-i', self.s['inventory'], playbook, '-e', '@' + self.s['vars_file']]
@@ -246,21 +734,21 @@ class Supervisor:
         if limit:
             # node names (as the job's results say them) to inventory hosts
             cmd += ['--limit', ','.join(self.s.get('hosts', {}).get(n, n) for n in limit)]
-        log = open(os.path.join(self.dir, 'ansible.log'), 'a')
-        log.write('\n# %s %s\n' % (time.strftime('%Y-%m-%dT%H:%M:%S'), ' '.join(cmd)))
-        log.flush()
-        # its own process group: the supervisor ends it (and only it) when it is stopped; a job the run
-        # starts lives in sessions of its own (training_job) and is not part of it
-        self.child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                      env=dict(os.environ, **dict(SSH_ENV, **self.s.get('environment', {}))))
+        return self.command(cmd, timeout or self.s['action_timeout'])
+
+    def run_output(self):
+        """The output of the last run (its end, at most LOG_TAIL bytes)."""
         try:
-            return self.child.wait(timeout=timeout or self.s['action_timeout'])
-        except subprocess.TimeoutExpired:
-            self.end_child()
-            return 124
-        finally:
-            self.child = None
-            log.close()
+            with open(os.path.join(self.dir, LOG), 'rb') as handle:
+                size = handle.seek(0, os.SEEK_END)
+                handle.seek(max(self.run_offset, size - LOG_TAIL))
+                return handle.read().decode('utf-8', 'replace')
+        except OSError:
+            return ''
+
+    def last_error(self):
+        """The last run's error (its last failing task's fatal lines, or its ERROR!), '' when none."""
+        return run_error(self.run_output())
 
     def end_child(self):
         """End the playbook run in progress (its process group: SIGTERM, SIGKILL after 10 s)."""
@@ -284,23 +772,103 @@ class Supervisor:
                                                             training_supervisor_acting=True), limit=limit,
                              timeout=timeout)
 
+    # ----- reads --------------------------------------------------------------------------------
     def read(self):
-        path = os.path.join(self.dir, 'status.json')
+        """The status the job's read wrote (None when the run wrote none); its rc and seconds are kept."""
+        path = os.path.join(self.dir, STATUS)
         try:
             os.unlink(path)
         except OSError:
             pass
-        self.train('status', timeout=self.s.get('read_timeout', 300), training_status_file=path,
-                   training_progress_report=True)
+        began = time.time()
+        self.read_rc = self.train('status', timeout=self.s.get('read_timeout', 300), training_status_file=path,
+                                  training_progress_report=True)
+        self.read_seconds = round(time.time() - began, 3)
         try:
             with open(path) as handle:
-                return json.load(handle)
+                status = json.load(handle)
         except (OSError, ValueError):
             return None
+        return status if isinstance(status, dict) else None
+
+    def look(self):
+        """One status read and observe() of it. A read that failed (no status, or no state in it) is counted:
+        blind_reads of them in a row make the supervisor blind (a blind event; its heartbeat and figures say
+        so), the next read that works makes it sighted again. A read of an earlier attempt is no failure."""
+        self.heartbeat('blind' if self.blind else 'reading')
+        status = self.read()
+        obs = observe(status, attempt=self.attempt if self.attempt_began else None)
+        if obs['step'] is None and self.seen_step is not None:
+            obs.update(step=self.seen_step, step_read='before the fault')
+        self.seen_step = obs['step']
+        now = time.time()
+        if status is None or (obs['state'] == 'unknown' and not obs.get('stale')):
+            self.failed_reads += 1
+            if self.blind is None and self.failed_reads >= self.blind_reads:
+                failure = read_failure(self.read_rc, status, obs, self.last_error() if self.read_rc else '',
+                                       self.s.get('read_timeout', 300))
+                self.blind = blind_why(self.failed_reads, failure, self.last_good, self.started, now)
+                self.blind_since = now
+                self.event('blind', failed_reads=self.failed_reads, why=self.blind)
+        else:
+            if self.blind is not None:
+                self.event('sighted', failed_reads=self.failed_reads,
+                           why='reads again after %d failed reads' % self.failed_reads)
+                self.blind = self.blind_since = None
+            self.failed_reads = 0
+            self.last_good = now
+        self.heartbeat('blind' if self.blind else 'waiting')
+        return obs
+
+    def probe_nodes(self, nodes):
+        """{node: {answered, why}}: a TCP connect to each node's SSH port (settings' ssh_port, at its address
+        or else its host), then one ansible ping of them all (bounded); a node answered when the ping reached
+        it (its port alone proves no SSH, and an inventory host may name no address the supervisor resolves)."""
+        hosts = self.s.get('hosts') or {}
+        addresses = self.s.get('addresses') or {}
+        port = int(self.s.get('ssh_port', 22))
+        names = dict((n, hosts.get(n, n)) for n in nodes)
+        tcp = dict((n, tcp_probe(addresses.get(n) or names[n], port)) for n in nodes)
+        cmd = [ansible_of(self.s), ','.join(names[n] for n in nodes), '-i', self.s['inventory'],
+               '-m', 'ansible.builtin.ping', '-o']
+        try:
+            rc = self.command(cmd, PING_TIMEOUT)
+            answers = parse_adhoc(self.run_output(), [names[n] for n in nodes])
+        except OSError as exc:
+            rc, answers = None, dict((names[n], 'not run: %s' % exc) for n in nodes)
+        out = {}
+        for node in nodes:
+            ping = answers.get(names[node])
+            if rc == 124 and ping and ping.startswith('no answer'):
+                ping = 'no answer within %d s' % PING_TIMEOUT
+            out[node] = {'answered': ping is None,
+                         'why': '%s; ansible ping: %s' % (tcp[node][1], 'pong' if ping is None else ping)}
+        return out
+
+    def confirm(self, obs):
+        """A read found nodes it could not reach, and nothing else wrong: a direct probe of them, then a second
+        read. (fault, stop) for those both confirm (confirm_unreachable); else a read_missed event and the
+        second read with what it asks for (a node not reached again is waited on)."""
+        nodes = list(obs['unreachable_nodes'])
+        self.heartbeat('probing %s' % ', '.join(nodes))
+        probes = self.probe_nodes(nodes)
+        second = self.look()
+        confirmed = confirm_unreachable(obs, second, probes)
+        if confirmed:
+            why = '%s did not answer two reads and a direct probe (%s)' % (
+                ', '.join(confirmed), '; '.join('%s: %s' % (n, (probes.get(n) or {}).get('why')) for n in confirmed))
+            fault = dict(obs, unreachable_nodes=confirmed, why=why)
+            return fault, {'action': 'stop', 'seen': 'unreachable', 'nodes': culprits(fault), 'why': why}
+        if self.missed != nodes:
+            self.event('read_missed', nodes=nodes, why=missed_why(obs, second, probes))
+            self.missed = nodes
+        act = decide(second)
+        if act['action'] != 'wait' and not needs_confirming(second):
+            return second, act
+        return second, {'action': 'wait', 'why': 'a read missed %s' % ', '.join(nodes)}
 
     def health(self, nodes):
         """(the quick tier's report, rc of its run); the report is None when the run wrote none."""
-        # on the head's own disk (the health report is written as root, which shared storage may squash)
         report_dir = self.s['health_report_dir']
         try:
             os.unlink(os.path.join(report_dir, 'latest-quick.json'))
@@ -324,32 +892,81 @@ class Supervisor:
         tag, record, _ = gpucluster_progress.latest_complete_checkpoint(directory)
         return None if tag is None else int((record or {}).get('step', 0))
 
+    # ----- what it says of itself ---------------------------------------------------------------
     def heartbeat(self, what):
-        record = {'pid': os.getpid(), 'host': socket.gethostname(), 'unit': self.s.get('unit'), 'time': time.time(),
+        """supervisor.json (mode 0644) and the figures, at once."""
+        self.doing = what
+        now = time.time()
+        record = {'pid': os.getpid(), 'host': socket.gethostname(), 'unit': self.s.get('unit'), 'time': now,
                   'doing': what, 'nodes': self.state['nodes'], 'restarts': self.state['restarts'],
-                  'step': self.seen_step}
-        tmp = os.path.join(self.dir, 'supervisor.json.tmp')
-        with open(tmp, 'w') as handle:
-            json.dump(record, handle)
-        os.replace(tmp, os.path.join(self.dir, 'supervisor.json'))
+                  'attempt': self.attempt, 'step': self.seen_step, 'failed_reads': self.failed_reads,
+                  'read_seconds': self.read_seconds, 'last_read': self.last_good}
+        if self.blind:
+            record.update(blind=self.blind, blind_since=self.blind_since)
+        write_file(os.path.join(self.dir, HEARTBEAT), json.dumps(record) + '\n', 0o644)
+        self.write_metrics(now)
 
+    def refresh(self):
+        """The heartbeat again while a run goes on (a write that fails waits for the next)."""
+        if self.doing is not None:
+            try:
+                self.heartbeat(self.doing)
+            except OSError:
+                pass
+
+    def metrics_path(self):
+        directory = self.s.get('metrics_dir') or ''
+        return os.path.join(directory, 'gpucluster_supervisor_%s.prom' % self.job) if directory else None
+
+    def write_metrics(self, now):
+        text = metrics_text(self.job, {
+            'last_read_timestamp_seconds': self.last_good, 'read_seconds': self.read_seconds,
+            'failed_reads': self.failed_reads, 'blind': 1 if self.blind else 0, 'restarts': self.state['restarts'],
+            'attempt': self.attempt, 'heartbeat_timestamp_seconds': now})
+        write_file(os.path.join(self.dir, PROM), text, 0o644)
+        where = self.metrics_path()
+        if where:
+            try:
+                write_file(where, text, 0o644)
+            except OSError as exc:
+                if not self.metrics_failed:  # said once; the figures stay in the state directory
+                    self.metrics_failed = True
+                    self.event('metrics_failed', why='%s not written: %s (the figures are in %s)'
+                               % (where, exc.strerror or exc, os.path.join(self.dir, PROM)))
+
+    def metrics_gone(self):
+        """The supervision ended: its figures leave node_exporter's directory (supervisor.prom stays)."""
+        where = self.metrics_path()
+        if where:
+            try:
+                os.unlink(where)
+            except OSError:
+                pass
+
+    # ----- the loop -----------------------------------------------------------------------------
     def run(self):
+        try:
+            return self.supervise()
+        finally:
+            self.metrics_gone()
+
+    def supervise(self):
         deadline = time.time() + self.s['seconds']
-        event(self.job_dir, 'supervising', nodes=self.state['nodes'], why='restarts %d, min nodes %d, for %d s'
-              % (self.s['restarts'], self.s['min_nodes'], self.s['seconds']))
+        self.event('supervising', nodes=self.state['nodes'], why='restarts %d, min nodes %d, for %d s'
+                   % (self.s['restarts'], self.s['min_nodes'], self.s['seconds']))
         waiting_first_step = None
         while time.time() < deadline:
-            self.heartbeat('reading')
-            obs = observe(self.read())
-            if obs['step'] is None and self.seen_step is not None:
-                obs.update(step=self.seen_step, step_read='before the fault')
-            self.seen_step = obs['step']
+            obs = self.look()
             if waiting_first_step is not None and obs['step'] is not None and obs['step'] > waiting_first_step:
-                event(self.job_dir, 'training', step=obs['step'], why='training again after the restart')
+                self.event('training', step=obs['step'], why='training again after the restart')
                 waiting_first_step = None
             act = decide(obs)
+            if act['action'] == 'stop' and needs_confirming(obs):
+                obs, act = self.confirm(obs)
+            elif obs['state'] != 'unknown':
+                self.missed = None  # a read that reached every node ends an episode of missed reads
             if act['action'] == 'done':
-                event(self.job_dir, 'done', why=act['why'], step=obs['step'])
+                self.event('done', why=act['why'], step=obs['step'])
                 self.write_report()
                 return 0
             if act['action'] == 'stop':
@@ -360,101 +977,206 @@ class Supervisor:
                 self.seen_step = None  # the restarted job's steps start again from its checkpoint
                 continue
             time.sleep(self.s['interval'])
-        event(self.job_dir, 'stopped', why='training_supervise_seconds (%d) ended: the job runs on, unsupervised'
-              % self.s['seconds'])
+        self.event('stopped', why='training_supervise_seconds (%d) ended: the job runs on, unsupervised'
+                   % self.s['seconds'])
         return 0
 
     def write_report(self):
-        """The job's report page (<job dir>/report.html, train.yml -e training_state=report), bounded in time; a
-        run that fails is an event (report_failed), never the supervisor's end."""
+        """The job's report page (train.yml -e training_state=report), bounded in time; a run that fails is an
+        event (report_failed), never the supervisor's end."""
         try:
             rc = self.train('report', timeout=self.s.get('report_timeout', 300), training_report_fetch=False)
             if rc != 0:
-                event(self.job_dir, 'report_failed', why='train.yml report ended with rc %d (its output in %s)'
-                      % (rc, os.path.join(self.dir, 'ansible.log')))
+                error = self.last_error()
+                self.event('report_failed', why='train.yml report ended with rc %d (its output in %s)%s'
+                           % (rc, os.path.join(self.dir, LOG), (': %s' % error) if error else ''))
         except Exception as exc:  # pylint: disable=broad-except  # the supervision ended already: only say so
             try:
-                event(self.job_dir, 'report_failed', why='the report page was not written: %s' % exc)
+                self.event('report_failed', why='the report page was not written: %s' % exc)
             except OSError:
                 pass
 
     def recover(self, obs, act):
-        event(self.job_dir, 'fault', seen=act['seen'], nodes=act['nodes'], step=obs['step'],
-              last_step_time=obs['last_step_time'], why=act['why'],
-              **({'step_read': obs['step_read']} if obs.get('step_read') else {}))
+        self.event('fault', seen=act['seen'], nodes=act['nodes'], step=obs['step'],
+                   last_step_time=obs['last_step_time'], why=act['why'],
+                   **({'step_read': obs['step_read']} if obs.get('step_read') else {}))
         self.heartbeat('stopping')
         rc = self.train('stopped')
-        event(self.job_dir, 'job_stopped', why='every rank, container and launcher stopped' if rc == 0 else
-              'stop ended with rc %d (a node that does not answer keeps its frozen ranks)' % rc)
+        self.event('job_stopped', why='every rank, container and launcher stopped' if rc == 0 else
+                   'stop ended with rc %d (a node that does not answer keeps its frozen ranks)' % rc)
         self.heartbeat('checking nodes')
         report, rc = self.health(self.state['nodes'])
         if report is None:
             # no verdict was read: no node is called failing for it; the fault's own culprits are judged
             bad = list(act['nodes'])
             why = ('the quick health tier wrote no report (health.yml rc %d; its output in %s): judged by the fault '
-                   'alone: %s' % (rc, os.path.join(self.dir, 'ansible.log'), ', '.join(bad) or 'no node named'))
+                   'alone: %s' % (rc, os.path.join(self.dir, LOG), ', '.join(bad) or 'no node named'))
         else:
             bad = bad_nodes(report, self.state['nodes'])
-            why = 'quick health tier: %s' % (('failing or not answering: ' + ', '.join(bad)) if bad else 'every node passed')
-        event(self.job_dir, 'checked', nodes=bad, why=why)
+            why = 'quick health tier: %s' % (('failing or not answering: ' + ', '.join(bad)) if bad
+                                             else 'every node passed')
+        self.event('checked', nodes=bad, why=why)
         ckpt = self.checkpoint()
         plan = plan_restart(self.state, obs, act['nodes'], bad, ckpt, self.s)
         if plan['action'] == 'give_up':
-            event(self.job_dir, 'gave_up', why=plan['why'], step=obs['step'])
+            self.event('gave_up', why=plan['why'], step=obs['step'])
             return False
         self.state['failures'].append({'resume_step': plan['resume_step'], 'step': obs['step']})
         self.state['restarts'] += 1
         self.state['nodes'] = plan['nodes']
+        self.attempt += 1  # the restart begins the next attempt: its events carry it
         lost = None if obs['step'] is None else max(0, obs['step'] - plan['resume_step'])
         why = plan['why']
         if ckpt is None and self.s.get('checkpoint_dir'):
             why += '; no complete checkpoint under %s yet: restarting from the beginning' % self.s['checkpoint_dir']
         elif ckpt is None:
-            why += '; no checkpoint directory declared (training_supervise_checkpoint_dir): restarting from the beginning'
-        event(self.job_dir, 'restart', nodes=plan['nodes'], left_out=plan['left_out'], resume_step=plan['resume_step'],
-              lost_steps=lost, attempt=self.state['restarts'], why=why)
+            why += ('; no checkpoint directory declared (training_supervise_checkpoint_dir): restarting from the '
+                    'beginning')
+        self.event('restart', nodes=plan['nodes'], left_out=plan['left_out'], resume_step=plan['resume_step'],
+                   lost_steps=lost, why=why)
         self.heartbeat('restarting')
-        extra = {'training_wait': 'first_step'}
+        extra = {'training_wait': 'first_step', 'training_attempt': self.attempt}
         if ckpt is not None:
             extra.update(training_resume_from=self.s['checkpoint_dir'], training_resume_if_present=True)
         rc = self.train('started', limit=plan['nodes'], **extra)
+        self.attempt_began = rc == 0
         if rc != 0:
-            event(self.job_dir, 'restart_failed', nodes=plan['nodes'], why='train.yml started ended with rc %d' % rc)
+            error = self.last_error()
+            what = ('train.yml started did not end within %d s (action_timeout)' % self.s['action_timeout']
+                    if rc == 124 else 'train.yml started ended with rc %d' % rc)
+            self.event('restart_failed', nodes=plan['nodes'],
+                       why='%s: %s' % (what, error) if error else
+                       '%s (no fatal or ERROR line in its output; %s)' % (what, os.path.join(self.dir, LOG)))
         return plan['resume_step']
 
 
-def report(job_dir, now=None):
-    """What status prints of a supervised job: who supervises it (or that nobody does) and its events."""
-    now = time.time() if now is None else now
-    held = lock(os.path.join(job_dir, 'supervise', 'lock'))
+# ----- --probe: can the supervisor, as it will run, read the job? -------------------------------
+def capture(cmd, timeout, env):
+    """(rc, output) of cmd, bounded by timeout (past it its process group is ended and rc is 124); (None, why)
+    when it cannot start."""
     try:
-        with open(os.path.join(job_dir, 'supervise', 'supervisor.json')) as handle:
-            beat = json.load(handle)
-    except (OSError, ValueError):
-        beat = {}
-    if held is not None:
-        held.close()
-        who = 'nobody supervises this job (no supervisor holds %s/supervise/lock)' % job_dir
-    else:
-        who = 'supervised by %s (pid %s on %s, %s %.0f s ago; restarts %s)' % (
-            beat.get('unit') or 'a supervisor', beat.get('pid', '?'), beat.get('host', '?'), beat.get('doing', '?'),
-            now - beat.get('time', now), beat.get('restarts', '?'))
-    return [who] + summary_lines(read_events(os.path.join(job_dir, EVENTS)))
+        child = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, env=env)
+    except OSError as exc:
+        return None, str(exc)
+    try:
+        out, _ = child.communicate(timeout=timeout)
+        return child.returncode, out.decode('utf-8', 'replace')
+    except subprocess.TimeoutExpired:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(child.pid, sig)
+            except OSError:
+                pass
+            try:
+                out, _ = child.communicate(timeout=5)
+                return 124, out.decode('utf-8', 'replace')
+            except subprocess.TimeoutExpired:
+                continue
+        return 124, ''
+
+
+def last_line(text):
+    lines = [line for line in ANSI.sub('', text or '').splitlines() if line.strip()
+             and not line.startswith(('[WARNING]', '[DEPRECATION WARNING]'))]
+    return one_line(lines[-1]) if lines else 'no output'
+
+
+def probe(settings, timeout=PROBE_TIMEOUT):
+    """The problems that would keep the supervisor from reading the job, each a line: (a) its programs,
+    inventory and vars file are there; (b) every node's host runs `id` as the training account through the
+    inventory (ansible ... -m ansible.builtin.command -a id -b --become-user <user>; each host that did not,
+    named with why); (c) train.yml loads (ansible-playbook --syntax-check). Every run is bounded by timeout."""
+    problems = []
+    playbook = settings.get('ansible_playbook') or ''
+    ansible = ansible_of(settings) if (playbook or settings.get('ansible')) else ''
+    inventory = settings.get('inventory') or ''
+    vars_file = settings.get('vars_file') or ''
+    missing = set()
+    for key, path in (('ansible_playbook', playbook), ('ansible', ansible), ('inventory', inventory),
+                      ('vars_file', vars_file)):
+        if not path or not os.path.exists(path):
+            missing.add(key)
+            problems.append('%s %s not found' % (key, path or '(not set in settings.json)'))
+    for key in ('state_dir', 'metrics_dir'):
+        if settings.get(key) and not os.path.isdir(settings[key]):
+            problems.append('%s %s is not a directory' % (key, settings[key]))
+    user = settings.get('training_user')
+    if 'vars_file' not in missing:
+        try:
+            with open(vars_file) as handle:
+                user = (json.load(handle) or {}).get('training_user') or user
+        except (OSError, ValueError, AttributeError) as exc:
+            problems.append('vars_file %s cannot be read: %s' % (vars_file, getattr(exc, 'strerror', None) or exc))
+    if not user:
+        problems.append('no training_user in %s or settings.json: the account the job runs as'
+                        % (vars_file or 'vars.json'))
+    hosts_of = settings.get('hosts') or {}
+    hosts = []
+    for node in settings.get('nodes') or []:
+        if hosts_of.get(node, node) not in hosts:
+            hosts.append(hosts_of.get(node, node))
+    if not hosts:
+        problems.append('settings.json names no nodes')
+    env = dict(run_env(settings), ANSIBLE_NOCOLOR='1')
+    if user and hosts and not missing & {'ansible', 'inventory'}:
+        rc, out = capture([ansible, ','.join(hosts), '-i', inventory, '-m', 'ansible.builtin.command', '-a', 'id',
+                           '-b', '--become-user', user, '-o'], timeout, env)
+        if rc is None:
+            problems.append('%s could not be run: %s' % (ansible, out))
+        else:
+            answers = parse_adhoc(out, hosts)
+            for host in hosts:
+                why = answers[host]
+                if why is None:
+                    continue
+                if rc == 124 and why.startswith('no answer'):
+                    why = 'no answer within %d s' % timeout
+                problems.append('host %s: %s (as %s, through %s)' % (host, why, user, inventory))
+            if rc != 0 and all(answers[h] is None for h in hosts):
+                problems.append('ansible -m ansible.builtin.command -a id as %s ended with rc %d: %s'
+                                % (user, rc, run_error(out) or last_line(out)))
+    if not missing & {'ansible_playbook', 'inventory'}:
+        train = settings.get('train_playbook') or 'gpucluster.multinode.train'
+        rc, out = capture([playbook, '--syntax-check', '-i', inventory, train], timeout, env)
+        if rc is None:
+            problems.append('%s could not be run: %s' % (playbook, out))
+        elif rc != 0:
+            problems.append('ansible-playbook --syntax-check %s %s: %s' % (
+                train, 'did not end within %d s' % timeout if rc == 124 else 'ended with rc %d' % rc,
+                run_error(out) or last_line(out)))
+    return problems
 
 
 def main(argv):
     if len(argv) == 3 and argv[1] == '--report':
         print('\n'.join(report(argv[2])))
         return 0
+    if len(argv) == 3 and argv[1] == '--probe':
+        try:
+            with open(argv[2]) as handle:
+                settings = json.load(handle)
+            problems = probe(settings) if isinstance(settings, dict) else ['%s is not a JSON object' % argv[2]]
+        except (OSError, ValueError) as exc:
+            problems = ['settings %s cannot be read: %s' % (argv[2], getattr(exc, 'strerror', None) or exc)]
+        print(json.dumps({'problems': problems}), flush=True)
+        return 1 if problems else 0
     if len(argv) != 2:
-        print('usage: gpucluster_supervise.py <settings.json> | --report <job dir>', file=sys.stderr)
+        print('usage: gpucluster_supervise.py <settings.json> | --report <state dir> | --probe <settings.json>',
+              file=sys.stderr)
         return 2
     with open(argv[1]) as handle:
         settings = json.load(handle)
-    held = lock(os.path.join(settings['job_dir'], 'supervise', 'lock'))
+    path = os.path.join(state_dir_of(settings), LOCK)
+    held = lock(path)
+    for wait in (0.5, 1.0):  # a --report looks at the lock for an instant
+        if held is not None:
+            break
+        time.sleep(wait)
+        held = lock(path)
     if held is None:
-        print('job %s is supervised already (the lock %s/supervise/lock is held): this supervisor does nothing'
-              % (settings['job_id'], settings['job_dir']), flush=True)
+        print('job %s is supervised already (the lock %s is held): this supervisor does nothing'
+              % (settings['job_id'], path), flush=True)
         return 3
     sup = Supervisor(settings)
 
@@ -463,9 +1185,9 @@ def main(argv):
         # progress ends with it (a restart half done is stopped by training_state=stopped next); the
         # job's own processes are not touched here
         sup.end_child()
-        event(settings['job_dir'], 'stopped', why='the supervisor was stopped (signal %d); the job itself is stopped '
-              'by training_state=stopped, or runs on unsupervised' % signum)
-        sys.exit(0)
+        sup.event('stopped', why='the supervisor was stopped (signal %d); the job itself is stopped '
+                  'by training_state=stopped, or runs on unsupervised' % signum)
+        sys.exit(0)  # through run(): its figures leave node_exporter's directory
     signal.signal(signal.SIGTERM, stopped)
     return sup.run()
 

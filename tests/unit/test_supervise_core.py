@@ -1,0 +1,473 @@
+"""The supervisor's own reading of ansible's output, its pure decisions on a node that missed a read, on
+a read that failed and on a read of an earlier attempt, its figures for Prometheus, its heartbeat and
+report, and --probe (roles/training/files/gpucluster_supervise.py).
+
+The ansible output below is shaped as ansible-core 2.19.14 printed it (ANSIBLE_NOCOLOR=1), recorded on
+this machine with ad-hoc runs of ansible.builtin.command / ansible.builtin.ping and playbook runs against
+hosts that could not be resolved or reached, and tasks that failed."""
+
+import json
+import os
+import sys
+import time
+
+FILES = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'training', 'files')
+sys.path.insert(0, FILES)
+
+import gpucluster_supervise as sv  # noqa: E402
+
+NOW = 1764000000.0
+
+
+def _obs(state='running', unreachable=(), why='', step=None):
+    return {'time': NOW, 'state': state, 'failed_nodes': [], 'unreachable_nodes': list(unreachable),
+            'stalled_nodes': [], 'step': step, 'last_step_time': None, 'why': why}
+
+
+# ----- a node that missed one read ------------------------------------------------------------------
+def test_only_a_node_missed_by_two_reads_whose_direct_probe_failed_is_confirmed():
+    first = _obs('unreachable', ['w1', 'w2'])
+    probes = {'w1': {'answered': False, 'why': 'port 22 on w1: timed out'},
+              'w2': {'answered': False, 'why': 'port 22 on w2: timed out'}}
+    assert sv.confirm_unreachable(first, _obs('unreachable', ['w1', 'w2']), probes) == ['w1', 'w2']
+    # the second read reached w2
+    assert sv.confirm_unreachable(first, _obs('unreachable', ['w1']), probes) == ['w1']
+    # w1 answered its direct probe
+    probes['w1']['answered'] = True
+    assert sv.confirm_unreachable(first, _obs('unreachable', ['w1', 'w2']), probes) == ['w2']
+    # a second read that reached every node confirms nothing, whatever the probe said
+    assert sv.confirm_unreachable(first, _obs('running'), probes) == []
+    # a second read that failed as a whole names no node: no confirmation either
+    assert sv.confirm_unreachable(first, _obs('unknown', why='the status read gave nothing'), probes) == []
+    # a node that was not probed is taken as not answering
+    assert sv.confirm_unreachable(_obs('unreachable', ['w3']), _obs('unreachable', ['w3']), {}) == ['w3']
+
+
+def test_a_read_that_missed_a_node_asks_for_confirming_only_when_no_rank_failed():
+    missed = sv.observe({'result': {'state': 'unknown', 'unknown_nodes': ['w2']}}, NOW)
+    assert sv.needs_confirming(missed) and sv.decide(missed)['action'] == 'stop'
+    # a rank failed too: the stop needs no second read
+    failed = {'state': 'failed', 'failed_nodes': ['w1'], 'first_failure': {'node': 'w1', 'exit_code': 1}}
+    both = sv.observe({'result': failed, 'progress': {'node_errors': {'w2': 'timed out'}}}, NOW)
+    assert both['state'] == 'unreachable' and both['failed_nodes'] == ['w1'] and not sv.needs_confirming(both)
+    assert sv.decide(both)['nodes'] == ['w1', 'w2']
+    assert both['why'] == 'w2 could not be read; a rank failed first on w1 (exit 1)'
+    assert not sv.needs_confirming(sv.observe({'result': {'state': 'running'}}, NOW))
+
+
+def test_the_read_missed_event_says_for_each_node_why_it_is_no_fault():
+    first = _obs('unreachable', ['w1', 'w2'])
+    probes = {'w1': {'answered': True, 'why': 'x'}, 'w2': {'answered': False, 'why': 'port 22 on w2: refused'}}
+    why = sv.missed_why(first, _obs('unreachable', ['w1']), probes)
+    assert why == ('not read once, not a fault: w1: the second read could not reach it either; it answered the '
+                   'direct probe; w2: the second read reached it; the direct probe failed (port 22 on w2: refused)')
+    why = sv.missed_why(_obs('unreachable', ['w2']), _obs('unknown', why='the status read gave nothing'), probes)
+    assert why == ('not read once, not a fault: w2: the second read gave no answer (the status read gave nothing); '
+                   'the direct probe failed (port 22 on w2: refused)')
+
+
+def test_a_tcp_probe_names_the_port_and_why():
+    import socket
+    server = socket.socket()
+    server.bind(('127.0.0.1', 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        assert sv.tcp_probe('127.0.0.1', port) == (True, 'port %d on 127.0.0.1: open' % port)
+    finally:
+        server.close()
+    answered, why = sv.tcp_probe('127.0.0.1', port)
+    assert not answered and why.startswith('port %d on 127.0.0.1: ' % port) and 'refused' in why.lower()
+
+
+# ----- reads that failed, reads of an earlier attempt ------------------------------------------------
+def test_a_read_of_an_earlier_attempt_is_stale_and_asks_for_nothing():
+    failed = {'result': {'state': 'failed', 'failed_nodes': ['w1'], 'first_failure': {'node': 'w1'}, 'attempt': 1},
+              'progress': {'ranks': [{'last_step': 23}], 'attempt': 1}}
+    obs = sv.observe(failed, NOW, attempt=2)
+    assert obs['state'] == 'unknown' and obs['stale'] and obs['step'] is None
+    assert obs['why'] == 'the read is of attempt 1: attempt 2 has not written yet'
+    assert sv.decide(obs)['action'] == 'wait'
+    # the same read is the fault while attempt 1 runs; a read that names no attempt is taken as it is
+    assert sv.observe(failed, NOW, attempt=1)['state'] == 'failed'
+    assert sv.observe({'result': {'state': 'failed', 'failed_nodes': ['w1']}}, NOW, attempt=2)['state'] == 'failed'
+    # either part naming an earlier attempt makes the read stale
+    partly = dict(failed, result=dict(failed['result'], attempt=2))
+    assert sv.observe(partly, NOW, attempt=2).get('stale')
+
+
+def test_a_failed_read_and_the_blind_why_say_the_rc_the_error_and_the_last_good_read():
+    nothing = sv.observe(None, NOW)
+    assert sv.read_failure(4, None, nothing, 'w1: unreachable: no route') == (
+        'train.yml status ended with rc 4 and wrote no status: w1: unreachable: no route')
+    assert sv.read_failure(124, None, nothing, '', 300) == (
+        'train.yml status did not end within 300 s (read_timeout) and wrote no status')
+    unknown = sv.observe({'result': {'state': 'unknown'}}, NOW)
+    assert sv.read_failure(2, {'result': {'state': 'unknown'}}, unknown) == (
+        'train.yml status ended with rc 2; its status named no state of the job (unknown)')
+    assert sv.blind_why(3, 'train.yml status ended with rc 4', NOW - 95, NOW - 500, NOW) == (
+        '3 reads in a row failed: train.yml status ended with rc 4; last good read 95 s ago')
+    assert sv.blind_why(3, 'x', None, NOW - 40, NOW) == (
+        '3 reads in a row failed: x; no good read since the supervisor started 40 s ago')
+
+
+# ----- ansible's output: a playbook run's error -------------------------------------------------------
+# (a line of the recorded output a line here; ansible leaves a space after "=>" before a YAML result)
+RUN_2_19 = '\n'.join([
+    '',
+    'PLAY [all] *********************************************************************',
+    '',
+    'TASK [ignored one] *************************************************************',
+    '[ERROR]: Task failed: Action failed: ignore me',
+    'Origin: /tmp/pbt/pb.yml:4:7',
+    '',
+    '2   gather_facts: false',
+    '3   tasks:',
+    '4     - name: ignored one',
+    '        ^ column 7',
+    '',
+    'fatal: [a]: FAILED! => {"changed": false, "msg": "ignore me"}',
+    '...ignoring',
+    'fatal: [b]: FAILED! => {"changed": false, "msg": "ignore me"}',
+    '...ignoring',
+    '',
+    'TASK [Refuse a node] ***********************************************************',
+    '[ERROR]: Task failed: Action failed: host lab-worker-1: the launcher could not start: no such file',
+    'Origin: /tmp/pbt/pb.yml:7:7',
+    '',
+    '5       ansible.builtin.fail: {msg: "ignore me"}',
+    '6       ignore_errors: true',
+    '7     - name: Refuse a node',
+    '        ^ column 7',
+    '',
+    'fatal: [a]: FAILED! => {"assertion": false, "changed": false, "evaluated_to": false, "msg": "host lab-worker-1: '
+    'the launcher could not start: no such file"}',
+    'fatal: [b]: FAILED! => {"assertion": false, "changed": false, "evaluated_to": false, "msg": "host lab-worker-1: '
+    'the launcher could not start: no such file"}',
+    'fatal: [c]: UNREACHABLE! => {"changed": false, "msg": "Task failed: Failed to connect to the host via ssh: ssh: '
+    'Could not resolve hostname c: Name or service not known", "unreachable": true}',
+    '',
+    'PLAY RECAP *********************************************************************',
+    'a                          : ok=1    changed=0    unreachable=0    failed=1    skipped=0    rescued=0    ignored=1',
+    ''])
+
+RUN_YAML = '\n'.join([
+    '',
+    'TASK [Reach] *******************************************************************',
+    '[ERROR]: Task failed: Failed to connect to the host via ssh: ssh: Could not resolve hostname nosuch.invalid: '
+    'Name or service not known',
+    'Origin: /tmp/pbt/pb3.yml:4:7',
+    '',
+    'fatal: [nosuch.invalid]: UNREACHABLE! => ',
+    '    changed: false',
+    "    msg: 'Task failed: Failed to connect to the host via ssh: ssh: Could not resolve hostname",
+    "        nosuch.invalid: Name or service not known'",
+    '    unreachable: true',
+    '',
+    'TASK [Refuse a node] ***********************************************************',
+    'fatal: [a]: FAILED! => ',
+    '    assertion: false',
+    '    changed: false',
+    '    evaluated_to: false',
+    '    msg: |-',
+    '        host lab-worker-1: the launcher could not start:',
+    '        no such file "x"',
+    '',
+    'PLAY RECAP *********************************************************************',
+    ''])
+
+
+def test_a_runs_error_is_its_last_failing_tasks_fatal_lines_never_an_ignored_one():
+    assert sv.run_error(RUN_2_19) == (
+        'task "Refuse a node": a, b: host lab-worker-1: the launcher could not start: no such file; c: unreachable: '
+        'Failed to connect to the host via ssh: ssh: Could not resolve hostname c: Name or service not known')
+    # only ignored failures: no error
+    ignored_only = RUN_2_19.split('TASK [Refuse a node]')[0]
+    assert sv.run_error(ignored_only) == ''
+    assert sv.run_error('') == '' and sv.run_error('PLAY RECAP ****\na : ok=3 failed=0\n') == ''
+    # an assert whose fail_msg is a list of lines (status.yml's, when a node could not be read)
+    status = ('TASK [gpucluster.multinode.training : Fail when a node\'s state could not be read (the job\'s state is '
+              'unknown, not stopped)] ***\n'
+              'fatal: [head]: FAILED! => {"assertion": false, "changed": false, "evaluated_to": false, "msg": ["job '
+              'j-1: unknown (its state could not be read on w1)", "w1: read failed: timed out"]}\n')
+    assert sv.run_error(status) == (
+        'task "gpucluster.multinode.training : Fail when a node\'s state could not be read (the job\'s state is '
+        'unknown, not stopped)": head: job j-1: unknown (its state could not be read on w1); w1: read failed: timed '
+        'out')
+
+
+def test_a_runs_error_is_read_from_yaml_results_too():
+    assert sv.run_error(RUN_YAML) == ('task "Refuse a node": a: host lab-worker-1: the launcher could not start: '
+                                      'no such file "x"')
+    assert sv.run_error(RUN_YAML.split('TASK [Refuse a node]')[0]) == (
+        'task "Reach": nosuch.invalid: unreachable: Failed to connect to the host via ssh: ssh: Could not resolve '
+        'hostname nosuch.invalid: Name or service not known')
+
+
+def test_a_runs_error_is_its_error_line_when_no_task_failed_and_is_cut_short():
+    assert sv.run_error('[ERROR]: the playbook: gpucluster.multinode.nosuch could not be found\n') == (
+        'the playbook: gpucluster.multinode.nosuch could not be found')
+    # before ansible-core 2.19
+    assert sv.run_error('ERROR! couldn\'t resolve module/action \'gpucluster.multinode.training_job\'. This often '
+                        'indicates a misspelling\n\nThe error appears to be in \'/x/started.yml\'\n') == (
+        'couldn\'t resolve module/action \'gpucluster.multinode.training_job\'. This often indicates a misspelling')
+    # an error line after the last failed task is the run's error (it came last)
+    assert sv.run_error(RUN_2_19 + '[ERROR]: Unexpected Exception: boom\n') == 'Unexpected Exception: boom'
+    long = 'fatal: [a]: FAILED! => {"msg": "%s"}\n' % ('x' * 1000)
+    cut = sv.run_error(long)
+    assert len(cut) == 400 and cut.startswith('a: xxx') and cut.endswith('...')
+    # a module that failed as a whole says its stderr
+    module = ('fatal: [a]: FAILED! => {"changed": false, "module_stderr": "sudo: a password is required\\n", '
+              '"module_stdout": "", "msg": "MODULE FAILURE: No start of JSON char found\\nSee stdout/stderr for the '
+              'exact error", "rc": 1}\n')
+    assert sv.run_error(module) == ('a: MODULE FAILURE: No start of JSON char found See stdout/stderr for the exact '
+                                    'error: sudo: a password is required')
+
+
+# ----- ansible's output: an ad-hoc run, one answer a host ---------------------------------------------
+ONELINE = '\n'.join([
+    "[DEPRECATION WARNING]: The '-o' argument is deprecated. This feature will be removed from ansible-core version "
+    "2.23. Use callback configuration to enable the oneline callback instead.",
+    'head | CHANGED | rc=0 | (stdout) uid=1001(train) gid=1001(train) groups=1001(train)',
+    'w1 | UNREACHABLE!: Task failed: Failed to connect to the host via ssh: ssh: connect to host w1 port 22: '
+    'Connection refused',
+    'w2 | FAILED | rc=-1 | (stdout) ',
+    'w2 | FAILED! => {"changed": false,"msg": "Task failed: Premature end of stream waiting for become success.\\n>>> '
+    'Standard Error\\n/bin/sh: 1: sudo: not found"}',
+    "w3 | FAILED | rc=1 | (stdout)  (stderr) id: 'train': no such user",
+    'w4 | SUCCESS => {"changed": false,"ping": "pong"}',
+    '[WARNING]: Could not match supplied host pattern, ignoring: w5',
+    ''])
+
+MINIMAL = '\n'.join([
+    'head | CHANGED | rc=0 >>',
+    'uid=1001(train) gid=1001(train) groups=1001(train)',
+    '[ERROR]: Task failed: Failed to connect to the host via ssh: ssh: Could not resolve hostname w1: Name or service '
+    'not known',
+    "Origin: <adhoc 'ansible.builtin.command' task>",
+    '',
+    'w1 | UNREACHABLE! => {',
+    '    "changed": false,',
+    '    "msg": "Task failed: Failed to connect to the host via ssh: ssh: Could not resolve hostname w1: Name or '
+    'service not known",',
+    '    "unreachable": true',
+    '}',
+    'w2 | FAILED | rc=1 >>',
+    'non-zero return code',
+    ''])
+
+
+def test_an_adhoc_run_names_each_host_that_failed_and_why():
+    answers = sv.parse_adhoc(ONELINE, ['head', 'w1', 'w2', 'w3', 'w4', 'w5', 'w6'])
+    assert answers['head'] is None and answers['w4'] is None
+    assert answers['w1'] == ('unreachable: Failed to connect to the host via ssh: ssh: connect to host w1 port 22: '
+                             'Connection refused')
+    assert answers['w2'] == ('failed: Premature end of stream waiting for become success. >>> Standard Error '
+                             '/bin/sh: 1: sudo: not found')
+    assert answers['w3'] == "failed: rc=1 | (stdout) (stderr) id: 'train': no such user"
+    assert answers['w5'] == 'not in the inventory (no host of that name)'
+    assert answers['w6'] == "no answer in ansible's output"
+
+
+def test_an_adhoc_run_without_one_line_output_is_read_too():
+    answers = sv.parse_adhoc(MINIMAL, ['head', 'w1', 'w2'])
+    assert answers == {'head': None,
+                       'w1': 'unreachable: Failed to connect to the host via ssh: ssh: Could not resolve hostname w1: '
+                             'Name or service not known',
+                       'w2': 'failed: rc=1 non-zero return code'}
+    # a run that failed before any host: each host is said with the run's error
+    assert sv.parse_adhoc('[ERROR]: Unable to parse /etc/inv as an inventory source\n', ['a']) == {
+        'a': "no answer in ansible's output (Unable to parse /etc/inv as an inventory source)"}
+
+
+# ----- figures, heartbeat, report ----------------------------------------------------------------
+def test_the_figures_are_prometheus_text_with_help_and_type_and_leave_out_what_is_not_known():
+    text = sv.metrics_text('j-"1"', {'last_read_timestamp_seconds': NOW + 0.5, 'read_seconds': 2.25,
+                                     'failed_reads': 0, 'blind': 0, 'restarts': 1, 'attempt': 2,
+                                     'heartbeat_timestamp_seconds': NOW + 1})
+    lines = text.splitlines()
+    assert lines[:3] == ['# HELP gpucluster_supervisor_last_read_timestamp_seconds Time of the supervisor\'s last '
+                         'status read that succeeded.',
+                         '# TYPE gpucluster_supervisor_last_read_timestamp_seconds gauge',
+                         'gpucluster_supervisor_last_read_timestamp_seconds{job="j-\\"1\\""} 1764000000.5']
+    samples = dict(line.rsplit(' ', 1) for line in lines if not line.startswith('#'))
+    assert samples == {'gpucluster_supervisor_last_read_timestamp_seconds{job="j-\\"1\\""}': '1764000000.5',
+                       'gpucluster_supervisor_read_seconds{job="j-\\"1\\""}': '2.25',
+                       'gpucluster_supervisor_failed_reads{job="j-\\"1\\""}': '0',
+                       'gpucluster_supervisor_blind{job="j-\\"1\\""}': '0',
+                       'gpucluster_supervisor_restarts{job="j-\\"1\\""}': '1',
+                       'gpucluster_supervisor_attempt{job="j-\\"1\\""}': '2',
+                       'gpucluster_supervisor_heartbeat_timestamp_seconds{job="j-\\"1\\""}': '1764000001.0'}
+    assert sum(1 for line in lines if line.startswith('# TYPE')) == 7 and text.endswith('\n')
+    before_a_read = sv.metrics_text('j', {'last_read_timestamp_seconds': None, 'read_seconds': None, 'failed_reads': 0,
+                                          'blind': 0, 'restarts': 0, 'attempt': 1, 'heartbeat_timestamp_seconds': NOW})
+    assert 'last_read' not in before_a_read and 'read_seconds' not in before_a_read
+
+
+def _settings(tmp_path, **more):
+    state = tmp_path / 'state'
+    state.mkdir()
+    settings = {'job_id': 'j-1', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(state), 'nodes': ['head', 'w1'],
+                'unit': 'gpucluster-supervise@j-1.service', 'ansible_playbook': '/nonexistent/bin/ansible-playbook'}
+    settings.update(more)
+    return settings
+
+
+def test_the_heartbeat_and_figures_go_to_the_state_dir_and_node_exporters_and_leave_it_at_the_end(tmp_path):
+    (tmp_path / 'metrics').mkdir()
+    sup = sv.Supervisor(_settings(tmp_path, metrics_dir=str(tmp_path / 'metrics'), attempt=3))
+    umask = os.umask(0o077)  # node_exporter and users read them whatever the supervisor's umask
+    try:
+        sup.heartbeat('reading')
+    finally:
+        os.umask(umask)
+    state = tmp_path / 'state'
+    mine = (state / 'supervisor.prom').read_text()
+    exported = tmp_path / 'metrics' / 'gpucluster_supervisor_j-1.prom'
+    assert exported.read_text() == mine and 'gpucluster_supervisor_blind{job="j-1"} 0\n' in mine
+    assert 'gpucluster_supervisor_attempt{job="j-1"} 3\n' in mine
+    for path in (state / 'supervisor.prom', exported, state / 'supervisor.json'):
+        assert os.stat(str(path)).st_mode & 0o777 == 0o644, path
+    assert sorted(os.listdir(str(tmp_path / 'metrics'))) == ['gpucluster_supervisor_j-1.prom']  # no temporary left
+    sup.blind, sup.blind_since, sup.failed_reads = '3 reads in a row failed: x', NOW, 3
+    sup.heartbeat('blind')
+    beat = json.loads((state / 'supervisor.json').read_text())
+    assert (beat['doing'], beat['blind'], beat['blind_since'], beat['attempt']) == ('blind', sup.blind, NOW, 3)
+    assert 'gpucluster_supervisor_blind{job="j-1"} 1\n' in exported.read_text()
+    sup.metrics_gone()
+    assert not exported.exists() and (state / 'supervisor.prom').exists()
+
+
+def test_a_metrics_dir_that_cannot_be_written_is_said_once_and_the_figures_stay_in_the_state_dir(tmp_path):
+    sup = sv.Supervisor(_settings(tmp_path, metrics_dir=str(tmp_path / 'missing')))
+    sup.heartbeat('reading')
+    sup.heartbeat('waiting')
+    events = sv.read_events(str(tmp_path / 'state'))
+    assert [e['event'] for e in events] == ['metrics_failed']
+    assert events[0]['why'].startswith('%s/gpucluster_supervisor_j-1.prom not written: ' % (tmp_path / 'missing'))
+    assert (tmp_path / 'state' / 'supervisor.prom').exists()
+
+
+def test_the_report_of_a_blind_supervisor_says_first_that_it_cannot_read_the_job(tmp_path):
+    since = time.mktime((2026, 11, 28, 14, 3, 7, 0, 0, -1))
+    (tmp_path / 'supervisor.json').write_text(json.dumps(
+        {'unit': 'u', 'pid': 1, 'host': 'sup', 'doing': 'blind', 'time': NOW, 'restarts': 0,
+         'blind': '3 reads in a row failed: train.yml status ended with rc 4; last good read 95 s ago',
+         'blind_since': since}))
+    (tmp_path / 'events.jsonl').write_text(json.dumps({'event': 'blind', 'time': since, 'why': 'w'}) + '\n')
+    held = sv.lock(str(tmp_path / 'lock'))
+    try:
+        lines = sv.report(str(tmp_path), NOW)
+    finally:
+        held.close()
+    assert lines[0] == ('supervisor cannot read the job: 3 reads in a row failed: train.yml status ended with rc 4; '
+                        'last good read 95 s ago (since 14:03:07)')
+    assert lines[1].startswith('supervision: supervised') and lines[2].endswith('blind why=w')
+    # a blind supervisor that died: nobody supervises the job
+    assert sv.report(str(tmp_path), NOW)[0].startswith('nobody supervises this job')
+
+
+def test_the_report_command_reads_the_state_dir(tmp_path, capsys):
+    (tmp_path / 'events.jsonl').write_text(json.dumps({'event': 'done', 'time': NOW, 'why': 'the job finished'}) + '\n')
+    assert sv.main(['gpucluster_supervise.py', '--report', str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == 'nobody supervises this job (no supervisor holds %s/lock)' % tmp_path
+    assert out[1] == 'supervision: finished (the job finished); 0 restart(s), 0 step(s) lost, 0 s lost'
+
+
+def test_a_restart_event_line_names_its_attempt():
+    lines = sv.summary_lines([{'event': 'restart', 'time': NOW, 'nodes': ['head'], 'resume_step': 20, 'attempt': 2,
+                               'why': 'on all nodes'}, {'event': 'done', 'time': NOW, 'attempt': 2}])
+    assert lines[1].endswith('restart nodes=head resume_step=20 attempt=2 why=on all nodes')
+    assert lines[2].endswith(' done')
+
+
+# ----- --probe ---------------------------------------------------------------------------------
+FAKE = '''#!/bin/sh
+# stands in for %(name)s: prints what the test recorded and exits with its rc
+echo "$@" >> %(dir)s/%(name)s.args
+cat %(dir)s/%(name)s.out
+exit $(cat %(dir)s/%(name)s.rc)
+'''
+
+
+def _probe_setup(tmp_path, adhoc_out, adhoc_rc=0, syntax_out='\nplaybook: gpucluster.multinode.train\n',
+                 syntax_rc=0, user='train'):
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    for name, out, rc in (('ansible', adhoc_out, adhoc_rc), ('ansible-playbook', syntax_out, syntax_rc)):
+        (bin_dir / name).write_text(FAKE % {'name': name, 'dir': bin_dir})
+        (bin_dir / name).chmod(0o755)
+        (bin_dir / (name + '.out')).write_text(out)
+        (bin_dir / (name + '.rc')).write_text(str(rc))
+    (tmp_path / 'inventory.yml').write_text('all: {}\n')
+    (tmp_path / 'vars.json').write_text(json.dumps({'training_user': user} if user else {}))
+    settings = {'job_id': 'j-1', 'job_dir': '/shared/jobs/j-1', 'state_dir': str(tmp_path), 'nodes': ['n0', 'n1'],
+                'hosts': {'n0': 'head', 'n1': 'w1'}, 'ansible_playbook': str(bin_dir / 'ansible-playbook'),
+                'inventory': str(tmp_path / 'inventory.yml'), 'vars_file': str(tmp_path / 'vars.json'),
+                'train_playbook': 'gpucluster.multinode.train'}
+    path = tmp_path / 'settings.json'
+    path.write_text(json.dumps(settings))
+    return str(path), bin_dir
+
+
+def _probe(path, capsys):
+    rc = sv.main(['gpucluster_supervise.py', '--probe', path])
+    out = capsys.readouterr().out
+    return rc, json.loads(out)
+
+
+def test_the_probe_passes_when_every_host_runs_id_as_the_training_user_and_the_collection_loads(tmp_path, capsys):
+    path, bin_dir = _probe_setup(tmp_path, 'head | CHANGED | rc=0 | (stdout) uid=1001(train)\n'
+                                           'w1 | CHANGED | rc=0 | (stdout) uid=1001(train)\n')
+    assert _probe(path, capsys) == (0, {'problems': []})
+    # the ansible beside ansible-playbook, the nodes' inventory hosts, become the training user
+    assert (bin_dir / 'ansible.args').read_text().split() == [
+        'head,w1', '-i', str(tmp_path / 'inventory.yml'), '-m', 'ansible.builtin.command', '-a', 'id', '-b',
+        '--become-user', 'train', '-o']
+    assert (bin_dir / 'ansible-playbook.args').read_text().split() == [
+        '--syntax-check', '-i', str(tmp_path / 'inventory.yml'), 'gpucluster.multinode.train']
+
+
+def test_the_probe_names_each_host_it_could_not_read_and_why(tmp_path, capsys):
+    path, _ = _probe_setup(tmp_path, 'head | CHANGED | rc=0 | (stdout) uid=1001(train)\n'
+                                     'w1 | UNREACHABLE!: Task failed: Failed to connect to the host via ssh: '
+                                     'root@w1: Permission denied (publickey).\n', adhoc_rc=4)
+    rc, out = _probe(path, capsys)
+    assert rc == 1
+    assert out == {'problems': ['host w1: unreachable: Failed to connect to the host via ssh: root@w1: Permission '
+                                'denied (publickey). (as train, through %s)' % (tmp_path / 'inventory.yml')]}
+
+
+def test_the_probe_says_a_collection_that_does_not_load_and_missing_files(tmp_path, capsys):
+    path, bin_dir = _probe_setup(tmp_path, 'head | CHANGED | rc=0 >>\nuid=1001(train)\nw1 | CHANGED | rc=0 >>\n'
+                                           'uid=1001(train)\n',
+                                 syntax_out='[ERROR]: the playbook: gpucluster.multinode.train could not be found\n',
+                                 syntax_rc=1)
+    rc, out = _probe(path, capsys)
+    assert rc == 1 and out['problems'] == [
+        'ansible-playbook --syntax-check gpucluster.multinode.train ended with rc 1: the playbook: '
+        'gpucluster.multinode.train could not be found']
+    (bin_dir / 'ansible').unlink()
+    os.unlink(str(tmp_path / 'vars.json'))
+    rc, out = _probe(path, capsys)
+    assert rc == 1 and out['problems'][:3] == [
+        'ansible %s not found' % (bin_dir / 'ansible'), 'vars_file %s not found' % (tmp_path / 'vars.json'),
+        'no training_user in %s or settings.json: the account the job runs as' % (tmp_path / 'vars.json')]
+
+
+def test_the_probe_is_bounded_in_time(tmp_path):
+    path, bin_dir = _probe_setup(tmp_path, '')
+    (bin_dir / 'ansible').write_text('#!/bin/sh\nsleep 30\n')
+    with open(path) as handle:
+        settings = json.load(handle)
+    started = time.time()
+    problems = sv.probe(settings, timeout=1)
+    assert time.time() - started < 15
+    assert problems == ['host head: no answer within 1 s (as train, through %s)' % (tmp_path / 'inventory.yml'),
+                        'host w1: no answer within 1 s (as train, through %s)' % (tmp_path / 'inventory.yml')]
+
+
+def test_the_probe_of_settings_that_cannot_be_read_still_prints_its_verdict(tmp_path, capsys):
+    rc, out = _probe(str(tmp_path / 'missing.json'), capsys)
+    assert rc == 1 and out['problems'][0].startswith('settings %s cannot be read: ' % (tmp_path / 'missing.json'))
