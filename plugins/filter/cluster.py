@@ -30,14 +30,24 @@ def cluster_nodes(groups):
     return contract.ordered_nodes(groups)
 
 
-def cluster_job_nodes(groups, hostvars, by='name', hosts=None):
+def cluster_job_nodes(groups, hostvars, by='name', hosts=None, spares=None):
     """Nodes of a job, head first: name, address, slots (plugin_utils/inventory.slots_of:
     node_slots, else gpu_slots, else detected GPUs, else 1) and host (the inventory name).
 
     With by='address' the name is the cluster address (for hostfiles on clusters without names).
     With hosts (the play's hosts, ansible_play_hosts_all: what --limit kept), only the cluster
-    nodes among them; the head must be one of them (a job is launched from it, as rank 0)."""
+    nodes among them; the head must be one of them (a job is launched from it, as rank 0).
+    With spares (hosts of the spares group a supervisor's restart takes), those after the workers."""
     names = contract.ordered_nodes(groups)
+    if spares:
+        if isinstance(spares, str) or not isinstance(spares, (list, tuple, set)):
+            raise AnsibleFilterError('cluster_job_nodes: spares must be a list of inventory names, got %r' % (spares,))
+        known = list(groups.get('spares') or [])
+        unknown = [s for s in spares if s not in known]
+        if unknown:
+            raise AnsibleFilterError('training_spares names %s, not in the inventory\'s spares group (%s)'
+                                     % (', '.join(map(str, unknown)), ', '.join(known) or 'empty'))
+        names = names + sorted((s for s in spares if s not in names), key=contract.natural_key)
     if hosts is not None:
         if isinstance(hosts, str) or not isinstance(hosts, (list, tuple, set)):
             raise AnsibleFilterError('cluster_job_nodes: hosts must be a list of inventory names, got %r' % (hosts,))

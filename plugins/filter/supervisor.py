@@ -93,7 +93,6 @@ def supervisor_inventory(hostvars, groups, hosts, key_file, known_hosts):
                 common[name] = value
     common.update({
         'ansible_user': 'root',
-        'ansible_become': False,
         'ansible_ssh_private_key_file': key_file,
         'ansible_ssh_common_args': '-o UserKnownHostsFile=%s -o StrictHostKeyChecking=yes -o IdentitiesOnly=yes'
                                    % known_hosts,

@@ -152,6 +152,12 @@ def training_stopped_lines(results, job_id):
         if pids:
             what.append('signalled process(es) %s' % ', '.join(str(p) for p in pids))
         lines.append('%s: %s' % (r['node'], '; '.join(what) if what else 'nothing of the job was left there'))
+        # flight_dump: what the ranks' flight recorders dumped before the stop, and who gave none
+        dumps = r.get('flight_dumps') or {}
+        for rank in sorted(dumps, key=lambda k: int(k) if str(k).isdigit() else 0):
+            lines.append('%s: rank %s dumped its flight recorder to %s' % (r['node'], rank, dumps[rank]))
+        for item in r.get('flight_dump_missing') or []:
+            lines.append('%s: rank %s gave no flight recorder dump: %s' % (r['node'], item.get('rank'), item.get('why')))
     return lines
 
 

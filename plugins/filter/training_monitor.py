@@ -33,12 +33,13 @@ def training_unknown_result(errors, job_id):
 
 
 def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_regex=None, checkpoint_seconds=None):
-    """{state, slowest_node, stall, lines, ranks, nodes, node_errors, summary} from the per-node
-    results of training_progress (in the order of hosts). A node whose read failed is named with
+    """{state, slowest_node, stall, lines, ranks, nodes, node_errors, summary, attempt, stale} from the
+    per-node results of training_progress (in the order of hosts). Only the newest attempt's ranks are
+    the job's: what the nodes read of older attempts is in stale, and a line names it. A node whose read failed is named with
     its error and makes the state unknown; nodes holds each node's own state (unknown there).
     checkpoint_seconds (training_checkpoint_seconds): how long a rank that saves a checkpoint, its
     heartbeats still coming, may save before it is stalled; None (or '') judges it by stall_seconds."""
-    rows, flight = [], None
+    rows, flight, stale, attempts, flight_attempt = [], None, [], [], 1
     results = [r or {} for r in results]
     errors = training_read_errors(results, hosts)
     for host, result in zip(hosts, results):
@@ -48,15 +49,22 @@ def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_
             errors[host] = 'no figures in its answer'
             continue
         rows.extend(result['ranks'])
+        # the files and processes of older attempts each node left out (the view keeps the newest attempt only)
+        stale.extend(result.get('stale') or [])
+        if isinstance(result.get('attempt'), int):
+            attempts.append(result['attempt'])
         step_regex = step_regex if step_regex is not None else result.get('step_regex')
-        # every node reads the same dumps on the shared storage: the first that found some says it
-        flight = flight or (result.get('flight') or {}).get('lines')
+        # every node reads the same dumps on the shared storage: the first that found some of the newest
+        # attempt says it (a node that has seen no rank of a new attempt yet reads the one before)
+        found = result.get('flight') or {}
+        if found.get('lines') and (flight is None or found.get('attempt', 1) > flight_attempt):
+            flight, flight_attempt = found['lines'], found.get('attempt', 1)
     if checkpoint_seconds is not None and str(checkpoint_seconds).strip() != '':
         checkpoint_seconds = float(checkpoint_seconds)
     else:
         checkpoint_seconds = None
-    view = jv.verdict(rows, float(stall_seconds), errors, step_regex, flight, checkpoint_seconds)
-    view['nodes'] = jv.node_states(rows, list(hosts), errors)
+    view = jv.verdict(rows, float(stall_seconds), errors, step_regex, flight, checkpoint_seconds, stale, attempts)
+    view['nodes'] = jv.node_states(view['ranks'], list(hosts), errors)
     view['summary'] = jv.summary(view['ranks'], job_id, view['state'], view['slowest_node'], time.time())
     return view
 

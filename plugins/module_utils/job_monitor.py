@@ -13,7 +13,7 @@ its progress file. Nothing is signalled, attached to or waited on.
 The progress file, one per rank, is ``<job_dir>/progress/rank-<RANK>.log`` (the shipped examples
 write it; any script may):
 
-    # gpucluster-progress rank=1 host=node-2 pid=4242 world=4 time=1764000000.0
+    # gpucluster-progress rank=1 host=node-2 pid=4242 world=4 attempt=2 time=1764000000.0
     step=12 loss=0.4321 time=1764000000.125 wait=0.012
     # heartbeat phase=checkpoint step=12 since=1764000000.200 time=1764000000.200
     # heartbeat phase=checkpoint step=12 since=1764000000.200 time=1764000010.201
@@ -32,6 +32,14 @@ runs, each with the save's start, so the view judges a save by its own age
 (training_checkpoint_seconds) rather than by the age of its heartbeats. A script without a
 progress file prints the same words after ``gpucluster-heartbeat`` to its log (``time`` optional
 there), and its step lines are found with a regular expression (parse_log).
+
+``attempt`` is the job's attempt (GPUCLUSTER_ATTEMPT: the supervisor starts a failed job again with
+the same id as attempt 2, 3...; a header without it is attempt 1). A new attempt writes its ranks'
+files over the old ones, but a rank the old attempt had and the new one has not (fewer nodes) leaves
+its file behind, and a rank of the new attempt still loading has not written its own yet. When the
+files (or the ranks' processes, their GPUCLUSTER_ATTEMPT) are of several attempts, only the newest
+attempt's count (fence_attempts): the older ones are not ranks of the job, its world size, its stall
+rule or its figures, and are returned as ``stale`` so that a reader sees they were left out.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils.health_report
 PROGRESS_DIR = 'progress'
 PROGRESS_RE = re.compile(r'^rank-(\d+)\.log$')
 RANK_ENV = 'RANK'
+ATTEMPT_ENV = 'GPUCLUSTER_ATTEMPT'
 # A rank whose process is in one of these states makes no progress whatever its peers do.
 HELD_STATES = {'T': 'stopped (SIGSTOP or a debugger)', 't': 'stopped by a tracer', 'D': 'in uninterruptible I/O wait'}
 HEARTBEAT = '# heartbeat'
@@ -110,6 +119,53 @@ def parse_progress(text):
     tail = [line for line in (text or '').splitlines() if line.strip()][-3:]
     return {'header': header, 'steps': steps, 'heartbeats': heartbeats, 'done': done, 'tail': tail,
             'source': 'progress file'}
+
+
+def attempt_number(value):
+    """An attempt from a header's attempt= or a GPUCLUSTER_ATTEMPT variable: a whole number of 1 or
+    more; 1 when missing or anything else (a job started before attempts were counted)."""
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, int):
+        return value if value >= 1 else 1
+    text = str(value or '').strip()
+    return int(text) if text.isdigit() and int(text) >= 1 else 1
+
+
+def progress_attempt(parsed):
+    """The attempt that wrote a parsed progress file (its header's attempt=, 1 without one)."""
+    return attempt_number((parsed.get('header') or {}).get('attempt'))
+
+
+def fence_attempts(progress, procs=None, host=None):
+    """{attempt, progress, procs, stale} of the progress files ({rank: parsed}) and this node's rank
+    processes ({rank: {pid, attempt...}}, rank_processes) when they are of several attempts: attempt is
+    the newest any of them names (None when there is neither a file nor a process: the read names no
+    attempt); progress and procs keep only that attempt's; stale lists what was left out, [{rank,
+    attempt, kind: progress file, host}] and [{rank, attempt, kind: process, pid, host}] (host: this
+    node's for a process), by rank. One attempt: everything is kept, stale is []."""
+    procs = procs or {}
+    numbers = [progress_attempt(p) for p in progress.values()] + [attempt_number(p.get('attempt')) for p in procs.values()]
+    newest = max(numbers) if numbers else None
+    if newest is None:
+        return {'attempt': None, 'progress': {}, 'procs': {}, 'stale': []}
+    kept, live, stale = {}, {}, []
+    for rank in sorted(progress):
+        number = progress_attempt(progress[rank])
+        if number < newest:
+            stale.append({'rank': rank, 'attempt': number, 'kind': 'progress file',
+                          'host': (progress[rank].get('header') or {}).get('host')})
+        else:
+            kept[rank] = progress[rank]
+    for rank in sorted(procs):
+        number = attempt_number(procs[rank].get('attempt'))
+        if number < newest:
+            stale.append({'rank': rank, 'attempt': number, 'kind': 'process', 'pid': procs[rank].get('pid'),
+                          'host': host})
+        else:
+            live[rank] = procs[rank]
+    stale.sort(key=lambda item: (item['rank'], item['kind']))
+    return {'attempt': newest, 'progress': kept, 'procs': live, 'stale': stale}
 
 
 def _group(match, name):
@@ -319,9 +375,10 @@ def boot_time(proc='/proc'):
 
 
 def rank_processes(job_id, uid, proc='/proc', leaders=(), booted=None, ticks_per_s=100):
-    """{rank: {pid, local_rank, visible_devices, state, started_at}} of the job's ranks on this
+    """{rank: {pid, local_rank, visible_devices, state, started_at, attempt}} of the job's ranks on this
     node: the job's processes (processes.job_processes) that carry RANK, the topmost one per rank (a
-    data loader worker inherits its parent's RANK). started_at (seconds since the epoch) needs the
+    data loader worker inherits its parent's RANK), of the newest attempt (GPUCLUSTER_ATTEMPT, 1
+    without it) where a rank of an older one lingers. started_at (seconds since the epoch) needs the
     boot time (boot_time)."""
     found = {}
     for item in pr.job_processes(job_id, uid, proc, leaders):
@@ -333,6 +390,7 @@ def rank_processes(job_id, uid, proc='/proc', leaders=(), booted=None, ticks_per
         entry = {'pid': item['pid'], 'ppid': stat.get('ppid'), 'state': stat.get('state'),
                  'local_rank': int(env['LOCAL_RANK']) if env.get('LOCAL_RANK', '').isdigit() else None,
                  'visible_devices': env.get('CUDA_VISIBLE_DEVICES'),
+                 'attempt': attempt_number(env.get(ATTEMPT_ENV)),
                  'started_at': (round(booted + float(stat['start_time']) / ticks_per_s, 1)
                                 if booted is not None and stat.get('start_time') is not None else None)}
         found.setdefault(int(rank), []).append(entry)
@@ -340,7 +398,8 @@ def rank_processes(job_id, uid, proc='/proc', leaders=(), booted=None, ticks_per
     for rank, entries in found.items():
         pids = {e['pid'] for e in entries}
         top = [e for e in entries if e['ppid'] not in pids] or entries
-        out[rank] = min(top, key=lambda e: e['pid'])
+        newest = max(e['attempt'] for e in top)
+        out[rank] = min((e for e in top if e['attempt'] == newest), key=lambda e: e['pid'])
     return out
 
 
@@ -420,7 +479,8 @@ def read_progress_files(job_dir):
 
 def node_ranks(node, hostname, procs, progress, cpu, mem, gpus, now, window=60.0, gpu_note=None, log=None):
     """The rows of this node's ranks: those with a process here, and the ranks whose progress
-    file names this host but have no process any more (they exited).
+    file names this host but have no process any more (they exited). procs and progress are those of
+    the job's current attempt (fence_attempts); each row says its attempt.
 
     A rank with a process here and no progress file takes the steps of the node's log (log, from
     parse_log) when that holds any: in synchronous training one rank that prints is enough. tracked
@@ -439,6 +499,8 @@ def node_ranks(node, hostname, procs, progress, cpu, mem, gpus, now, window=60.0
         row = {'node': node, 'rank': rank, 'last_lines': parsed.get('tail', [])}
         row.update(progress_figures(parsed, now, window))
         proc_row = procs.get(rank)
+        row['attempt'] = (attempt_number(proc_row.get('attempt')) if proc_row
+                          else progress_attempt(parsed) if parsed.get('header') else None)
         if proc_row:
             row.update(alive=True, pid=proc_row['pid'], state=proc_row['state'],
                        held=HELD_STATES.get(proc_row['state']), cpu_pct=cpu.get(proc_row['pid']),
@@ -496,8 +558,10 @@ def metric_names():
 
 
 def world_size(progress):
-    """The job's world size from the headers of the parsed progress files (the largest one), or None."""
-    sizes = [p['header'].get('world') for p in progress.values()]
+    """The job's world size from the headers of the parsed progress files (the largest one), or None.
+    Only the files of the newest attempt count: an older attempt's left behind may name another size."""
+    newest = max([progress_attempt(p) for p in progress.values()] or [1])
+    sizes = [p['header'].get('world') for p in progress.values() if progress_attempt(p) == newest]
     sizes = [s for s in sizes if isinstance(s, int) and not isinstance(s, bool) and s > 0]
     return max(sizes) if sizes else None
 

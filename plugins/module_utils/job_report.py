@@ -69,9 +69,11 @@ def read_events(path):
 
 
 def read_job(job_dir):
-    """(progress {rank: parsed}, events or None, summary or None, layout or None) of a job directory."""
+    """(progress {rank: parsed}, events or None, summary or None, layout or None) of a job directory;
+    progress holds the files of the job's newest attempt only (a rank an older attempt had and the
+    newest has not leaves its file behind: job_monitor.fence_attempts)."""
     texts = jm.read_progress_files(job_dir)
-    progress = dict((rank, jm.parse_progress(texts[rank])) for rank in sorted(texts))
+    progress = jm.fence_attempts(dict((rank, jm.parse_progress(texts[rank])) for rank in sorted(texts)))['progress']
     return (progress, read_events(os.path.join(job_dir, EVENTS)), read_json(os.path.join(job_dir, SUMMARY)),
             read_json(os.path.join(job_dir, LAYOUT)))
 

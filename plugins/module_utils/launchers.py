@@ -483,11 +483,14 @@ class Job:
                 self.container['expect_gpus'] = p['slurm_gpus_per_node'] or 0
             elif self.container['gpus']:
                 self.container['expect_gpus'] = self.slots
-        # PyTorch's NCCL flight recorder for a job on GPUs: on a collective's timeout every rank dumps
-        # its last collectives to <job_dir>/flight/rank_<RANK>; training_env overrides its variables
-        self.flight_dir = os.path.join(self.job_dir, fr.FLIGHT_DIR) if self.uses_nccl() else None
+        # PyTorch's NCCL flight recorder for a job on GPUs: on a collective's timeout, or asked through its
+        # debug-info pipe, every rank dumps its last collectives to <job_dir>/flight/rank_<RANK> (attempt N:
+        # flight/attempt-N/). job.env, sourced after the env files (the nccl_env profile's
+        # TORCH_NCCL_ASYNC_ERROR_HANDLING=1), carries these; training_env overrides them
+        self.attempt = fr.attempt_number(self.env.get('GPUCLUSTER_ATTEMPT'))
+        self.flight_dir = fr.attempt_dir(self.job_dir, self.attempt) if self.uses_nccl() else None
         if self.flight_dir:
-            self.env = dict(fr.job_env(self.job_dir), **self.env)
+            self.env = dict(fr.job_env(self.job_dir, self.attempt), **self.env)
         # every Python of the job (launcher, agents, ranks) writes each line at once: a rank's output reaches
         # its node's log as it is printed, not in blocks minutes later (the first-step wait, status and the
         # stall clock read those logs); training_env can still set it to ''
@@ -707,6 +710,9 @@ class Job:
             write_file(self.env_file, tr.env_file_text(self.env), 0o600)
         if self.is_head:
             write_file(self.layout_file, json.dumps(dict((n['name'], n['slots']) for n in self.nodes)) + '\n', 0o644)
+        if self.flight_dir:
+            # an earlier run of this job id and attempt left its dumps: not this run's
+            fr.set_aside(self.job_dir, self.attempt)
         # a job id run again: the last run's log is kept beside (.previous), the new run's starts empty,
         # so the wait for the first step and the failure watch read only this run
         if os.path.isfile(self.log) and os.path.getsize(self.log) > 0:
@@ -871,7 +877,32 @@ class Job:
                       % (self.me, len(left), self.job_id, ', '.join(c['name'] for c in left),
                          (err or out).strip()[-300:]), removed_containers=[])
 
-    def stop(self, sleep=time.sleep, clock=time.time):
+    def rank_attempts(self):
+        """{rank: attempt} of the job's rank processes on this node (RANK, GPUCLUSTER_ATTEMPT of their
+        environment), the newest attempt where one rank has several."""
+        out = {}
+        for item in self.processes():
+            env = pr.read_environ(item['pid'], self.proc)
+            if env.get('RANK', '').isdigit():
+                rank, attempt = int(env['RANK']), fr.attempt_number(env.get('GPUCLUSTER_ATTEMPT'))
+                out[rank] = max(attempt, out.get(rank, 0))
+        return out
+
+    def flight_dump(self, timeout, sleep=time.sleep, clock=time.monotonic):
+        """Ask the job's ranks on this node for their flight recorder's dump (flight_recorder.request_dumps)
+        and wait for it, at most timeout seconds; their attempt is the newest their processes carry."""
+        ranks = self.rank_attempts()
+        attempt = max(ranks.values()) if ranks else fr.newest_attempt(self.job_dir)
+        out = fr.request_dumps(self.job_dir, attempt, [r for r, a in ranks.items() if a == attempt], timeout,
+                               sleep=sleep, clock=clock)
+        out['flight_attempt'] = attempt
+        return out
+
+    def stop(self, sleep=time.sleep, clock=time.time, flight_dump=False, flight_dump_timeout=20):
+        # the hang explained before the stop: the ranks' dumps of the collectives they are in, asked first
+        dumped = {}
+        if flight_dump and not self.runner.check_mode:
+            dumped = self.flight_dump(flight_dump_timeout, sleep=sleep, clock=clock)
         procs = self.processes()
         sid = self.launcher.slurm_id() if self.launcher.name == 'slurm' and self.is_head else None
         boxes = self.containers()
@@ -900,7 +931,7 @@ class Job:
             self.fail('node %s: %d process(es) of job %s are left: %s%s'
                       % (self.me, len(outcome['left']), self.job_id, ', '.join(str(p['pid']) for p in outcome['left']),
                          '; the kernel refused to signal %s' % refused if refused else ' (they survived SIGKILL for %d s)' % pr.KILL_WAIT_SECONDS),
-                      stopped_pids=outcome['signalled'], refused=outcome['refused'])
+                      stopped_pids=outcome['signalled'], refused=outcome['refused'], **dumped)
         return self.result(changed=bool(outcome['signalled']) or bool(sid) or bool(boxes), running=False,
                            stopped_pids=outcome['signalled'], refused=outcome['refused'],
-                           removed_containers=[c['name'] for c in boxes])
+                           removed_containers=[c['name'] for c in boxes], **dumped)

@@ -154,6 +154,22 @@ options:
     description: Seconds between SIGTERM and SIGKILL when stopping.
     type: int
     default: 10
+  flight_dump:
+    description:
+      - With O(state=stopped), before anything is signalled, ask each of the job's ranks on this node for the
+        dump of its NCCL flight recorder, through its debug-info pipe C(<job_dir>/flight/rank_<RANK>.pipe)
+        (C(flight/attempt-<N>/) for attempt N of a supervised job, the attempt the ranks' processes carry), and
+        wait for the dumps C(rank_<RANK>) beside them (RV(flight_dumps), RV(flight_dump_missing)).
+      - The job must have been started with the flight recorder (a job on GPUs gets it with
+        C(TORCH_NCCL_DEBUG_INFO_PIPE_FILE) and C(TORCH_NCCL_ASYNC_ERROR_HANDLING=3)). One line is written to each
+        pipe, opened without blocking; a pipe no process reads (the rank is gone) is skipped and named; nothing
+        else is signalled. The dumps tell the collective the ranks wait in and the rank that never entered it.
+    type: bool
+    default: false
+  flight_dump_timeout:
+    description: Seconds O(flight_dump) waits at most for the ranks' dumps, all ranks together (0 to 600).
+    type: int
+    default: 20
   container:
     description:
       - Run every node's part of the job in a container image (C(runtime=none), the default, runs on the host).
@@ -423,6 +439,23 @@ stopped_pids:
   returned: state is stopped
   type: list
   elements: int
+flight_dumps:
+  description: "{rank: path} of the flight recorder dumps the ranks on this node wrote when O(flight_dump) asked."
+  returned: state is stopped and flight_dump is true
+  type: dict
+  sample: {"0": /shared/jobs/run/flight/rank_0, "1": /shared/jobs/run/flight/rank_1}
+flight_dump_missing:
+  description:
+    - The ranks of the job on this node that gave no dump, each with why (no pipe, no process reads it, not
+      written within O(flight_dump_timeout)).
+  returned: state is stopped and flight_dump is true
+  type: list
+  elements: dict
+  sample: [{rank: 2, why: "asked through its pipe, but no new dump came within 20 s"}]
+flight_attempt:
+  description: The attempt whose dumps were asked for (the newest the ranks' processes carry).
+  returned: state is stopped and flight_dump is true
+  type: int
 slurm_job_id:
   description: Slurm's id of the submitted job.
   returned: launcher is slurm and state is started or status
@@ -483,6 +516,8 @@ def main():
             step_regex=dict(type='str', default='step [0-9]+ loss'),
             log_lines=dict(type='int', default=20),
             stop_timeout=dict(type='int', default=10),
+            flight_dump=dict(type='bool', default=False),
+            flight_dump_timeout=dict(type='int', default=20),
             container=dict(type='dict', options=dict(
                 runtime=dict(type='str', default='none', choices=['none', 'podman', 'apptainer', 'singularity', 'enroot']),
                 image=dict(type='str', default=''),
@@ -516,7 +551,11 @@ def main():
             wait = job.watch if state == 'first_step' else job.wait_end
             result = wait(module.params['watch_timeout'], module.params['step_regex'])
         else:
-            result = job.stop()
+            if not 0 <= module.params['flight_dump_timeout'] <= 600:
+                job.fail('node %s: flight_dump_timeout must be 0 to 600 seconds, got %d'
+                         % (job.me, module.params['flight_dump_timeout']))
+            result = job.stop(flight_dump=module.params['flight_dump'],
+                              flight_dump_timeout=module.params['flight_dump_timeout'])
     except launchers.JobError as exc:
         module.fail_json(msg=exc.msg, **exc.result)
     module.exit_json(**result)

@@ -18,7 +18,11 @@ description:
   - A rank with a process here and no progress file takes its steps from the node's log
     C(<job_dir>/logs/<node>.log), the lines O(step_regex) matches (a script of one's own that writes
     no progress file); a line holding C(gpucluster-heartbeat phase=NAME) there is a heartbeat (its
-    optional C(since=) is when the phase began: C(phase_s) counts from it).
+    optional C(since=) is when the phase began; C(phase_s) counts from it).
+  - When the progress files (their header's C(attempt=)) or the ranks' processes (their
+    C(GPUCLUSTER_ATTEMPT)) are of several attempts of the job (the supervisor restarted it), only the
+    newest attempt's count. The files and processes of older ones are no ranks of the job, no part of
+    its world size or its figures, and are listed in RV(stale).
   - Nothing is signalled, attached to or slowed down; the progress files are only read.
   - With O(textfile) the figures are written in node_exporter's textfile format (written to a
     temporary file and renamed, so the collector never reads half a file). When no rank of the job
@@ -108,7 +112,25 @@ ranks:
        steps_per_s: 4.1, seconds_since_step: 0.3, compute_s: 0.05, wait_s: 0.19, cpu_pct: 98.0,
        rss_kib: 412000, peak_rss_kib: 420000, gpu: null, gpu_note: "no GPU: nvidia-smi not found",
        tracked: progress file, phase: checkpoint, phase_s: 40.2, seconds_since_heartbeat: 40.2,
-       started_at: 1764000000.0, seconds_since_start: 300.5}
+       started_at: 1764000000.0, seconds_since_start: 300.5, attempt: 2}
+attempt:
+  description:
+    - The job's attempt the ranks are read of, the newest that any progress file (its header's C(attempt=), 1 without
+      it) or rank process (its C(GPUCLUSTER_ATTEMPT), 1 without it) names; null when there is neither (the read names
+      no attempt). The supervisor takes a read of an earlier attempt than the one it started for one that the new
+      attempt has not written yet.
+  returned: always
+  type: int
+stale:
+  description:
+    - The progress files and rank processes of older attempts than RV(attempt), left out of RV(ranks), the world size
+      and the figures (a rank the older attempt had and the newer has not leaves its file behind). Every node reads
+      the same progress directory, so each lists every stale file; a process is listed by the node it runs on.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - {rank: 3, attempt: 1, kind: progress file, host: node-4}
 gpu_note:
   description: Why a rank has no GPU figures (no nvidia-smi, nvidia-smi failed), empty when GPUs were read.
   returned: always
@@ -131,10 +153,11 @@ textfile_removed:
   type: str
 flight:
   description:
-    - What the NCCL flight recorder's dumps in C(<job_dir>/flight/) say (written by every rank when a
-      collective timed out), per rank its last started and completed collective, the collective the
-      others wait in and the ranks that did not enter it (C(not_entered)), and C(lines) to print.
-      Empty when there are no dumps.
+    - What the NCCL flight recorder's dumps of RV(attempt) in C(<job_dir>/flight/) (attempt N in
+      C(<job_dir>/flight/attempt-N/); the newest there when RV(attempt) is null) say (written by every rank when a
+      collective timed out, or when a stop asked for them), per rank its last started and completed collective, the
+      collective the others wait in and the ranks that did not enter it (C(not_entered)), C(attempt), and
+      C(lines) to print. Empty when there are no dumps.
   returned: always
   type: dict
   sample: {not_entered: [1], lines: ["process group 0: rank(s) 0 wait in nccl:all_reduce #5; not entered by rank 1 (last started nccl:broadcast #4)"]}
@@ -324,10 +347,13 @@ def main():
     gpus, gpu_note = read_gpus(module, p['nvidia_smi'])
     now = time.time()
     progress = {rank: jm.parse_progress(text) for rank, text in jm.read_progress_files(p['job_dir']).items()}
+    # only the newest attempt's files and processes are the job's ranks; an older one's are reported as stale
+    fenced = jm.fence_attempts(progress, procs, host=p['node'])
+    progress, procs = fenced['progress'], fenced['procs']
     log = read_node_log(p['job_dir'], p['node'], p['step_regex']) if set(procs) - set(progress) else None
     rows = jm.node_ranks(p['node'], hostname, procs, progress, cpu, mem, gpus, now, p['window'], gpu_note, log)
     result = dict(changed=False, ranks=rows, gpu_note=gpu_note, hostname=hostname, read_at=now, textfile='',
-                  step_regex=p['step_regex'])
+                  step_regex=p['step_regex'], attempt=fenced['attempt'], stale=fenced['stale'])
     if p['textfile'] and jm.ended_here(rows):
         # no rank runs here any more (finished, failed, stopped): the job's series end with it
         result['changed'] = remove_textfile(module, p['textfile'])
@@ -337,8 +363,9 @@ def main():
         text = jm.textfile_records(rows, p['job_id'], now, node=p['node'], world=jm.world_size(progress))
         result['changed'] = write_textfile(module, p['textfile'], text)
         result['textfile'] = p['textfile']
-    # the NCCL flight recorder's dumps, where a collective timed out (<job_dir>/flight/)
-    result['flight'] = fr.read_job(p['job_dir'])
+    # the NCCL flight recorder's dumps of the attempt read (<job_dir>/flight/, attempt N: flight/attempt-N/),
+    # where a collective timed out or the stop asked for them
+    result['flight'] = fr.read_job(p['job_dir'], fenced['attempt'])
     if p['logs']:
         result['log_tails'], result['errors'] = log_tails(p['job_dir'], p['node'], hostname, rows, p['log_lines'])
     module.exit_json(**result)

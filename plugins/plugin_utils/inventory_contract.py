@@ -6,6 +6,8 @@
     cluster            every node of the training cluster
       head             exactly one: rank 0, master address, NFS server, launch host
       workers          the other nodes
+      spares           optional: nodes set up like the others that run no job until a supervisor's
+                       restart takes one in place of a node it left out
 
 Every problem found is one line that names the host and the variable at fault.
 """
@@ -144,6 +146,7 @@ def contract_errors(groups, hostvars):
     cluster = list(groups.get('cluster') or [])
     heads = list(groups.get('head') or [])
     workers = list(groups.get('workers') or [])
+    spares = list(groups.get('spares') or [])
 
     if not cluster:
         return ["inventory: group 'cluster' is missing or empty; put every node under cluster: head or workers"]
@@ -162,8 +165,15 @@ def contract_errors(groups, hostvars):
     for host in sorted(cluster, key=natural_key):
         if host in heads and host in workers:
             errors.append("host %s: is in both 'head' and 'workers'; a node is one or the other" % host)
-        elif host not in heads and host not in workers:
-            errors.append("host %s: is in 'cluster' but in neither 'head' nor 'workers'" % host)
+        elif host in spares and (host in heads or host in workers):
+            errors.append("host %s: is in 'spares' and in '%s'; a spare runs no job until it replaces a node"
+                          % (host, 'head' if host in heads else 'workers'))
+        elif host not in heads and host not in workers and host not in spares:
+            errors.append("host %s: is in 'cluster' but in neither 'head' nor 'workers' (nor 'spares')" % host)
+    for host in spares:
+        if host not in cluster:
+            errors.append("host %s: is in group 'spares' but not in group 'cluster' (site.yml sets up the cluster's "
+                          "nodes, spares included)" % host)
 
     seen = {}
     cidrs = {}

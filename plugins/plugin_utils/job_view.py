@@ -129,6 +129,48 @@ def stall(rows, stall_seconds, checkpoint_seconds=None):
     return out
 
 
+def fence_rows(rows, attempt=None, stale=()):
+    """(rows, stale, attempt) of the job's newest attempt: attempt is the newest that a row or a node's
+    read (attempt: each training_progress result's) names, None when none does; rows keeps the rows of
+    that attempt (and those that name none); stale is every node's stale list (training_progress's, the
+    same files are read by every node: listed once) with the rows of older attempts added (a node that
+    read before the new attempt's ranks started there), sorted by rank."""
+    numbers = [r['attempt'] for r in rows if _whole(r.get('attempt'))]
+    numbers += [a for a in (attempt if isinstance(attempt, (list, tuple)) else [attempt]) if _whole(a)]
+    newest = max(numbers) if numbers else None
+    kept, out, seen = [], [], set()
+    for item in list(stale or []):
+        key = (item.get('kind'), item.get('rank'), item.get('attempt'), item.get('host'), item.get('pid'))
+        if key not in seen:
+            seen.add(key)
+            out.append(dict(item))
+    for row in rows:
+        if newest is None or not _whole(row.get('attempt')) or row['attempt'] >= newest:
+            kept.append(row)
+            continue
+        item = {'rank': row['rank'], 'attempt': row['attempt'], 'kind': 'process' if row.get('alive') else 'progress file',
+                'host': row.get('node')}
+        if row.get('alive'):
+            item['pid'] = row.get('pid')
+        key = (item['kind'], item['rank'], item['attempt'], item['host'], item.get('pid'))
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    out.sort(key=lambda i: (i.get('rank', -1), str(i.get('kind')), i.get('attempt') or 0, str(i.get('host'))))
+    return kept, out, newest
+
+
+def _whole(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def stale_line(stale, attempt):
+    """'left out, of older attempts than attempt 2: rank 3 of attempt 1 (progress file, node-4)'."""
+    items = ['rank %s of attempt %s (%s%s)' % (i.get('rank'), i.get('attempt'), i.get('kind'),
+                                               ', %s' % i['host'] if i.get('host') else '') for i in stale]
+    return 'left out, of older attempts than attempt %s: %s' % (attempt if attempt is not None else '?', ', '.join(items))
+
+
 def node_states(rows, hosts, node_errors):
     """{node: running|finished|exited|no ranks|unknown} per host: unknown where its read failed."""
     out = {}
@@ -145,13 +187,18 @@ def node_states(rows, hosts, node_errors):
     return out
 
 
-def verdict(rows, stall_seconds, node_errors=None, step_regex=None, collectives=None, checkpoint_seconds=None):
+def verdict(rows, stall_seconds, node_errors=None, step_regex=None, collectives=None, checkpoint_seconds=None,
+            stale=None, attempt=None):
     """state (running, stalled, finished, failed, not running, unknown), slowest node, stall and the
     lines to print, from every node's rows. A node whose read failed (node_errors: {node: why})
     makes the state unknown: what the other nodes show says nothing of it. collectives: the lines
     of the NCCL flight recorder's dumps (flight_recorder.analyse), named with a stall.
-    checkpoint_seconds: the bound of a checkpoint save whose heartbeats still come (stall)."""
+    checkpoint_seconds: the bound of a checkpoint save whose heartbeats still come (stall).
+    stale, attempt: what the nodes' reads left out of older attempts, and the attempts they read
+    (one or a list): only the rows of the newest attempt are the job's (fence_rows); the others never
+    make it stalled or failed, and a line names them."""
     node_errors = node_errors or {}
+    rows, stale, attempt = fence_rows(rows, attempt, stale)
     rows = sorted(rows, key=lambda r: r['rank'])
     alive = [r for r in rows if r.get('alive')]
     exited = [r for r in rows if not r.get('alive') and r.get('exit') != 'finished']
@@ -180,6 +227,8 @@ def verdict(rows, stall_seconds, node_errors=None, step_regex=None, collectives=
         lines = ['state: %s' % state]
     for node, error in sorted(node_errors.items()):
         lines.append('%s: read failed: %s' % (node, error))
+    if stale:
+        lines.append(stale_line(stale, attempt))
     if st['stalled']:
         lines.append('stalled: %s; first to stop: %s' % (st['why'], ', '.join(
             'rank %d on %s' % (r, n) for r, n in ((r['rank'], r['node']) for r in rows if r['rank'] in st['ranks']))))
@@ -193,7 +242,7 @@ def verdict(rows, stall_seconds, node_errors=None, step_regex=None, collectives=
     for r in rows:
         lines.append(rank_line(r))
     return {'state': state, 'slowest_node': slow, 'slowest_why': slow_why, 'stall': st, 'lines': lines,
-            'ranks': rows, 'node_errors': dict(node_errors)}
+            'ranks': rows, 'node_errors': dict(node_errors), 'attempt': attempt, 'stale': stale}
 
 
 def _fmt(value, pattern, missing='-'):

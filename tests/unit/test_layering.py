@@ -43,7 +43,7 @@ PAYLOAD_MAX = {
     'slurm_drain': (1, 200),
     'smoke': (5, 1100),
     'training_job': (11, 4200),  # rank_errors: the tracebacks of the status read
-    'training_progress': (7, 2400),  # rank_errors: the tracebacks of the logs read
+    'training_progress': (7, 2550),  # rank_errors: the logs' tracebacks; flight_recorder: the stall verdict, the dump request
     'training_report': (7, 2500),
 }
 

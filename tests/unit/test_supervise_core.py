@@ -471,3 +471,79 @@ def test_the_probe_is_bounded_in_time(tmp_path):
 def test_the_probe_of_settings_that_cannot_be_read_still_prints_its_verdict(tmp_path, capsys):
     rc, out = _probe(str(tmp_path / 'missing.json'), capsys)
     assert rc == 1 and out['problems'][0].startswith('settings %s cannot be read: ' % (tmp_path / 'missing.json'))
+
+
+def test_a_node_whose_reads_keep_hanging_while_it_answers_a_ping_is_a_fault_after_the_limit():
+    first = {'unreachable_nodes': ['w2'], 'state': 'unreachable'}
+    second = {'unreachable_nodes': ['w2'], 'state': 'unreachable', 'why': ''}
+    pong = {'w2': {'answered': True, 'why': 'pong'}}
+    counts = {}
+    assert sv.unread_too_long(counts, first, second, pong, 3) == []
+    assert sv.unread_too_long(counts, first, second, pong, 3) == []
+    assert sv.unread_too_long(counts, first, second, pong, 3) == ['w2']
+    # a second read that reaches the node starts the count again
+    reached = {'unreachable_nodes': [], 'state': 'running', 'why': ''}
+    counts = {'w2': 2}
+    assert sv.unread_too_long(counts, first, reached, pong, 3) == [] and counts == {}
+    # a node that does not answer the probe is not counted here (confirm_unreachable decides it)
+    counts = {}
+    assert sv.unread_too_long(counts, first, second, {'w2': {'answered': False}}, 1) == []
+
+
+SETTINGS_SPARES = {'restarts': 3, 'min_nodes': 2, 'spares': ['s1', 's2']}
+
+
+def test_a_node_left_out_is_replaced_by_a_spare_that_passed_its_check_and_the_job_keeps_its_size():
+    state = {'nodes': ['h', 'w1', 'w2'], 'restarts': 0, 'failures': []}
+    plan = sv.plan_restart(state, {'step': 20}, ['w2'], ['w2', 's1'], 15, SETTINGS_SPARES)
+    assert plan['action'] == 'restart'
+    assert plan['nodes'] == ['h', 'w1', 's2'] and plan['spares'] == ['s2'] and plan['left_out'] == ['w2']
+    assert 'spare s2 in its place' in plan['why']
+
+
+def test_a_spare_is_taken_once_then_the_job_shrinks_down_to_min_nodes_and_no_further():
+    state = {'nodes': ['h', 'w1', 's1'], 'restarts': 1, 'failures': [{'resume_step': 10, 'step': 12}],
+             'spares_used': ['s1', 's2']}
+    plan = sv.plan_restart(state, {'step': 30}, ['s1'], ['s1'], 25, SETTINGS_SPARES)
+    assert plan['nodes'] == ['h', 'w1'] and plan['spares'] == []
+    assert 'no ready spare: the job shrinks' in plan['why']
+    state = {'nodes': ['h', 'w1'], 'restarts': 2, 'failures': [{'resume_step': 25, 'step': 30}],
+             'spares_used': ['s1', 's2']}
+    plan = sv.plan_restart(state, {'step': 40}, ['w1'], ['w1'], 35, SETTINGS_SPARES)
+    assert plan['action'] == 'give_up' and 'training_min_nodes is 2' in plan['why']
+
+
+def test_without_spares_a_transient_failure_restarts_on_every_node():
+    state = {'nodes': ['h', 'w1', 'w2'], 'restarts': 0, 'failures': []}
+    plan = sv.plan_restart(state, {'step': 20}, ['w1'], [], 15, {'restarts': 3, 'min_nodes': 2})
+    assert plan['nodes'] == ['h', 'w1', 'w2'] and plan['spares'] == []
+    assert plan['why'].startswith('on all nodes')
+
+
+def test_a_stall_stop_names_the_collective_and_the_rank_the_flight_recorder_dumps_show(tmp_path):
+    """The supervisor reads the dumps with the flight_recorder of the collection it runs (its own copy under
+    collections_dir), for the attempt it follows; no dump, no explanation (never an error)."""
+    import pickle
+    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+    collections = tmp_path / 'collections' / 'ansible_collections' / 'gpucluster'
+    collections.mkdir(parents=True)
+    (collections / 'multinode').symlink_to(repo)
+    job_dir = tmp_path / 'job'
+    sup = sv.Supervisor({'job_id': 'j', 'job_dir': str(job_dir), 'state_dir': str(tmp_path / 'state'),
+                         'nodes': ['h', 'w'], 'collections_dir': str(tmp_path / 'collections'), 'attempt': 2})
+    assert sup.hang_verdict() is None
+    config = {'0': {'name': '0', 'desc': 'default_pg', 'ranks': '[0, 1]'}}
+
+    def entry(seq, state, name):
+        return {'collective_seq_id': seq, 'profiling_name': name, 'state': state, 'retired': state == 'completed',
+                'process_group': ('0', 'default_pg'), 'is_p2p': False, 'input_sizes': [[4]]}
+    folder = job_dir / 'flight' / 'attempt-2'
+    folder.mkdir(parents=True)
+    (folder / 'rank_0').write_bytes(pickle.dumps({'entries': [entry(3, 'completed', 'nccl:broadcast'),
+                                                              entry(4, 'started', 'nccl:all_reduce')],
+                                                  'pg_config': config}))
+    (folder / 'rank_1').write_bytes(pickle.dumps({'entries': [entry(3, 'completed', 'nccl:broadcast')],
+                                                  'pg_config': config}))
+    hang = sup.hang_verdict()
+    assert hang['missing_ranks'] == [1] and hang['collective'] == 'nccl:all_reduce'
+    assert hang['why'].startswith('rank 1 never entered nccl:all_reduce #4')

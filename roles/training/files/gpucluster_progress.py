@@ -4,7 +4,7 @@
 
 Every rank appends to <progress dir>/rank-<RANK>.log (the job directory's progress/ by default):
 
-    # gpucluster-progress rank=1 host=node-2 pid=4242 world=4 time=1764000000.0
+    # gpucluster-progress rank=1 host=node-2 pid=4242 world=4 attempt=2 time=1764000000.0
     step=12 loss=0.4321 time=1764000000.125 wait=0.012
     # heartbeat phase=checkpoint step=12 since=1764000000.200 time=1764000000.200
     # heartbeat phase=checkpoint step=12 since=1764000000.200 time=1764000010.201
@@ -23,6 +23,21 @@ the same line to its log (heartbeat_line(): "gpucluster-heartbeat phase=checkpoi
 since=... time=..."). Rank 0 also writes TensorBoard event files (loss, steps per second)
 when the tensorboard package is installed. Import it from a script that sits beside this file.
 
+attempt= is the job's attempt (GPUCLUSTER_ATTEMPT, 1 for the first start; the supervisor starts the same
+job id again as attempt 2, 3...): a file of an older attempt left in the progress dir (a rank the new
+attempt does not have) is told from the current ones, and the monitor leaves it out.
+
+Attempts are fenced from each other on the checkpoint directory: at start rank 0 of attempt N writes
+<checkpoint dir>/ATTEMPT atomically (the number N on its first line, then job=<GPUCLUSTER_JOB_ID>)
+unless a newer attempt of the same job already did (claim_checkpoints; another job that resumes from
+the directory takes it over whatever its number); before each save every rank reads it, and the
+ranks agree on what any of them read (checkpoint_fence): when it names a newer attempt, no rank
+saves, each prints "attempt 1 is fenced: attempt 2 owns <dir>; not saving" and exits with
+FENCED_EXIT (75). commit_checkpoint reads
+it again before it writes the marker and moves `latest`, and records the attempt in the marker. On a
+resume rank 0 alone picks the checkpoint (latest_complete_checkpoint) and broadcasts its choice
+(agreed_checkpoint): every rank loads the same tag even when `latest` moves in between.
+
 require_gpus() refuses to run a rank on the CPU when the launch said the job has GPUs
 (GPUCLUSTER_EXPECT_GPUS=<n>, set by training_job in containers and under Slurm with GPUs).
 """
@@ -30,6 +45,7 @@ require_gpus() refuses to run a rank on the CPU when the launch said the job has
 import contextlib
 import json
 import os
+import re
 import resource
 import socket
 import threading
@@ -38,6 +54,16 @@ import time
 # The file a checkpoint's tag directory holds once every rank wrote its part (the examples write it,
 # then move `latest` onto the tag): a tag without it is a save that did not finish.
 CHECKPOINT_DONE = 'gpucluster.json'
+# The job's attempt (1, 2, 3... each start of the same job id by the supervisor), set in every rank's environment.
+ATTEMPT_ENV = 'GPUCLUSTER_ATTEMPT'
+# The job's id, set by training_job in every rank's environment.
+JOB_ENV = 'GPUCLUSTER_JOB_ID'
+# The file of the checkpoint directory that names the attempt which owns it (the newest that started):
+# the number on its first line, then job=<the job id>.
+ATTEMPT_FILE = 'ATTEMPT'
+# The exit code of a rank of an older attempt that refuses to save over a newer one's directory
+# (EX_TEMPFAIL: nothing is wrong with the rank, another attempt owns its checkpoints).
+FENCED_EXIT = 75
 # Seconds between two heartbeats of a save in progress (Progress.saving, --heartbeat-seconds): well
 # below training_stall_seconds, so a save whose heartbeats stop is told from one that runs.
 HEARTBEAT_SECONDS = 10.0
@@ -50,6 +76,20 @@ def expected_gpus(environ=None):
         return max(int(value), 0)
     except ValueError:
         return 0
+
+
+def attempt(environ=None):
+    """The job's attempt from GPUCLUSTER_ATTEMPT: a whole number of 1 or more; 1 when the variable is
+    missing or not such a number (a job started before attempts were counted is attempt 1)."""
+    value = str((environ if environ is not None else os.environ).get(ATTEMPT_ENV, '') or '').strip()
+    try:
+        number = int(value)
+    except ValueError:
+        return 1
+    return number if number >= 1 else 1
+
+
+_env_attempt = attempt  # for the functions below whose argument is called attempt
 
 
 def gpu_refusal(expected, visible, node, local_rank=0):
@@ -73,9 +113,10 @@ def require_gpus(visible):
 
 
 class Progress:
-    def __init__(self, rank, world, progress_dir='progress', tensorboard_dir='tensorboard'):
+    def __init__(self, rank, world, progress_dir='progress', tensorboard_dir='tensorboard', attempt=None):
         self.rank = rank
         self.world = world
+        self.attempt = _env_attempt() if attempt is None else int(attempt)
         self.handle = None
         self.writer = None
         self.last = None
@@ -86,8 +127,8 @@ class Progress:
             # line buffered: every step line reaches the shared storage when it is written; a run
             # of the same job id starts the file again
             self.handle = open(os.path.join(progress_dir, 'rank-%d.log' % rank), 'w', buffering=1)
-            self.handle.write('# gpucluster-progress rank=%d host=%s pid=%d world=%d time=%.3f\n'
-                              % (rank, socket.gethostname(), os.getpid(), world, time.time()))
+            self.handle.write('# gpucluster-progress rank=%d host=%s pid=%d world=%d attempt=%d time=%.3f\n'
+                              % (rank, socket.gethostname(), os.getpid(), world, self.attempt, time.time()))
         if rank == 0 and tensorboard_dir:
             try:
                 from torch.utils.tensorboard import SummaryWriter  # pylint: disable=import-outside-toplevel
@@ -199,7 +240,7 @@ def heartbeat_line(phase, step=None, now=None, since=None):
 def _write_atomic(path, text):
     """Write text to path through a temporary file moved over it (os.replace): a crash leaves the
     old file or the new one, never half of one."""
-    tmp = '%s.tmp.%d' % (path, os.getpid())
+    tmp = '%s.tmp.%s.%d' % (path, socket.gethostname(), os.getpid())  # two nodes may share the storage
     with open(tmp, 'w') as handle:
         handle.write(text)
         handle.flush()
@@ -207,12 +248,124 @@ def _write_atomic(path, text):
     os.replace(tmp, path)
 
 
-def commit_checkpoint(directory, tag, step, world, **extra):
-    """Mark the tag complete (its gpucluster.json: step, world size, time), then point `latest` at it.
+def _distributed(dist):
+    return dist is not None and dist.is_available() and dist.is_initialized()
+
+
+def _device(dist, device=None):
+    """The device of a collective's tensor: the one given, else the current GPU under NCCL (it reduces
+    GPU tensors only), else the CPU."""
+    import torch  # pylint: disable=import-outside-toplevel
+    if device is None and dist.get_backend() == 'nccl':
+        return torch.device('cuda', torch.cuda.current_device())
+    return device
+
+
+def checkpoint_claim(directory):
+    """(attempt, job id) that own the checkpoint directory, from its ATTEMPT file: the number on its first
+    line, the job on a `job=<id>` line (None when not written); (None, None) when no attempt claimed it
+    (no file, or no number: a directory of a run before attempts were fenced)."""
+    try:
+        with open(os.path.join(directory, ATTEMPT_FILE)) as handle:
+            lines = handle.read().splitlines()
+        number = int(lines[0].strip())
+    except (OSError, ValueError, IndexError):
+        return None, None
+    if number < 1:
+        return None, None
+    job = next((line.strip()[len('job='):] for line in lines[1:] if line.strip().startswith('job=')), None)
+    return number, job or None
+
+
+def checkpoint_owner(directory):
+    """The attempt that owns the checkpoint directory (the number in its ATTEMPT file), None when none does."""
+    return checkpoint_claim(directory)[0]
+
+
+def _job(job):
+    return (os.environ.get(JOB_ENV, '') if job is None else job).strip() or None
+
+
+def _outranked(claim, number, job):
+    """Whether the claim (attempt, job) on a directory keeps attempt `number` of `job` from saving there:
+    a newer attempt of the same job, or another job that claimed the directory since (it resumes from
+    there: the newest start owns it). Without a job id on either side only the numbers are compared."""
+    owner, owner_job = claim
+    if owner is None:
+        return False
+    if owner_job and job and owner_job != job:
+        return True
+    return owner > number
+
+
+def claim_checkpoints(directory, attempt=None, job=None):
+    """At the start of an attempt, on rank 0: write the attempt's number (and the job id, GPUCLUSTER_JOB_ID,
+    on a job= line) to <directory>/ATTEMPT, atomically, when it is newer than or the same as the one there,
+    when there is none, or when another job wrote it (a new job that resumes from an older one's
+    directory takes it over). Returns the owning attempt afterwards: a number above attempt means a newer
+    attempt of the job owns the directory, and this one's saves will be refused (checkpoint_fence)."""
+    number = _env_attempt() if attempt is None else int(attempt)
+    job = _job(job)
+    owner, owner_job = checkpoint_claim(directory)
+    if owner is not None and (not owner_job or not job or owner_job == job) and owner > number:
+        print('attempt %d starts after attempt %d claimed %s: its saves will be refused'
+              % (number, owner, directory), flush=True)
+        return owner
+    os.makedirs(directory, exist_ok=True)
+    _write_atomic(os.path.join(directory, ATTEMPT_FILE), '%d\n%s' % (number, 'job=%s\n' % job if job else ''))
+    return number
+
+
+def fence_message(attempt, owner, directory, owner_job=None, job=None):
+    """"attempt 1 is fenced: attempt 2 owns <dir>; not saving" (another job: "attempt 2 of job B owns")."""
+    other = ' of job %s' % owner_job if owner_job and job and owner_job != job else ''
+    return 'attempt %d is fenced: attempt %d%s owns %s; not saving' % (attempt, owner, other, directory)
+
+
+def fenced(directory, attempt=None, job=None):
+    """The line saying why this attempt may not save into directory (a newer attempt owns it), None
+    when it may."""
+    number, job = _env_attempt() if attempt is None else int(attempt), _job(job)
+    claim = checkpoint_claim(directory)
+    return fence_message(number, claim[0], directory, claim[1], job) if _outranked(claim, number, job) else None
+
+
+def checkpoint_fence(directory, attempt=None, dist=None, device=None, job=None):
+    """Before a save, on every rank: read <directory>/ATTEMPT; with dist (an initialised
+    torch.distributed), the ranks agree on what any of them read (one all-reduce of a flag), so they all
+    save or all stop together. When a newer attempt owns the directory: print "attempt N is fenced:
+    attempt M owns <dir>; not saving" and exit with FENCED_EXIT (75), before a byte of the save is
+    written. Returns the owning attempt (None when no attempt claimed the directory)."""
+    number, job = _env_attempt() if attempt is None else int(attempt), _job(job)
+    claim = checkpoint_claim(directory)
+    refused = _outranked(claim, number, job)
+    if _distributed(dist):
+        import torch  # pylint: disable=import-outside-toplevel
+        seen = torch.tensor([int(refused), claim[0] or 0], dtype=torch.int64, device=_device(dist, device))
+        dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+        if int(seen[0].item()) and not refused:
+            # another rank read a newer owner (the file changed between the reads): stop with it
+            refused, claim = True, (max(int(seen[1].item()), claim[0] or 0), claim[1])
+    if refused:
+        print(fence_message(number, claim[0], directory, claim[1], job), flush=True)
+        raise SystemExit(FENCED_EXIT)
+    return claim[0]
+
+
+def commit_checkpoint(directory, tag, step, world, attempt=None, job=None, **extra):
+    """Mark the tag complete (its gpucluster.json: step, world size, attempt, time), then point `latest`
+    at it.
 
     Call it on one rank once every rank finished writing the tag (after a barrier). The pointer moves
-    last: a crash before leaves `latest` on the previous complete tag."""
-    record = dict(extra, step=int(step), world_size=int(world), saved=time.time())
+    last: a crash before leaves `latest` on the previous complete tag. A newer attempt that claimed the
+    directory in the meantime (ATTEMPT) stops it before either is written: it prints the fence line and
+    exits with FENCED_EXIT."""
+    number = _env_attempt() if attempt is None else int(attempt)
+    refused = fenced(directory, number, job)
+    if refused:
+        print(refused, flush=True)
+        raise SystemExit(FENCED_EXIT)
+    record = dict(extra, step=int(step), world_size=int(world), attempt=number, saved=time.time())
     _write_atomic(os.path.join(directory, tag, CHECKPOINT_DONE), json.dumps(record, sort_keys=True) + '\n')
     _write_atomic(os.path.join(directory, 'latest'), tag + '\n')
     return record
@@ -261,6 +414,37 @@ def latest_complete_checkpoint(directory):
         return None, None, '%s under %s, and no complete checkpoint' % (skipped, directory)
     step, name, record = max(complete)
     return name, record, '%s; resuming from %s (step %d), the newest complete one' % (skipped, name, step)
+
+
+def _step_text(tag, record):
+    """The step of a chosen checkpoint: its record's, else the number that ends its tag (step40)."""
+    step = (record or {}).get('step')
+    if isinstance(step, int):
+        return str(step)
+    found = re.search(r'(\d+)$', str(tag or ''))
+    return found.group(1) if found else 'unknown'
+
+
+def resume_line(tag, record):
+    """The line rank 0 logs once it chose the checkpoint every rank loads."""
+    return 'resuming from %s (step %s), chosen by rank 0' % (tag, _step_text(tag, record))
+
+
+def agreed_checkpoint(directory, rank, dist, device=None):
+    """(tag, record, note) of the checkpoint to resume from, the same on every rank: rank 0 alone reads
+    the directory (latest_complete_checkpoint) and broadcasts its choice (broadcast_object_list), so a
+    `latest` that moves while the ranks start (a save of another run landing) cannot make two ranks load
+    two tags. Rank 0 prints the note, if any, and "resuming from <tag> (step N), chosen by rank 0"."""
+    choice = [latest_complete_checkpoint(directory) if rank == 0 else None]
+    if _distributed(dist):
+        dist.broadcast_object_list(choice, src=0, device=device)
+    tag, record, note = choice[0]
+    if rank == 0:
+        if note:
+            print(note, flush=True)
+        if tag is not None:
+            print(resume_line(tag, record), flush=True)
+    return tag, record, note
 
 
 def add_arguments(parser):

@@ -60,13 +60,16 @@ ansible's output.
 """
 
 import fcntl
+import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 EVENTS = 'events.jsonl'
@@ -181,6 +184,22 @@ def confirm_unreachable(first, second, probes):
             if n in second['unreachable_nodes'] and not (probes.get(n) or {}).get('answered')]
 
 
+def unread_too_long(counts, first, second, probes, limit):
+    """The nodes both reads missed although they answered the direct probe, `limit` confirmations in a row
+    (counts, {node: confirmations in a row}, is updated: a node either read reached starts again at 0): a
+    node whose reads hang while it answers is a fault too, or it would hide a stall behind missed reads."""
+    for node in list(counts):
+        if node not in first['unreachable_nodes'] or node not in second['unreachable_nodes']:
+            counts.pop(node)
+    out = []
+    for node in first['unreachable_nodes']:
+        if node in second['unreachable_nodes'] and (probes.get(node) or {}).get('answered'):
+            counts[node] = counts.get(node, 0) + 1
+            if counts[node] >= limit:
+                out.append(node)
+    return out
+
+
 def missed_why(first, second, probes):
     """Why the nodes the first read could not reach are not a fault (the read_missed event's why)."""
     confirmed = confirm_unreachable(first, second, probes)
@@ -214,7 +233,10 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
     failures ([{resume_step, step}] of the earlier faults). fault: observe()'s view when the fault was
     seen. suspects: culprits(fault). health_bad: the nodes the quick health tier failed or could not
     reach. checkpoint_step: step of the latest complete checkpoint (None: none; 0 restarts from the
-    beginning). settings: restarts (training_restarts), min_nodes (training_min_nodes)."""
+    beginning). settings: restarts (training_restarts), min_nodes (training_min_nodes), spares (the inventory's
+    spares group less the job's nodes). A node left out is replaced by a spare that passed the check and never
+    ran this job (state's spares_used), in the spares' order: the job keeps its size while spares last; then
+    it shrinks, down to min_nodes."""
     nodes = list(state['nodes'])
     head = nodes[0]
     left_out = [n for n in nodes if n in health_bad]
@@ -230,16 +252,27 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
     if head in left_out:
         return {'action': 'give_up', 'why': 'the head %s failed its check: the job is launched from it and runs '
                                             'rank 0 there' % head}
-    remaining = [n for n in nodes if n not in left_out]
+    used = list(state.get('spares_used') or [])
+    ready = [n for n in settings.get('spares') or [] if n not in nodes and n not in used and n not in health_bad]
+    spares = ready[:len(left_out)]
+    remaining = [n for n in nodes if n not in left_out] + spares
     if len(remaining) < settings['min_nodes']:
         return {'action': 'give_up', 'why': '%d node(s) would remain (%s) and training_min_nodes is %d; left out: %s'
                                             % (len(remaining), ', '.join(remaining), settings['min_nodes'],
                                                ', '.join(left_out))}
     recovered = [n for n in suspects if n not in left_out]
+    if spares:
+        why = 'without %s; spare %s in %s place' % (', '.join(left_out), ', '.join(spares),
+                                                   'its' if len(spares) == 1 else 'their')
+        if len(spares) < len(left_out):
+            why += ' (no more ready spares: %d node(s) fewer)' % (len(left_out) - len(spares))
+    elif left_out:
+        why = 'without %s%s' % (', '.join(left_out), ' (no ready spare: the job shrinks)' if settings.get('spares')
+                                else '')
+    else:
+        why = 'on all nodes (%s passed the check: a transient failure)' % (', '.join(recovered) or 'every node')
     return {'action': 'restart', 'nodes': remaining, 'left_out': left_out, 'recovered': recovered,
-            'resume_step': checkpoint_step or 0,
-            'why': ('without %s' % ', '.join(left_out)) if left_out
-            else 'on all nodes (%s passed the check: a transient failure)' % (', '.join(recovered) or 'every node')}
+            'spares': spares, 'resume_step': checkpoint_step or 0, 'why': why}
 
 
 # ----- reads that fail: blind and sighted -------------------------------------------------------
@@ -650,11 +683,22 @@ def ansible_of(settings):
     return settings.get('ansible') or os.path.join(os.path.dirname(settings.get('ansible_playbook') or ''), 'ansible')
 
 
-def run_env(settings):
+def control_dir_of(settings):
+    """The directory of this supervisor's SSH control sockets: short (a socket's path is at most 107 bytes,
+    whatever the job id), under /run where root may write (else the temporary directory), one per job."""
+    base = '/run' if os.access('/run', os.W_OK) else tempfile.gettempdir()
+    tag = hashlib.sha1(state_dir_of(settings).encode()).hexdigest()[:12]
+    return os.path.join(base, 'gpucluster-supervise-cp', tag)
+
+
+def run_env(settings, control_dir=None):
     """The environment of every ansible run: the supervisor's own, settings' environment; SSH that gives up
     (SSH_ENV) only where no ANSIBLE_CONFIG is named (the supervisor host's ansible.cfg carries the same bounds
-    and its timeout, which these variables would override)."""
-    environment = settings.get('environment') or {}
+    and its timeout, which these variables would override). SSH's shared connections live in control_dir
+    (default control_dir_of): never in a directory other runs share, whose masters may have died with the
+    session that started them and left sockets that fail the next run (`read from master failed`)."""
+    environment = dict(settings.get('environment') or {})
+    environment.setdefault('ANSIBLE_SSH_CONTROL_PATH_DIR', control_dir or control_dir_of(settings))
     if environment.get('ANSIBLE_CONFIG') or os.environ.get('ANSIBLE_CONFIG'):
         return dict(os.environ, **environment)
     return dict(os.environ, **dict(SSH_ENV, **environment))
@@ -694,6 +738,7 @@ class Supervisor:
         self.read_rc = None
         self.run_offset = 0    # where the output of the run in progress (or the last) begins in ansible.log
         self.missed = None     # the nodes of the read_missed event of this episode (no event again for them)
+        self.unread = {}       # node: confirmations in a row whose reads missed it though it answered a ping
         self.metrics_failed = False
         self.started = time.time()
 
@@ -854,6 +899,12 @@ class Supervisor:
         probes = self.probe_nodes(nodes)
         second = self.look()
         confirmed = confirm_unreachable(obs, second, probes)
+        hung = unread_too_long(self.unread, obs, second, probes, self.blind_reads)
+        if hung and not confirmed:
+            why = ('%s answered a ping but its reads did not come back %d times in a row (a hung process or mount '
+                   'on it?)' % (', '.join(hung), self.blind_reads))
+            fault = dict(obs, unreachable_nodes=hung, why=why)
+            return fault, {'action': 'stop', 'seen': 'unreachable', 'nodes': culprits(fault), 'why': why}
         if confirmed:
             why = '%s did not answer two reads and a direct probe (%s)' % (
                 ', '.join(confirmed), '; '.join('%s: %s' % (n, (probes.get(n) or {}).get('why')) for n in confirmed))
@@ -866,6 +917,23 @@ class Supervisor:
         if act['action'] != 'wait' and not needs_confirming(second):
             return second, act
         return second, {'action': 'wait', 'why': 'a read missed %s' % ', '.join(nodes)}
+
+    def hang_verdict(self):
+        """What the flight recorder's dumps of this attempt say of a stall (flight_recorder.stall_verdict, read
+        from the collection the supervisor runs): the collective the ranks wait in and the rank that never
+        entered it; None where there is no dump (a job without NCCL) or it cannot be read."""
+        root = self.s.get('collections_dir') or os.path.join(os.path.dirname(os.path.dirname(
+            self.s.get('ansible_playbook') or '/nonexistent/bin/x')), '..', 'collections')
+        path = os.path.join(root, 'ansible_collections', 'gpucluster', 'multinode', 'plugins', 'module_utils',
+                            'flight_recorder.py')
+        try:
+            import importlib.util  # pylint: disable=import-outside-toplevel
+            spec = importlib.util.spec_from_file_location('gpucluster_flight_recorder', path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            return module.stall_verdict(self.job_dir, self.attempt)
+        except Exception:  # pylint: disable=broad-except  # an explanation that cannot be read is only missing
+            return None
 
     def health(self, nodes):
         """(the quick tier's report, rc of its run); the report is None when the run wrote none."""
@@ -965,6 +1033,7 @@ class Supervisor:
                 obs, act = self.confirm(obs)
             elif obs['state'] != 'unknown':
                 self.missed = None  # a read that reached every node ends an episode of missed reads
+                self.unread = {}
             if act['action'] == 'done':
                 self.event('done', why=act['why'], step=obs['step'])
                 self.write_report()
@@ -1001,18 +1070,26 @@ class Supervisor:
                    last_step_time=obs['last_step_time'], why=act['why'],
                    **({'step_read': obs['step_read']} if obs.get('step_read') else {}))
         self.heartbeat('stopping')
-        rc = self.train('stopped')
-        self.event('job_stopped', why='every rank, container and launcher stopped' if rc == 0 else
-                   'stop ended with rc %d (a node that does not answer keeps its frozen ranks)' % rc)
+        stalled = act['seen'] == 'stalled'
+        # a stall: the ranks are asked for their NCCL flight recorder's dump before anything is signalled
+        rc = self.train('stopped', **({'training_flight_dump': True} if stalled else {}))
+        why = ('every rank, container and launcher stopped' if rc == 0 else
+               'stop ended with rc %d (a node that does not answer keeps its frozen ranks)' % rc)
+        hang = self.hang_verdict() if stalled else None
+        self.event('job_stopped', why=why + ('; %s' % hang['why'] if hang else ''),
+                   **({'collective': hang.get('collective'), 'missing_ranks': hang.get('missing_ranks')} if hang else {}))
         self.heartbeat('checking nodes')
-        report, rc = self.health(self.state['nodes'])
+        # the spares that may take a left-out node's place are checked with the job's nodes
+        ready = [n for n in self.s.get('spares') or [] if n not in self.state['nodes']
+                 and n not in self.state.get('spares_used', [])]
+        report, rc = self.health(self.state['nodes'] + ready)
         if report is None:
             # no verdict was read: no node is called failing for it; the fault's own culprits are judged
-            bad = list(act['nodes'])
+            bad = list(act['nodes']) + ready  # an unchecked spare is not taken
             why = ('the quick health tier wrote no report (health.yml rc %d; its output in %s): judged by the fault '
                    'alone: %s' % (rc, os.path.join(self.dir, LOG), ', '.join(bad) or 'no node named'))
         else:
-            bad = bad_nodes(report, self.state['nodes'])
+            bad = bad_nodes(report, self.state['nodes'] + ready)
             why = 'quick health tier: %s' % (('failing or not answering: ' + ', '.join(bad)) if bad
                                              else 'every node passed')
         self.event('checked', nodes=bad, why=why)
@@ -1024,6 +1101,7 @@ class Supervisor:
         self.state['failures'].append({'resume_step': plan['resume_step'], 'step': obs['step']})
         self.state['restarts'] += 1
         self.state['nodes'] = plan['nodes']
+        self.state['spares_used'] = list(self.state.get('spares_used') or []) + list(plan.get('spares') or [])
         self.attempt += 1  # the restart begins the next attempt: its events carry it
         lost = None if obs['step'] is None else max(0, obs['step'] - plan['resume_step'])
         why = plan['why']
@@ -1033,9 +1111,11 @@ class Supervisor:
             why += ('; no checkpoint directory declared (training_supervise_checkpoint_dir): restarting from the '
                     'beginning')
         self.event('restart', nodes=plan['nodes'], left_out=plan['left_out'], resume_step=plan['resume_step'],
-                   lost_steps=lost, why=why)
+                   lost_steps=lost, why=why, **({'spares': plan['spares']} if plan.get('spares') else {}))
         self.heartbeat('restarting')
-        extra = {'training_wait': 'first_step', 'training_attempt': self.attempt}
+        extra = {'training_wait': 'first_step', 'training_attempt': self.attempt,
+                 # the spares the job runs on now (every one taken so far that is still among its nodes)
+                 'training_spares': [n for n in self.state['spares_used'] if n in plan['nodes']]}
         if ckpt is not None:
             extra.update(training_resume_from=self.s['checkpoint_dir'], training_resume_if_present=True)
         rc = self.train('started', limit=plan['nodes'], **extra)
@@ -1113,12 +1193,24 @@ def probe(settings, timeout=PROBE_TIMEOUT):
                         % (vars_file or 'vars.json'))
     hosts_of = settings.get('hosts') or {}
     hosts = []
-    for node in settings.get('nodes') or []:
+    for node in list(settings.get('nodes') or []) + list(settings.get('spares') or []):  # spares: it may take them
         if hosts_of.get(node, node) not in hosts:
             hosts.append(hosts_of.get(node, node))
-    if not hosts:
+    if not settings.get('nodes'):
         problems.append('settings.json names no nodes')
-    env = dict(run_env(settings), ANSIBLE_NOCOLOR='1')
+    # its own SSH connections, gone with it: the probe runs in the session of the controller's task, whose end
+    # may kill the masters it would leave
+    control_dir = tempfile.mkdtemp(prefix='gpucluster-probe-cp.')
+    try:
+        return probe_runs(settings, problems, missing, user, hosts, playbook, ansible, inventory, timeout,
+                          dict(run_env(settings, control_dir), ANSIBLE_NOCOLOR='1',
+                               ANSIBLE_SSH_ARGS='-C -o ControlMaster=no -o ServerAliveInterval=5 -o ServerAliveCountMax=3'))
+    finally:
+        shutil.rmtree(control_dir, ignore_errors=True)
+
+
+def probe_runs(settings, problems, missing, user, hosts, playbook, ansible, inventory, timeout, env):
+    """probe()'s two runs (the training account reached on every node, train.yml loads), their problems added."""
     if user and hosts and not missing & {'ansible', 'inventory'}:
         rc, out = capture([ansible, ','.join(hosts), '-i', inventory, '-m', 'ansible.builtin.command', '-a', 'id',
                            '-b', '--become-user', user, '-o'], timeout, env)

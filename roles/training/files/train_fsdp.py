@@ -6,9 +6,13 @@
 Parameters, gradients and optimizer state are sharded over every rank (FSDP2's fully_shard on a
 one-dimensional device mesh): NCCL and bf16 mixed precision on GPUs, gloo and float32 on CPUs.
 Every --save-every steps the sharded state is saved with torch.distributed.checkpoint to
-<--checkpoint-dir>/step<N> (each rank writes its own shards; rank 0 then points <dir>/latest at
-it); --resume-from <dir> loads the latest one and continues from its step. A checkpoint saved on
-another world size is loaded resharded (DCP redistributes the shards), and the script says so.
+<--checkpoint-dir>/step<N> (each rank writes its own shards; rank 0 then marks the tag complete,
+step<N>/gpucluster.json, and moves <dir>/latest onto it); --resume-from <dir> loads the latest
+complete one, chosen by rank 0 and told to the other ranks, and continues from its step. A checkpoint
+saved on another world size is loaded resharded (DCP redistributes the shards), and the script says so.
+Attempts of the job (GPUCLUSTER_ATTEMPT) are fenced: rank 0 claims --checkpoint-dir for its attempt at
+start (<dir>/ATTEMPT), and the ranks of an older attempt refuse to save there ("attempt 1 is fenced:
+attempt 2 owns <dir>; not saving", exit code 75).
 Started by torchrun (train.yml -e training_launcher=torchrun -e training_script=.../train_fsdp.py).
 
     torchrun --nnodes 3 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint head:29500 \\
@@ -16,7 +20,6 @@ Started by torchrun (train.yml -e training_launcher=torchrun -e training_script=
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -29,7 +32,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpucluster_progress import Progress, add_arguments, require_gpus  # noqa: E402  pylint: disable=wrong-import-position
+from gpucluster_progress import (  # noqa: E402  pylint: disable=wrong-import-position
+    CHECKPOINT_DONE, Progress, add_arguments, agreed_checkpoint, attempt, checkpoint_fence, claim_checkpoints,
+    commit_checkpoint, require_gpus)
 
 VOCAB = 64
 STARTED = time.time()
@@ -80,36 +85,41 @@ def batch(seed, rank, step, micro_batch, seq):
     return tokens[:, :-1], tokens[:, 1:]
 
 
-def latest(directory):
-    """(path, step) of the newest checkpoint under directory: the one `latest` names, else the
-    highest step<N> that holds DCP's .metadata; (None, 0) when there is none."""
-    name = None
-    try:
-        with open(os.path.join(directory, 'latest')) as handle:
-            name = handle.read().strip()
-    except OSError:
-        steps = [d for d in os.listdir(directory) if d.startswith('step') and d[4:].isdigit()
-                 and os.path.exists(os.path.join(directory, d, '.metadata'))] if os.path.isdir(directory) else []
-        name = max(steps, key=lambda d: int(d[4:])) if steps else None
-    if not name or not os.path.exists(os.path.join(directory, name, '.metadata')):
-        return None, 0
-    return os.path.join(directory, name), int(name[4:])
+def resume_point(directory, rank):
+    """(path, step, saved world) of the checkpoint to resume from under directory, the same on every rank:
+    rank 0 picks the latest complete one (its gpucluster.json written once every rank saved) and tells
+    the others; a tag without .metadata (DCP's index, written last) cannot be loaded and is refused."""
+    tag, record, note = agreed_checkpoint(directory, rank, dist)
+    if tag is None:
+        raise SystemExit('no checkpoint to resume from: %s' % note)
+    path = os.path.join(directory, tag)
+    if not os.path.exists(os.path.join(path, '.metadata')):
+        raise SystemExit('checkpoint %s has no .metadata: it is not a torch.distributed.checkpoint save' % path)
+    step = record.get('step')
+    if not isinstance(step, int):
+        step = int(tag[4:]) if tag.startswith('step') and tag[4:].isdigit() else 0
+    return path, step, record.get('world_size')
 
 
-def save(directory, step, model, optimizer, world, rank, progress, heartbeat_seconds=None):
+def save(directory, step, model, optimizer, world, rank, progress, heartbeat_seconds=None, attempt_number=None):
     # heartbeats while the save runs: a long save is not a stall (training_checkpoint_seconds bounds it)
     with progress.saving(step, heartbeat_seconds):
-        path = os.path.join(directory, 'step%d' % step)
+        # a newer attempt owns the directory: every rank exits (75) before writing anything
+        checkpoint_fence(directory, attempt_number, dist)
+        tag = 'step%d' % step
+        path = os.path.join(directory, tag)
+        if rank == 0:
+            # a tag written again (a run resumed from an older step) is not complete until it is marked again
+            try:
+                os.unlink(os.path.join(path, CHECKPOINT_DONE))
+            except OSError:
+                pass
         model_sd, optim_sd = get_state_dict(model, optimizer)
         dcp.save({'model': model_sd, 'optim': optim_sd}, checkpoint_id=path)
         dist.barrier()
         if rank == 0:
-            with open(os.path.join(path, 'gpucluster.json'), 'w') as handle:
-                json.dump({'step': step, 'world_size': world, 'saved': time.time()}, handle)
-            tmp = os.path.join(directory, 'latest.tmp')
-            with open(tmp, 'w') as handle:
-                handle.write('step%d\n' % step)
-            os.replace(tmp, os.path.join(directory, 'latest'))
+            # the marker (step, world size, attempt), then `latest` moved onto the tag, last
+            commit_checkpoint(directory, tag, step, world, attempt=attempt_number)
             print('saved sharded checkpoint %s (step %d, world %d)' % (path, step, world), flush=True)
         dist.barrier()
 
@@ -126,6 +136,10 @@ def main():
     if on_gpu:
         torch.cuda.set_device(device)
     mesh = init_device_mesh(device.type, (world,))
+    current = attempt()
+    if args.checkpoint_dir and rank == 0:
+        # this attempt owns the directory from now on: a rank of an older one still running stops at its next save
+        claim_checkpoints(args.checkpoint_dir, current)
 
     torch.manual_seed(args.seed)
     model = TinyTransformer(args.d_model, args.layers, args.seq).to(device)
@@ -140,20 +154,11 @@ def main():
               % (world, backend, 'bf16 mixed precision' if on_gpu else 'float32 (CPU)',
                  sum(p.numel() for p in model.parameters()), world), flush=True)
 
-    progress = Progress(rank, world, args.progress_dir, args.tensorboard_dir)
+    progress = Progress(rank, world, args.progress_dir, args.tensorboard_dir, attempt=current)
     start_step = 0
     if args.resume_from:
         progress.heartbeat('load')
-        path, start_step = latest(args.resume_from)
-        if path is None:
-            raise SystemExit('no checkpoint under %s (neither a latest file nor a step<N> with .metadata)'
-                             % args.resume_from)
-        saved_world = None
-        try:
-            with open(os.path.join(path, 'gpucluster.json')) as handle:
-                saved_world = json.load(handle).get('world_size')
-        except (OSError, ValueError):
-            pass
+        path, start_step, saved_world = resume_point(args.resume_from, rank)
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {'model': model_sd, 'optim': optim_sd}
         dcp.load(state, checkpoint_id=path)
@@ -181,12 +186,12 @@ def main():
         if rank == 0:
             print('step %d loss %.6f elapsed %.3f' % (step, loss.item(), time.time() - STARTED), flush=True)
         if args.checkpoint_dir and args.save_every and step % args.save_every == 0:
-            save(args.checkpoint_dir, step, model, optimizer, world, rank, progress, args.heartbeat_seconds)
+            save(args.checkpoint_dir, step, model, optimizer, world, rank, progress, args.heartbeat_seconds, current)
         if args.step_delay:
             time.sleep(args.step_delay)
 
     if args.checkpoint_dir and start_step < args.steps and not (args.save_every and args.steps % args.save_every == 0):
-        save(args.checkpoint_dir, args.steps, model, optimizer, world, rank, progress, args.heartbeat_seconds)
+        save(args.checkpoint_dir, args.steps, model, optimizer, world, rank, progress, args.heartbeat_seconds, current)
     progress.finish(dist, loss.detach().float().reshape(1).clone(), args.steps, backend)
 
 

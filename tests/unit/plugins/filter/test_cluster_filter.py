@@ -144,3 +144,13 @@ def test_a_limit_without_the_head_is_refused_naming_it():
         cluster_job_nodes(GROUPS, hostvars(), hosts=['gpu-worker-1', 'cpu-node'])
     with pytest.raises(AnsibleFilterError, match='hosts must be a list'):
         cluster_job_nodes(GROUPS, hostvars(), hosts='gpu-master')
+
+
+def test_a_spare_joins_a_job_only_when_named_after_the_workers_and_an_unknown_one_is_refused():
+    groups = dict(GROUPS, cluster=GROUPS['cluster'] + ['spare-1'], spares=['spare-1'])
+    hv = dict(hostvars(), **{'spare-1': {'ansible_host': '10.0.0.9', 'gpu_slots': 8}})
+    assert [n['name'] for n in cluster_job_nodes(groups, hv)] == ['gpu-master', 'cpu-node', 'gpu-worker-1']
+    nodes = cluster_job_nodes(groups, hv, hosts=['gpu-master', 'gpu-worker-1', 'spare-1'], spares=['spare-1'])
+    assert [(n['name'], n['slots']) for n in nodes] == [('gpu-master', 2), ('gpu-worker-1', 8), ('spare-1', 8)]
+    with pytest.raises(AnsibleFilterError, match="training_spares names gpu-worker-1, not in the inventory's spares group"):
+        cluster_job_nodes(groups, hv, spares=['gpu-worker-1'])

@@ -39,7 +39,7 @@ def test_every_problem_is_reported_once_with_host_and_variable():
         'c': {'cluster_cidr': '10.0.0.0/24', 'ansible_host': '10.0.0.1', 'gpu_slots': True},
     }
     errors = contract.contract_errors(groups, hostvars)
-    assert "host c: is in 'cluster' but in neither 'head' nor 'workers'" in errors
+    assert "host c: is in 'cluster' but in neither 'head' nor 'workers' (nor 'spares')" in errors
     assert 'host a: cluster_master_port must be from 1 to 65535, got 70000' in errors
     assert any(e.startswith("host b: ansible_host 'node-b.example' is not an IP address") for e in errors)
     assert any(e.startswith('host b: cluster_user must be a POSIX user name') for e in errors)
@@ -264,3 +264,16 @@ def test_a_training_account_set_for_one_role_alone_is_refused():
     errors = contract.contract_errors(*_two_nodes({'container_user': 'alice'}, {}))
     assert errors == ["host a: container_user is alice but cluster_user is train; cluster_user is what training and "
                       "health read, not container_user: set cluster_user: alice instead"]
+
+
+def test_a_spare_is_a_cluster_node_outside_head_and_workers():
+    hostvars = {h: {'cluster_cidr': '10.0.0.0/24', 'ansible_host': '10.0.0.%d' % i} for i, h in enumerate('abs', 1)}
+    groups = {'cluster': ['a', 'b', 's'], 'head': ['a'], 'workers': ['b'], 'spares': ['s']}
+    assert contract.contract_errors(groups, hostvars) == []
+    assert contract.ordered_nodes(groups) == ['a', 'b']  # a spare runs no job until a restart takes it
+    both = dict(groups, workers=['b', 's'])
+    assert "host s: is in 'spares' and in 'workers'; a spare runs no job until it replaces a node" in \
+        contract.contract_errors(both, hostvars)
+    outside = dict(groups, cluster=['a', 'b'])
+    assert any(e.startswith("host s: is in group 'spares' but not in group 'cluster'")
+               for e in contract.contract_errors(outside, hostvars))
