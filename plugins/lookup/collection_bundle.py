@@ -11,7 +11,7 @@ short_description: This collection, as the controller runs it, packed into one r
 version_added: "0.1.0"
 description:
   - Packs the collection the controller runs (C(galaxy.yml) or C(MANIFEST.json), C(meta/), C(playbooks/),
-    C(plugins/) and C(roles/); no tests, lab or caches) into C(<cache>/gpucluster-multinode-<version>-<digest>.tar.gz)
+    C(plugins/) and C(roles/); no tests, lab, documentation or caches) into C(<cache>/gpucluster-multinode-<version>-<digest>.tar.gz)
     on the controller, once per content, and returns where it is, its version and its digest.
   - The digest is a SHA-256 of every packed file's path and content, so two controllers with the same
     files give the same digest, and a host whose installed copy carries another digest runs other code.
@@ -48,7 +48,7 @@ from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
 PACKED = ('meta', 'playbooks', 'plugins', 'roles')
-TOP_FILES = ('galaxy.yml', 'MANIFEST.json', 'FILES.json', 'README.md')
+TOP_FILES = ('galaxy.yml', 'MANIFEST.json', 'FILES.json')
 SKIPPED_DIRS = ('__pycache__', '.pytest_cache', 'molecule', 'tests')
 SKIPPED_FILES = ('lab.yml',)
 
@@ -78,7 +78,8 @@ def packed_files(root):
         for here, dirs, files in os.walk(os.path.join(root, top)):
             dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.startswith('.'))
             for name in files:
-                if name.endswith(('.pyc', '.pyo')) or name.startswith('.') or name in SKIPPED_FILES:
+                # documentation is not what runs: a changed README needs no new copy on the supervisor host
+                if name.endswith(('.pyc', '.pyo', '.md')) or name.startswith('.') or name in SKIPPED_FILES:
                     continue
                 out.append(os.path.relpath(os.path.join(here, name), root))
     return sorted(out)

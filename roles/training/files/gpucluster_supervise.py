@@ -262,8 +262,8 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
                                                ', '.join(left_out))}
     recovered = [n for n in suspects if n not in left_out]
     if spares:
-        why = 'without %s; spare %s in %s place' % (', '.join(left_out), ', '.join(spares),
-                                                   'its' if len(spares) == 1 else 'their')
+        why = 'without %s; spare %s in %s place' % (
+            ', '.join(left_out), ', '.join(spares), 'its' if len(spares) == 1 else 'their')
         if len(spares) < len(left_out):
             why += ' (no more ready spares: %d node(s) fewer)' % (len(left_out) - len(spares))
     elif left_out:
