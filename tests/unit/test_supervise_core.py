@@ -547,3 +547,69 @@ def test_a_stall_stop_names_the_collective_and_the_rank_the_flight_recorder_dump
     hang = sup.hang_verdict()
     assert hang['missing_ranks'] == [1] and hang['collective'] == 'nccl:all_reduce'
     assert hang['why'].startswith('rank 1 never entered nccl:all_reduce #4')
+
+
+# ----- fencing a left-out node ----------------------------------------------------------------------
+def test_the_fence_kills_the_jobs_processes_of_older_attempts_only(tmp_path):
+    import subprocess
+    base = dict(os.environ)
+    sleepers = {
+        'old': subprocess.Popen(['sleep', '60'], env=dict(base, GPUCLUSTER_JOB_ID='job-f', GPUCLUSTER_ATTEMPT='1')),
+        'old-no-attempt': subprocess.Popen(['sleep', '60'], env=dict(base, GPUCLUSTER_JOB_ID='job-f')),
+        'current': subprocess.Popen(['sleep', '60'], env=dict(base, GPUCLUSTER_JOB_ID='job-f', GPUCLUSTER_ATTEMPT='2')),
+        'other job': subprocess.Popen(['sleep', '60'], env=dict(base, GPUCLUSTER_JOB_ID='job-g', GPUCLUSTER_ATTEMPT='1')),
+    }
+    try:
+        out = subprocess.run([sys.executable, '-c', sv.FENCE_SCRIPT, 'job-f', '2'], capture_output=True, text=True,
+                             timeout=30)
+        assert out.stdout.strip() == 'gpucluster-fenced 2'
+        for name in ('old', 'old-no-attempt'):
+            assert sleepers[name].wait(timeout=10) == -9, name
+        for name in ('current', 'other job'):
+            assert sleepers[name].poll() is None, name
+    finally:
+        for proc in sleepers.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_the_fence_run_is_one_ad_hoc_command_as_the_training_account_and_its_answers_are_read():
+    cmd = sv.fence_command('/x/ansible', '/etc/inv.yml', ['w2', 'w3'], 'train', 'job-f', 3)
+    assert cmd[:8] == ['/x/ansible', 'w2,w3', '-i', '/etc/inv.yml', '-b', '--become-user', 'train', '-m']
+    assert cmd[-2].endswith("' job-f 3") and cmd[-1] == '-o'
+    text = ('w2 | CHANGED | rc=0 | (stdout) gpucluster-fenced 3\n'
+            'w3 | UNREACHABLE!: Task failed: Failed to connect to the host via ssh: ssh: connect to host w3 port 22: '
+            'Connection timed out\n')
+    assert sv.fenced_counts(text, ['w2', 'w3']) == {'w2': 3}
+
+
+def test_a_left_out_node_is_fenced_in_the_background_once_it_answers(tmp_path):
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    answer = tmp_path / 'answer'
+    answer.write_text('w2 | UNREACHABLE!: Task failed: Failed to connect to the host via ssh: timed out\n')
+    (bin_dir / 'ansible').write_text('#!/bin/sh\ncat %s\n' % answer)
+    (bin_dir / 'ansible').chmod(0o755)
+    state = tmp_path / 'state'
+    state.mkdir()
+    sup = sv.Supervisor({'job_id': 'job-f', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(state),
+                         'nodes': ['h', 'w1', 'w2'], 'hosts': {'w2': 'w2'}, 'ansible': str(bin_dir / 'ansible'),
+                         'ansible_playbook': str(bin_dir / 'ansible-playbook'), 'inventory': 'inv',
+                         'training_user': 'train'})
+    sup.to_fence = {'w2': 2}
+
+    def finish(now):
+        sup.fence_step(now)                     # starts the run (never waits on it)
+        assert sup.fencing is not None
+        sup.fencing[0].wait(timeout=10)
+        sup.fence_step(now + 1)                 # reads it
+        return [json.loads(line) for line in (state / 'events.jsonl').read_text().splitlines()] \
+            if (state / 'events.jsonl').exists() else []
+    assert finish(1000.0) == [] and sup.to_fence == {'w2': 2}   # not reached: tried again later
+    sup.fence_step(1010.0)
+    assert sup.fencing is None                  # not before FENCE_EVERY
+    answer.write_text('w2 | CHANGED | rc=0 | (stdout) gpucluster-fenced 2\n')
+    events = finish(1000.0 + sv.FENCE_EVERY)
+    assert [e['event'] for e in events] == ['fenced'] and events[0]['nodes'] == ['w2'] and events[0]['killed'] == 2
+    assert sup.to_fence == {}

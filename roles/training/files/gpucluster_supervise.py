@@ -59,6 +59,7 @@ summarize() counts restarts, steps lost and time lost from the events; run_error
 ansible's output.
 """
 
+import base64
 import fcntl
 import hashlib
 import json
@@ -739,6 +740,9 @@ class Supervisor:
         self.run_offset = 0    # where the output of the run in progress (or the last) begins in ansible.log
         self.missed = None     # the nodes of the read_missed event of this episode (no event again for them)
         self.unread = {}       # node: confirmations in a row whose reads missed it though it answered a ping
+        self.to_fence = {}     # left-out node: the attempt whose start left it out (its older ranks are killed)
+        self.fencing = None    # the fence run in progress: (Popen, output path, hosts, started)
+        self.fence_next = 0.0
         self.metrics_failed = False
         self.started = time.time()
 
@@ -918,6 +922,61 @@ class Supervisor:
             return second, act
         return second, {'action': 'wait', 'why': 'a read missed %s' % ', '.join(nodes)}
 
+    def fence_step(self, now=None):
+        """One step of fencing the left-out nodes, never a wait: a run in progress is read when it ended (or
+        ended past FENCE_TIMEOUT); otherwise every FENCE_EVERY s a run starts, in the background, that kills
+        the older attempts' processes of the job on the nodes still waiting. A node it reached is fenced
+        (a fenced event with how many processes); one it did not reach is tried again later."""
+        now = time.time() if now is None else now
+        if self.fencing is not None:
+            child, path, hosts, started = self.fencing
+            if child.poll() is None and now - started < FENCE_TIMEOUT:
+                return
+            if child.poll() is None:
+                try:
+                    os.killpg(child.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                child.wait()
+            try:
+                with open(path) as handle:
+                    text = handle.read()
+            except OSError:
+                text = ''
+            for fd_path in (path,):
+                try:
+                    os.unlink(fd_path)
+                except OSError:
+                    pass
+            self.fencing = None
+            names = dict((self.s.get('hosts', {}).get(n, n), n) for n in self.to_fence)
+            for host, killed in sorted(fenced_counts(text, list(hosts)).items()):
+                node = names.get(host, host)
+                attempt = self.to_fence.pop(node, None)
+                self.event('fenced', nodes=[node], killed=killed,
+                           why='%s answers again: %d process(es) of the job from attempts before %s killed there'
+                               % (node, killed, attempt))
+            return
+        if not self.to_fence or now < self.fence_next:
+            return
+        self.fence_next = now + FENCE_EVERY
+        user = self.s.get('training_user') or 'train'
+        hosts = [self.s.get('hosts', {}).get(n, n) for n in sorted(self.to_fence)]
+        handle, path = tempfile.mkstemp(prefix='fence.', dir=self.dir)
+        try:
+            child = subprocess.Popen(
+                fence_command(ansible_of(self.s), self.s['inventory'], hosts, user, self.job,
+                              min(self.to_fence.values())),
+                stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                env=run_env(self.s))
+        except OSError as exc:
+            os.close(handle)
+            self.event('fence_failed', nodes=sorted(self.to_fence), why='the fence run could not start: %s' % exc)
+            self.to_fence = {}
+            return
+        os.close(handle)
+        self.fencing = (child, path, hosts, now)
+
     def hang_verdict(self):
         """What the flight recorder's dumps of this attempt say of a stall (flight_recorder.stall_verdict, read
         from the collection the supervisor runs): the collective the ranks wait in and the rank that never
@@ -1045,6 +1104,7 @@ class Supervisor:
                     return 1
                 self.seen_step = None  # the restarted job's steps start again from its checkpoint
                 continue
+            self.fence_step()
             time.sleep(self.s['interval'])
         self.event('stopped', why='training_supervise_seconds (%d) ended: the job runs on, unsupervised'
                    % self.s['seconds'])
@@ -1102,7 +1162,9 @@ class Supervisor:
         self.state['restarts'] += 1
         self.state['nodes'] = plan['nodes']
         self.state['spares_used'] = list(self.state.get('spares_used') or []) + list(plan.get('spares') or [])
-        self.attempt += 1  # the restart begins the next attempt: its events carry it
+        self.attempt += 1
+        for node in plan['left_out']:  # its ranks, if the stop did not reach them, are killed once it answers
+            self.to_fence[node] = self.attempt  # the restart begins the next attempt: its events carry it
         lost = None if obs['step'] is None else max(0, obs['step'] - plan['resume_step'])
         why = plan['why']
         if ckpt is None and self.s.get('checkpoint_dir'):
@@ -1128,6 +1190,57 @@ class Supervisor:
                        why='%s: %s' % (what, error) if error else
                        '%s (no fatal or ERROR line in its output; %s)' % (what, os.path.join(self.dir, LOG)))
         return plan['resume_step']
+
+
+# ----- fencing: a left-out node's ranks killed once it answers again ------------------------------
+# Run on a left-out node as the training account: SIGKILL to the processes of the job (GPUCLUSTER_JOB_ID in
+# their environment, which only the job's own processes carry) of an attempt before the given one; it prints
+# how many. Nothing else is signalled (the account reads only its own processes' environment).
+FENCE_SCRIPT = r"""
+import os, signal, sys
+job, keep, me, killed = sys.argv[1].encode(), int(sys.argv[2]), os.getpid(), 0
+for pid in os.listdir('/proc'):
+    if not pid.isdigit() or int(pid) == me:
+        continue
+    try:
+        with open('/proc/%s/environ' % pid, 'rb') as handle:
+            env = dict(item.split(b'=', 1) for item in handle.read().split(b'\0') if b'=' in item)
+    except OSError:
+        continue
+    if env.get(b'GPUCLUSTER_JOB_ID') != job:
+        continue
+    try:
+        attempt = int(env.get(b'GPUCLUSTER_ATTEMPT') or b'1')
+    except ValueError:
+        attempt = 1
+    if attempt < keep:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+            killed += 1
+        except OSError:
+            pass
+print('gpucluster-fenced %d' % killed)
+"""
+FENCE_EVERY = 30      # seconds between two tries to fence the nodes still waiting for it
+FENCE_TIMEOUT = 60    # the most a try runs before it is ended
+
+
+def fence_command(ansible, inventory, hosts, user, job_id, attempt):
+    """The ad-hoc run that kills, on hosts, the job's processes of attempts before attempt, as user."""
+    code = 'import base64;exec(base64.b64decode("%s"))' % base64.b64encode(FENCE_SCRIPT.encode()).decode()
+    return [ansible, ','.join(hosts), '-i', inventory, '-b', '--become-user', user, '-m', 'ansible.builtin.command',
+            '-a', "python3 -c '%s' %s %d" % (code, job_id, attempt), '-o']
+
+
+def fenced_counts(text, hosts):
+    """{host: processes killed} for the hosts the fence run reached (parse_adhoc), the others left out."""
+    answers = parse_adhoc(text, hosts)
+    out = {}
+    for host in hosts:
+        if answers.get(host) is None:
+            found = re.search(r'^%s \|.*gpucluster-fenced (\d+)' % re.escape(host), text or '', re.M)
+            out[host] = int(found.group(1)) if found else 0
+    return out
 
 
 # ----- --probe: can the supervisor, as it will run, read the job? -------------------------------
