@@ -50,8 +50,11 @@ options:
 KEPT_PREFIXES = ('cluster_', 'training_', 'health_', 'nccl_env_', 'python_env_', 'container_', 'slurm_', 'ray_',
                  'nvidia_driver_', 'node_tools_', 'nfs_client_')
 KEPT_NAMES = frozenset(('node_slots', 'gpu_slots', 'ansible_python_interpreter'))
+# set_fact results of site.yml's own steps (a run with --tags supervisor alone would not have them, and the
+# inventory would change between the two) and settings of roles the supervisor never runs (cluster_tests).
 COMPUTED = frozenset(('training_result', 'training_progress', 'training_local_jobs_dir', 'node_tools_os_packages',
-                      'node_tools_os_name'))
+                      'node_tools_os_name', 'nvidia_driver_state'))
+SKIPPED_PREFIXES = ('cluster_tests_',)
 
 
 def _plain(value):
@@ -66,7 +69,7 @@ def _plain(value):
 
 def kept(name):
     """Whether a host variable of the controller's inventory goes to the supervisor's."""
-    if name in COMPUTED:
+    if name in COMPUTED or name.startswith(SKIPPED_PREFIXES):
         return False
     return name in KEPT_NAMES or name.startswith(KEPT_PREFIXES)
 
