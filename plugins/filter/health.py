@@ -45,7 +45,7 @@ def health_nodes(groups, hostvars, probes, prepare=None, hosts=None):
     if not hasattr(probes, 'items'):
         raise AnsibleFilterError('health_nodes: probes must be {host: health_probe result}, got %s'
                                  % type(probes).__name__)
-    order = contract.ordered_nodes(groups)
+    order = contract.cluster_nodes(groups)  # a spare is checked too: a restart may take it
     if hosts is not None:
         order = [h for h in order if h in hosts]
     head = (groups.get('head') or [None])[0]

@@ -96,6 +96,12 @@ def ordered_nodes(groups):
     return head + workers
 
 
+def cluster_nodes(groups):
+    """Every node to check: the job nodes (ordered_nodes), then the spares in natural order."""
+    nodes = ordered_nodes(groups)
+    return nodes + sorted((h for h in groups.get('spares') or [] if h not in nodes), key=natural_key)
+
+
 def is_hostname(name):
     """True when name is an RFC 1123 host name (dotted labels allowed)."""
     return isinstance(name, str) and bool(HOSTNAME_RE.match(name))

@@ -277,3 +277,8 @@ def test_a_spare_is_a_cluster_node_outside_head_and_workers():
     outside = dict(groups, cluster=['a', 'b'])
     assert any(e.startswith("host s: is in group 'spares' but not in group 'cluster'")
                for e in contract.contract_errors(outside, hostvars))
+
+
+def test_the_nodes_to_check_are_the_job_nodes_then_the_spares():
+    groups = {'cluster': ['a', 'b', 's2', 's10'], 'head': ['a'], 'workers': ['b'], 'spares': ['s10', 's2']}
+    assert contract.cluster_nodes(groups) == ['a', 'b', 's2', 's10']
