@@ -65,7 +65,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -692,14 +691,14 @@ def control_dir_of(settings):
     return os.path.join(base, 'gpucluster-supervise-cp', tag)
 
 
-def run_env(settings, control_dir=None):
+def run_env(settings):
     """The environment of every ansible run: the supervisor's own, settings' environment; SSH that gives up
     (SSH_ENV) only where no ANSIBLE_CONFIG is named (the supervisor host's ansible.cfg carries the same bounds
     and its timeout, which these variables would override). SSH's shared connections live in control_dir
-    (default control_dir_of): never in a directory other runs share, whose masters may have died with the
+    (control_dir_of): never in a directory other runs share, whose masters may have died with the
     session that started them and left sockets that fail the next run (`read from master failed`)."""
     environment = dict(settings.get('environment') or {})
-    environment.setdefault('ANSIBLE_SSH_CONTROL_PATH_DIR', control_dir or control_dir_of(settings))
+    environment.setdefault('ANSIBLE_SSH_CONTROL_PATH_DIR', control_dir_of(settings))
     if environment.get('ANSIBLE_CONFIG') or os.environ.get('ANSIBLE_CONFIG'):
         return dict(os.environ, **environment)
     return dict(os.environ, **dict(SSH_ENV, **environment))
@@ -1311,19 +1310,10 @@ def probe(settings, timeout=PROBE_TIMEOUT):
             hosts.append(hosts_of.get(node, node))
     if not settings.get('nodes'):
         problems.append('settings.json names no nodes')
-    # its own SSH connections, gone with it: the probe runs in the session of the controller's task, whose end
-    # may kill the masters it would leave
-    control_dir = tempfile.mkdtemp(prefix='gpucluster-probe-cp.')
-    try:
-        return probe_runs(settings, problems, missing, user, hosts, playbook, ansible, inventory, timeout,
-                          dict(run_env(settings, control_dir), ANSIBLE_NOCOLOR='1',
-                               ANSIBLE_SSH_ARGS='-C -o ControlMaster=no -o ServerAliveInterval=5 -o ServerAliveCountMax=3'))
-    finally:
-        shutil.rmtree(control_dir, ignore_errors=True)
-
-
-def probe_runs(settings, problems, missing, user, hosts, playbook, ansible, inventory, timeout, env):
-    """probe()'s two runs (the training account reached on every node, train.yml loads), their problems added."""
+    # no shared SSH connection: the probe runs in the session of the controller's task, whose end may kill the
+    # masters it would leave for the supervisor's runs
+    env = dict(run_env(settings), ANSIBLE_NOCOLOR='1',
+               ANSIBLE_SSH_ARGS='-C -o ControlMaster=no -o ServerAliveInterval=5 -o ServerAliveCountMax=3')
     if user and hosts and not missing & {'ansible', 'inventory'}:
         rc, out = capture([ansible, ','.join(hosts), '-i', inventory, '-m', 'ansible.builtin.command', '-a', 'id',
                            '-b', '--become-user', user, '-o'], timeout, env)
