@@ -191,9 +191,10 @@ def _names(hostvars, host, domain):
 
 
 def network_hosts_lines(groups, hostvars, domain=''):
-    """/etc/hosts lines of every cluster node, head first: address, FQDN (when known), short name."""
+    """/etc/hosts lines of every cluster node, head first, spares last: address, FQDN (when known), short
+    name (a restart that takes a spare reaches it by name)."""
     lines = []
-    for host in contract.ordered_nodes(groups):
+    for host in contract.cluster_nodes(groups):
         lines.append('%s %s' % (contract.cluster_address(hostvars, host), ' '.join(_names(hostvars, host, domain))))
     return lines
 

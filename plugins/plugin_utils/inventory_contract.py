@@ -400,4 +400,8 @@ def cluster_manifest(groups, hostvars):
              'role': 'head' if i == 0 else 'worker'}
             for i, h in enumerate(nodes)
         ],
+        # the spares group: no rank until a restart takes one, but names, addresses and host keys
+        # every node knows (a job that takes a spare reaches it as it reaches the workers)
+        'spares': [{'name': h, 'address': cluster_address(hostvars, h), 'role': 'spare'}
+                   for h in cluster_nodes(groups)[len(nodes):]],
     }

@@ -81,6 +81,13 @@ def test_hosts_lines_head_first_with_fqdn_and_short_name():
         '10.0.0.1 n1.dc.example n1']
 
 
+def test_a_spare_resolves_on_every_node_too():
+    # a restart that takes a spare reaches it by name from the head (the hostfile names it)
+    groups = {'cluster': ['h', 'w1', 's1'], 'head': ['h'], 'workers': ['w1'], 'spares': ['s1']}
+    hostvars = {'h': {'ansible_host': '10.0.0.1'}, 'w1': {'ansible_host': '10.0.0.2'}, 's1': {'ansible_host': '10.0.0.9'}}
+    assert network_hosts_lines(groups, hostvars) == ['10.0.0.1 h', '10.0.0.2 w1', '10.0.0.9 s1']
+
+
 def test_domain_must_be_rfc1123():
     assert network_domain_errors('', 'h') == []
     assert network_domain_errors('home.lan', 'h') == []

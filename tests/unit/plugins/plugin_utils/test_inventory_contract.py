@@ -28,6 +28,15 @@ def test_home_lan_inventory_is_sound_and_ranked_head_first():
     assert manifest['master_port'] == 29500
     assert [(n['name'], n['rank']) for n in manifest['nodes']] == [
         ('gpu-master', 0), ('gpu-worker-1', 1), ('gpu-worker-2', 2)]
+    assert manifest['spares'] == []
+
+
+def test_the_manifest_lists_the_spares_apart_with_no_rank():
+    groups = {'cluster': ['h', 'w1', 's1'], 'head': ['h'], 'workers': ['w1'], 'spares': ['s1']}
+    hostvars = {'h': {'ansible_host': '10.0.0.1'}, 'w1': {'ansible_host': '10.0.0.2'}, 's1': {'ansible_host': '10.0.0.9'}}
+    manifest = contract.cluster_manifest(groups, hostvars)
+    assert [n['name'] for n in manifest['nodes']] == ['h', 'w1']
+    assert manifest['spares'] == [{'name': 's1', 'address': '10.0.0.9', 'role': 'spare'}]
 
 
 def test_every_problem_is_reported_once_with_host_and_variable():
