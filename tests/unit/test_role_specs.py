@@ -53,7 +53,9 @@ def test_the_shared_storage_paths_derive_from_one_cluster_shared_dir():
         with open(os.path.join(ROOT, 'roles', role, 'defaults', 'main.yml')) as f:
             defaults = yaml.safe_load(f)
         for name in names:
-            assert 'cluster_shared_dir' in str(defaults[name]) and '/shared' not in str(defaults[name]), (role, name)
+            value = str(defaults[name])
+            assert re.search(r"cluster_value', '(shared_dir|container_mounts)'", value) and '/shared' not in value, (
+                role, name)
 
 
 def _code_text():
