@@ -136,10 +136,12 @@ class _Checker:
             out[str(key)] = str(item)
         return out
 
-    def dns(self, value, field, kind, empty=False):
+    def dns(self, value, field, kind, empty=False, limit=None, why=None):
         """A name as the API server checks it: kind is 'label' (RFC 1123, digits first allowed, at most
-        63), 'service' (RFC 1035: a letter first, at most 63) or 'subdomain' (RFC 1123, at most 253)."""
-        pattern, limit, hint = {
+        63), 'service' (RFC 1035: a letter first, at most 63) or 'subdomain' (RFC 1123, at most 253).
+        limit, why: a lower bound that another object puts on the name, and the reason, so one refusal
+        gives the real bound."""
+        pattern, own, hint = {
             'label': (DNS1123_LABEL_RE, LABEL_MAX, 'a DNS-1123 label (lower case letters, digits and "-", '
                       'a letter or digit at both ends)'),
             'service': (DNS_LABEL_RE, LABEL_MAX, 'a DNS-1035 label (lower case letters, digits and "-", '
@@ -148,9 +150,12 @@ class _Checker:
                           '"-" and ".")'),
         }[kind]
         self.string(value, field, pattern, hint, empty=empty)
-        if len(value) > limit:
-            self.fail(field, 'must be at most %d characters (%s), got %d: %r' % (limit, hint.split(' (')[0],
-                                                                                 len(value), value))
+        if why is not None and limit is not None and limit < own:
+            own, reason = limit, why
+        else:
+            reason = hint.split(' (')[0]
+        if len(value) > own:
+            self.fail(field, 'must be at most %d characters (%s), got %d: %r' % (own, reason, len(value), value))
         return value
 
     def label_key(self, key, field):
@@ -242,10 +247,9 @@ def check(data, where='cluster file'):
         if field not in data:
             c.fail(field, 'is required')
     out = {}
-    out['name'] = c.dns(data['name'], 'name', 'service')
-    if len(out['name']) > MAX_NAME:
-        c.fail('name', 'must be at most %d characters (the StatefulSet adds a hash label), got %d'
-               % (MAX_NAME, len(out['name'])))
+    out['name'] = c.dns(data['name'], 'name', 'service', limit=MAX_NAME,
+                        why='a DNS-1035 label; the StatefulSet labels its pods controller-revision-hash=<name>-'
+                            '<10-character hash>, and a label value is at most 63')
     out['namespace'] = c.dns(data['namespace'], 'namespace', 'label')
     out['context'] = c.string(data.get('context', ''), 'context', empty=True)
     out['kubeconfig'] = c.string(data.get('kubeconfig', ''), 'kubeconfig', empty=True)

@@ -38,6 +38,11 @@ def test_pods_have_service_dns_names_and_mixed_slots():
                           "it names a Service), got 'Trainer'"),
     ({'name': '2026-nlp'}, 'k.yml: name must be a DNS-1035 label'),
     ({'namespace': 'n' * 64}, 'k.yml: namespace must be at most 63 characters (a DNS-1123 label), got 64'),
+    # one refusal gives the real bound of a name: 52, whether 64 or 60 characters were given
+    ({'name': 'a' * 64}, 'k.yml: name must be at most 52 characters (a DNS-1035 label; the StatefulSet labels its '
+                         'pods controller-revision-hash=<name>-<10-character hash>, and a label value is at most 63), '
+                         'got 64'),
+    ({'name': 'a' * 60}, 'k.yml: name must be at most 52 characters (a DNS-1035 label; the StatefulSet'),
     ({'namespace': 'ML-team'}, "k.yml: namespace must be a DNS-1123 label (lower case letters, digits and \"-\", a "
                                "letter or digit at both ends), got 'ML-team'"),
     ({'labels': {'team': 'NLP team!'}}, "k.yml: labels.team must be a label value: empty or at most 63 letters, digits, "
