@@ -18,6 +18,7 @@ import yaml
 
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.nccl_env import nccl_environment
 
 # The two Kubernetes versions every rendered object is validated against (strict schemas): the
 # oldest still common (OpenShift 4.17 runs 1.30) and a current one.
@@ -38,6 +39,16 @@ def role_files():
     """roles/k8s/files of this collection."""
     here = os.path.dirname(os.path.abspath(__file__))
     return os.path.normpath(os.path.join(here, '..', '..', '..', 'roles', 'k8s', 'files'))
+
+
+def environment(cluster):
+    """The NCCL, gloo and rendezvous variables of every pod, from the cluster file's network and nccl."""
+    network = cluster['network']
+    return nccl_environment(
+        network['mode'], network['socket_ifname'], debug=cluster['nccl']['debug'], ib_hca=network.get('ib_hca', ''),
+        ib_gid_index=network['ib_gid_index'], master_addr=kc.pod_dns(cluster, 0),
+        master_port=cluster['train']['master_port'], ds_accelerator='' if cluster['gpus_per_pod'] else 'cpu',
+        extra=cluster['nccl']['extra'])
 
 
 def read_text(path, label):
