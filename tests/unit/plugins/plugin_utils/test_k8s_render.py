@@ -144,3 +144,29 @@ def test_a_missing_cluster_file_and_bad_yaml_name_the_file(tmp_path):
     bad.write_text('name: [a\n')
     with pytest.raises(kr.RenderError, match=r'k.yml: line \d+ is not valid YAML'):
         kr.load_cluster_file(str(bad))
+
+
+def _checked(path):
+    c, objs = example(path)
+    admin = km.admin_objects(c)
+    pods = kc.pods(c)
+    return {'cluster': c, 'manifests': [o for o in objs if o not in admin], 'admin_manifests': admin, 'pods': pods,
+            'world_size': sum(p['slots'] for p in pods),
+            'validated': kr.check_objects(objs, c, kr.DEFAULT_VERSIONS, SCHEMAS)}
+
+
+def test_a_dry_run_without_an_api_server_names_what_it_would_apply_and_the_administrators_step():
+    lines = kr.dry_run_lines(_checked(EXAMPLE), 'Task failed: Module failed: Could not create API client: '
+                             'Invalid kube-config file. No configuration found.', 'm/admin/')
+    assert lines[0] == ('dry run of trainer: no API server answered (Could not create API client: Invalid '
+                        'kube-config file. No configuration found.); nothing was applied')
+    assert lines[1].startswith('rendered and validated 9 object(s) against Kubernetes 1.30.0, 1.34.0 and '
+                               'securitycontextconstraints')
+    assert lines[3:9] == ['  ServiceAccount/trainer', '  NetworkPolicy/trainer-peers', '  ConfigMap/trainer-config',
+                          '  PersistentVolumeClaim/trainer-data', '  Service/trainer', '  StatefulSet/trainer']
+    assert lines[9] == 'pods: trainer-0 (8), trainer-1 (8), trainer-2 (4) (world size 20)'
+    assert lines[10] == ('a cluster administrator applies m/admin/ first (once): SecurityContextConstraints/'
+                         'ml-team-trainer-rdma, Role/trainer-scc, RoleBinding/trainer-scc')
+    tcp = kr.dry_run_lines(_checked(EXAMPLE_TCP), '', 'm/admin/')
+    assert tcp[0] == 'dry run of tiny: no API server answered (no answer); nothing was applied'
+    assert tcp[-1] == 'no administrator step: nothing outside the namespace is needed'
