@@ -61,8 +61,38 @@ def resolve(name):
         return []
 
 
-def request(address, port, message, timeout=IO_TIMEOUT):
-    """One JSON request, one JSON line back."""
+# A pod's name resolved once per process: a DNS answer that takes seconds (conntrack races, a busy
+# CoreDNS) then costs one lookup, not one per request. A request whose cached address no longer
+# answers (the pod came back with another address) resolves the name again and tries once more.
+ADDRESSES = {}
+ADDRESSES_LOCK = threading.Lock()
+
+
+def _is_address(host):
+    try:
+        socket.inet_pton(socket.AF_INET6 if ':' in host else socket.AF_INET, host)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def address_of(name, fresh=False):
+    """The address to connect to for a pod's name: the one cached, else resolved now (and kept); the name
+    itself when it does not resolve (the connection then fails, naming it)."""
+    if _is_address(name):
+        return name
+    with ADDRESSES_LOCK:
+        if not fresh and name in ADDRESSES:
+            return ADDRESSES[name]
+    found = resolve(name)
+    if not found:
+        return name
+    with ADDRESSES_LOCK:
+        ADDRESSES[name] = found[0]
+    return found[0]
+
+
+def _exchange(address, port, message, timeout):
     with socket.create_connection((address, port), timeout=timeout) as conn:
         conn.sendall((json.dumps(message) + '\n').encode())
         data = b''
@@ -72,6 +102,23 @@ def request(address, port, message, timeout=IO_TIMEOUT):
                 break
             data += chunk
     return json.loads(data.decode() or '{}')
+
+
+def request(address, port, message, timeout=IO_TIMEOUT):
+    """One JSON request, one JSON line back; address is a pod's name (resolved once, see ADDRESSES) or
+    an address."""
+    target = address_of(address)
+    try:
+        return _exchange(target, port, message, timeout)
+    except socket.timeout:
+        raise
+    except OSError:
+        if _is_address(address):
+            raise
+        again = address_of(address, fresh=True)
+        if again == target:
+            raise
+        return _exchange(again, port, message, timeout)
 
 
 # ----- what a pod can do -----------------------------------------------------------------------------
@@ -200,6 +247,7 @@ class Agent:
         self.out = out or sys.stdout
         self.supervisors = {}
         self.boot = '%d-%d' % (os.getpid(), int(time.time() * 1000))  # this container's agent, not a previous one
+        self.pod0 = set()       # pod 0's addresses as last resolved (allowed)
 
     # -- state on the shared (or per-pod) volume: a restarted container knows what it was running
     def state_root(self):
@@ -472,8 +520,21 @@ class Agent:
             return
 
     def allowed(self, peer):
-        """Only pod 0 (or this pod itself) may start or stop a job here."""
-        return peer in ('127.0.0.1', '::1') or peer in resolve(self.job['pods'][0]['address'])
+        """Only pod 0 (or this pod itself) may start or stop a job here. Pod 0's addresses are those last
+        resolved (watch_pod0 keeps them fresh in the background): a peer that is not among them has the name
+        resolved again before it is refused, so a slow DNS answer delays no request from pod 0."""
+        if peer in ('127.0.0.1', '::1') or peer in self.pod0:
+            return True
+        self.pod0 = set(resolve(self.job['pods'][0]['address']))
+        return peer in self.pod0
+
+    def watch_pod0(self, period=30.0):
+        """Resolve pod 0's name every period seconds, so that allowed() rarely has to."""
+        while True:
+            found = resolve(self.job['pods'][0]['address'])
+            if found:
+                self.pod0 = set(found)
+            time.sleep(period)
 
     def handle(self, conn, peer):
         try:
@@ -539,6 +600,7 @@ class Agent:
                                 '' if hello['home_writable'] else ' (not writable)'))
         self.recover()
         threading.Thread(target=self.reaper, daemon=True).start()
+        threading.Thread(target=self.watch_pod0, daemon=True).start()
         self.resume_supervision()
 
         def shutdown(signum, frame):
@@ -627,6 +689,8 @@ def wait_for_peers(job, seconds, clock=time.time, sleep=time.sleep):
             if not addresses:
                 why[pod['name']] = '%s does not resolve' % pod['address']
                 continue
+            with ADDRESSES_LOCK:
+                ADDRESSES[pod['address']] = addresses[0]
             try:
                 reply = request(pod['address'], port, {'op': 'hello'}, timeout=2.0)
             except (OSError, ValueError) as exc:

@@ -32,6 +32,7 @@ def job(tmp_path, monkeypatch):
                       'slots': 2 if i == 0 else 1} for i in range(3)]}
     (tmp_path / 'job.json').write_text(json.dumps(data))
     monkeypatch.setattr(k8s_pod, 'STATE_ROOT', str(tmp_path / 'jobs'))
+    monkeypatch.setattr(k8s_pod, 'ADDRESSES', {})
     return data
 
 
@@ -320,3 +321,63 @@ def test_the_launcher_line_is_deepspeed_without_ssh_with_the_node_rank(job):
     assert agent.command('j', 2) == ['deepspeed', '--no_ssh', '--hostfile', os.path.join(job['config_dir'], 'hostfile'),
                                      '--node_rank', '2', '--master_addr', 'trainer-0.trainer.ns.svc.cluster.local',
                                      '--master_port', '29500', 'train.py']
+
+
+def slow_after_first(answer, seconds=6.0):
+    """A resolver whose first answer is at once and every later one takes longer than IO_TIMEOUT (the 5 s
+    DNS stall of a conntrack race); it counts its lookups."""
+    calls = []
+
+    def resolve(name):
+        calls.append(name)
+        if len(calls) > 1:
+            time.sleep(seconds)
+        return list(answer(name))
+    return resolve, calls
+
+
+def test_a_slow_dns_answer_delays_no_request_to_a_pod(job, monkeypatch):
+    # pod 0 resolves each pod's name once (wait_for_peers, or the first request) and keeps the address:
+    # the later requests of a launch (start, supervise, status, stop) do not wait on DNS
+    resolve, calls = slow_after_first(lambda name: ['127.0.0.1'])
+    monkeypatch.setattr(k8s_pod, 'resolve', resolve)
+    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    sock = serve(agent)
+    try:
+        name = job['pods'][1]['address']
+        began = time.time()
+        for _ in range(3):
+            assert k8s_pod.request(name, job['agent_port'], {'op': 'hello'}, timeout=k8s_pod.IO_TIMEOUT)['pod'] == 'trainer-1'
+        assert time.time() - began < 2 and calls == [name]
+    finally:
+        sock.close()
+
+
+def test_a_pod_that_came_back_elsewhere_is_resolved_again_once(job, monkeypatch):
+    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['127.0.0.1'])
+    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    sock = serve(agent)
+    name = job['pods'][1]['address']
+    k8s_pod.ADDRESSES[name] = '127.0.0.2'   # where the pod was: nothing listens there now
+    try:
+        assert k8s_pod.request(name, job['agent_port'], {'op': 'hello'})['pod'] == 'trainer-1'
+        assert k8s_pod.ADDRESSES[name] == '127.0.0.1'
+        # a pod that answers nowhere still fails the request (127.0.0.2 and .3: nothing listens there)
+        k8s_pod.ADDRESSES[name] = '127.0.0.2'
+        monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['127.0.0.3'])
+        with pytest.raises(OSError):
+            k8s_pod.request(name, job['agent_port'], {'op': 'hello'}, timeout=1)
+    finally:
+        sock.close()
+
+
+def test_the_agent_knows_pod_0_without_a_lookup_per_request_and_still_refuses_others(job, monkeypatch):
+    resolve, calls = slow_after_first(lambda name: ['10.0.0.5'])
+    monkeypatch.setattr(k8s_pod, 'resolve', resolve)
+    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    assert agent.allowed('10.0.0.5')
+    began = time.time()
+    assert all(agent.allowed('10.0.0.5') for _ in range(5)) and time.time() - began < 1 and len(calls) == 1
+    # a peer that is not pod 0 is refused after one more lookup (pod 0 may have come back elsewhere)
+    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['10.0.0.6'])
+    assert not agent.allowed('10.0.0.9') and agent.allowed('10.0.0.6') and not agent.allowed('10.0.0.5')
