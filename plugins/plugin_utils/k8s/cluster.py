@@ -213,7 +213,7 @@ TRAIN = ('command', 'deepspeed_config', 'env', 'peer_wait', 'master_port', 'agen
 NCCL = ('debug', 'extra')
 RESOURCES = ('cpu', 'memory', 'qos')
 QOS = ('Guaranteed', 'BestEffort')
-SECURITY = ('run_as_user', 'run_as_group', 'fs_group', 'image_user')
+SECURITY = ('run_as_user', 'run_as_group', 'fs_group', 'image_user', 'supplemental_groups')
 ANTI_AFFINITY = ('preferred', 'required', 'none')
 UNITS = {'': 1, 'k': 10 ** 3, 'M': 10 ** 6, 'G': 10 ** 9, 'T': 10 ** 12, 'P': 10 ** 15, 'E': 10 ** 18,
          'Ki': 2 ** 10, 'Mi': 2 ** 20, 'Gi': 2 ** 30, 'Ti': 2 ** 40, 'Pi': 2 ** 50, 'Ei': 2 ** 60}
@@ -433,13 +433,25 @@ def check(data, where='cluster file'):
 RESERVED_KEYS = ('hostfile', 'job.json', 'ds_config.json', ENTRYPOINT)
 
 
+def _supplemental_groups(c, value):
+    """Groups the pods' processes get besides their own (supplementalGroups): the group that owns a
+    ReadWriteMany volume where the storage driver does not apply fsGroup (NFS, CephFS and most others)."""
+    if not isinstance(value, list):
+        c.fail('security.supplemental_groups', 'must be a list of group ids, got %r (%s)' % (value, _kind(value)))
+    groups = [c.integer(g, 'security.supplemental_groups[%d]' % i, 1, MAX_ID) for i, g in enumerate(value)]
+    if len(set(groups)) != len(groups):
+        c.fail('security.supplemental_groups', 'lists a group twice: %s' % groups)
+    return groups
+
+
 def _security(c, data, openshift):
     """runAsUser/runAsGroup/fsGroup of the pods. Plain Kubernetes: a numeric non-root uid (1000 unless
     set), so any image starts under runAsNonRoot, or run_as_user: image with the image's USER
     (image_user, e.g. from podman image inspect), refused where the kubelet would refuse it. OpenShift:
     none (restricted-v2 assigns them from the namespace's range)."""
     sec = c.mapping(data, 'security', SECURITY)
-    out = {'run_as_user': None, 'run_as_group': None, 'fs_group': None, 'image_user': None}
+    out = {'run_as_user': None, 'run_as_group': None, 'fs_group': None, 'image_user': None,
+           'supplemental_groups': _supplemental_groups(c, sec.get('supplemental_groups', []))}
     if openshift:
         for key in ('run_as_user', 'run_as_group', 'fs_group'):
             if sec.get(key) is not None:

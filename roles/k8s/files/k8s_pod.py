@@ -24,8 +24,10 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -148,6 +150,43 @@ def memlock():
         return (0, 0)
     inf = getattr(resource, 'RLIM_INFINITY', -1)
     return tuple(-1 if v == inf else v for v in (soft, hard))
+
+
+def claim_check(path):
+    """Whether this process can write the job's volume at path (a file made and removed: os.access is
+    not what NFS answers): {writable, path, owner, gid, why}."""
+    if not path:
+        return {'writable': True, 'path': ''}
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return {'writable': False, 'path': path, 'owner': '?', 'gid': None, 'why': exc.strerror or str(exc)}
+    out = {'writable': True, 'path': path, 'gid': st.st_gid,
+           'owner': 'owner %d:%d, mode %04o' % (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))}
+    try:
+        handle, name = tempfile.mkstemp(prefix='.gpucluster-write-check-', dir=path)
+        os.close(handle)
+        os.unlink(name)
+    except OSError as exc:
+        out.update(writable=False, why=exc.strerror or str(exc))
+    return out
+
+
+def claim_verdict(job, pod, hello):
+    """'' where the pod's agent can write the job's volume, else why and what to set."""
+    claim = hello.get('claim') or {}
+    if claim.get('writable', True):
+        return ''
+    gid = claim.get('gid')
+    groups = ','.join(str(g) for g in hello.get('groups') or []) or '-'
+    return ('pod %s (uid %s, gid %s, groups %s) cannot write the claim %s at %s (%s: %s); fsGroup %s was not '
+            'applied to it (NFS, CephFS and most ReadWriteMany drivers ignore fsGroup): set '
+            'security.supplemental_groups: [%s] (the group that owns it) in the cluster file, or have an '
+            'administrator make its root writable by uid %s once' % (
+                pod, hello.get('uid'), hello.get('gid'), groups, job.get('claim', '?'), claim.get('path'),
+                claim.get('owner', '?'), claim.get('why', '?'),
+                job.get('fs_group') if job.get('fs_group') is not None else '(none set)',
+                gid if gid not in (None, 0) else '<its gid>', hello.get('uid')))
 
 
 def rdma_verdict(hello):
@@ -423,7 +462,8 @@ class Agent:
                 'slots': self.job['pods'][self.ordinal]['slots'], 'running': self.running(),
                 'uid': os.getuid(), 'gid': os.getgid(), 'groups': sorted(os.getgroups()),
                 'memlock': [soft, hard], 'cap_eff': '%016x' % capabilities(),
-                'home_writable': os.access(os.environ.get('HOME', '/'), os.W_OK)}
+                'home_writable': os.access(os.environ.get('HOME', '/'), os.W_OK),
+                'claim': claim_check(self.job.get('mount_path', ''))}
 
     # -- pod 0: the job as a whole (JobSet's failure policy and maxRestarts)
     def supervise(self, job_id, attempt=0, poll=1.0):
@@ -803,6 +843,11 @@ def launch(job, job_id, peer_wait, detach, timeout, poll=2.0):
                 print('k8s_pod: job %s not started: pod %s %s; nothing was started' % (job_id, pod['name'], verdict),
                       file=sys.stderr, flush=True)
                 return 6
+    for pod in job['pods']:
+        verdict = claim_verdict(job, pod['name'], hellos.get(pod['name'], {}))
+        if verdict:
+            print('k8s_pod: job %s not started: %s; nothing was started' % (job_id, verdict), file=sys.stderr, flush=True)
+            return 7
     problem = start_all(job, job_id)
     if problem:
         print('k8s_pod: job %s not started: %s; stopped on the others' % (job_id, problem), file=sys.stderr, flush=True)

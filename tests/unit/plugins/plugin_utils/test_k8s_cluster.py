@@ -38,6 +38,9 @@ def test_pods_have_service_dns_names_and_mixed_slots():
                           "it names a Service), got 'Trainer'"),
     ({'name': '2026-nlp'}, 'k.yml: name must be a DNS-1035 label'),
     ({'namespace': 'n' * 64}, 'k.yml: namespace must be at most 63 characters (a DNS-1123 label), got 64'),
+    ({'security': {'supplemental_groups': 5000}}, 'k.yml: security.supplemental_groups must be a list of group ids, '
+                                                  'got 5000 (int)'),
+    ({'security': {'supplemental_groups': [5000, 0]}}, 'k.yml: security.supplemental_groups[1] must be from 1 to'),
     # one refusal gives the real bound of a name: 52, whether 64 or 60 characters were given
     ({'name': 'a' * 64}, 'k.yml: name must be at most 52 characters (a DNS-1035 label; the StatefulSet labels its '
                          'pods controller-revision-hash=<name>-<10-character hash>, and a label value is at most 63), '
@@ -139,9 +142,12 @@ def test_what_the_api_server_accepts_is_accepted():
 
 def test_security_defaults_plain_kubernetes_and_openshift():
     plain = kc.check(with_(), 'k.yml')['security']
-    assert plain == {'run_as_user': 1000, 'run_as_group': 1000, 'fs_group': 1000, 'image_user': None}
+    assert plain == {'run_as_user': 1000, 'run_as_group': 1000, 'fs_group': 1000, 'image_user': None,
+                     'supplemental_groups': []}
     image = kc.check(with_(security={'run_as_user': 'image', 'image_user': '1001:1001'}), 'k.yml')['security']
-    assert image == {'run_as_user': None, 'run_as_group': 1001, 'fs_group': 1001, 'image_user': '1001:1001'}
-    ocp = kc.check(with_(openshift=True), 'k.yml')['security']
-    assert ocp == {'run_as_user': None, 'run_as_group': None, 'fs_group': None, 'image_user': None}
+    assert image == {'run_as_user': None, 'run_as_group': 1001, 'fs_group': 1001, 'image_user': '1001:1001',
+                     'supplemental_groups': []}
+    ocp = kc.check(with_(openshift=True, security={'supplemental_groups': [5000]}), 'k.yml')['security']
+    assert ocp == {'run_as_user': None, 'run_as_group': None, 'fs_group': None, 'image_user': None,
+                   'supplemental_groups': [5000]}
     assert kc.check(with_(resources={'qos': 'BestEffort'}), 'k.yml')['resources'] == {'qos': 'BestEffort'}

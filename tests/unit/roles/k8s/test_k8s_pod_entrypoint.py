@@ -303,6 +303,41 @@ def test_launch_refuses_an_rdma_job_where_a_pod_cannot_register_memory(job, monk
     assert err.endswith('; nothing was started\n') and started == []
 
 
+def test_a_pod_reports_whether_it_can_write_the_claim(job, tmp_path):
+    claim = tmp_path / 'claim'
+    claim.mkdir()
+    job['mount_path'] = str(claim)
+    hello = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO()).hello()
+    assert hello['claim']['writable'] is True and list(claim.iterdir()) == []   # the check leaves nothing
+    # a directory this process cannot make a file in (as root too: sysfs refuses new files)
+    target = str(claim) if os.getuid() != 0 else '/sys'
+    if os.getuid() != 0:
+        claim.chmod(0o555)
+    refused = k8s_pod.Agent(dict(job, mount_path=target), 'trainer-1', out=io.StringIO()).hello()['claim']
+    assert refused['writable'] is False and refused['why'] == 'Permission denied' and refused['path'] == target
+    assert k8s_pod.claim_check(str(tmp_path / 'missing'))['why'] == 'No such file or directory'
+
+
+def test_launch_refuses_a_job_whose_pods_cannot_write_the_claim_naming_uid_and_what_to_set(job, monkeypatch, capsys):
+    job.update(claim='trainer-data', fs_group=1000)
+    ok = {'uid': 1000, 'gid': 1000, 'groups': [1000], 'claim': {'writable': True}}
+    nfs = {'uid': 1000, 'gid': 1000, 'groups': [1000],
+           'claim': {'writable': False, 'path': '/shared', 'gid': 5000, 'owner': 'owner 0:5000, mode 0775',
+                     'why': 'Permission denied'}}
+    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s: ({}, {'trainer-0': ok, 'trainer-1': nfs,
+                                                                      'trainer-2': ok}))
+    started = []
+    monkeypatch.setattr(k8s_pod, 'request', lambda *a, **k: started.append(a))
+    assert k8s_pod.launch(job, 'j1', 20, detach=True, timeout=0) == 7
+    err = capsys.readouterr().err
+    assert err == ('k8s_pod: job j1 not started: pod trainer-1 (uid 1000, gid 1000, groups 1000) cannot write the '
+                   'claim trainer-data at /shared (owner 0:5000, mode 0775: Permission denied); fsGroup 1000 was not '
+                   'applied to it (NFS, CephFS and most ReadWriteMany drivers ignore fsGroup): set '
+                   'security.supplemental_groups: [5000] (the group that owns it) in the cluster file, or have an '
+                   'administrator make its root writable by uid 1000 once; nothing was started\n')
+    assert started == []
+
+
 @pytest.mark.parametrize('states,state,failed', [
     (['finished', 'finished', 'finished'], 'finished', None),
     (['running', 'failed', 'running'], 'failed', 'trainer-1'),
