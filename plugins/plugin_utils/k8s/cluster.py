@@ -209,7 +209,12 @@ NETWORK = ('mode', 'rdma_resource', 'rdma_resource_count', 'ib_hca', 'attachment
            'socket_ifname', 'ib_gid_index')
 STORAGE = ('mode', 'storage_class', 'size', 'mount_path', 'claim_name')
 TRAIN = ('command', 'deepspeed_config', 'env', 'peer_wait', 'master_port', 'agent_port', 'python',
-         'deepspeed', 'workdir', 'restarts', 'resume_args')
+         'deepspeed', 'workdir', 'restarts', 'resume_args', 'failure_policy', 'lost_pod_wait')
+# train.failure_policy: what kind of failure restarts the job (as JobSet's failurePolicy rules): the pod
+# agent's kinds, and the actions (RestartJobSet, RestartJobSetAndIgnoreMaxRestarts, FailJobSet).
+FAILURE_KINDS = ('exit', 'signal', 'unreachable', 'restarted')
+FAILURE_ACTIONS = ('restart', 'restart_uncounted', 'fail')
+FAILURE_RULE = ('on', 'exit_codes', 'action')
 NCCL = ('debug', 'extra')
 RESOURCES = ('cpu', 'memory', 'qos')
 QOS = ('Guaranteed', 'BestEffort')
@@ -409,8 +414,11 @@ def check(data, where='cluster file'):
                               re.compile(r'^/[^\s]*$'), 'an absolute path')
     job['restarts'] = c.integer(train.get('restarts', 0), 'train.restarts', 0, 100)
     job['resume_args'] = c.str_list(train.get('resume_args', []), 'train.resume_args')
-    if job['resume_args'] and not job['restarts']:
+    job['failure_policy'] = _failure_policy(c, train.get('failure_policy', []))
+    if job['resume_args'] and not job['restarts'] and not any(
+            r['action'] == 'restart_uncounted' for r in job['failure_policy']):
         c.fail('train.resume_args', 'are added when the job is restarted; they need train.restarts 1 or more')
+    job['lost_pod_wait'] = c.integer(train.get('lost_pod_wait', 120), 'train.lost_pod_wait', 5, 86400)
     out['train'] = job
 
     nccl = c.mapping(data.get('nccl'), 'nccl', NCCL)
@@ -431,6 +439,33 @@ def check(data, where='cluster file'):
 
 
 RESERVED_KEYS = ('hostfile', 'job.json', 'ds_config.json', ENTRYPOINT)
+
+
+def _failure_policy(c, value):
+    """train.failure_policy: rules in order, the first that matches a failure decides (JobSet's rules):
+    on (kinds), exit_codes (with exit only, optional), action."""
+    if not isinstance(value, list):
+        c.fail('train.failure_policy', 'must be a list of rules, got %r (%s)' % (value, _kind(value)))
+    rules = []
+    for index, item in enumerate(value):
+        field = 'train.failure_policy[%d]' % index
+        rule = c.mapping(item, field, FAILURE_RULE)
+        if 'on' not in rule or 'action' not in rule:
+            c.fail(field, 'needs on (%s) and action (%s)' % (', '.join(FAILURE_KINDS), ', '.join(FAILURE_ACTIONS)))
+        kinds = rule['on'] if isinstance(rule['on'], list) else [rule['on']]
+        if not kinds:
+            c.fail(field + '.on', 'is empty')
+        for kind in kinds:
+            c.choice(kind, field + '.on', FAILURE_KINDS)
+        codes = rule.get('exit_codes', [])
+        if not isinstance(codes, list):
+            c.fail(field + '.exit_codes', 'must be a list of exit codes, got %r (%s)' % (codes, _kind(codes)))
+        codes = [c.integer(code, '%s.exit_codes[%d]' % (field, i), 1, 255) for i, code in enumerate(codes)]
+        if codes and kinds != ['exit']:
+            c.fail(field + '.exit_codes', 'apply to exit failures only: set on: [exit]')
+        rules.append({'on': kinds, 'exit_codes': codes,
+                      'action': c.choice(rule['action'], field + '.action', FAILURE_ACTIONS)})
+    return rules
 
 
 def _supplemental_groups(c, value):

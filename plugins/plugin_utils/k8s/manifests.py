@@ -63,7 +63,8 @@ def job_settings(cluster):
         'workdir': train['workdir'], 'config_dir': kc.CONFIG_DIR,
         'deepspeed_config': 'ds_config.json' if train['deepspeed_config'] else None,
         'network_mode': cluster['network']['mode'], 'restarts': train['restarts'],
-        'resume_args': train['resume_args'],
+        'resume_args': train['resume_args'], 'failure_policy': train['failure_policy'],
+        'lost_pod_wait': train['lost_pod_wait'],
         # each pod's part (state and log) on the volume: a restarted container knows what it ran
         'state_dir': '%s/.gpucluster/jobs' % cluster['storage']['mount_path'].rstrip('/'),
         # what the agent checks it can write before a job starts, and names when it cannot

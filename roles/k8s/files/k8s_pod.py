@@ -264,6 +264,50 @@ def blame(states):
     return pod, reason
 
 
+def failure_kind(state):
+    """What kind of failure a part's state is: restarted (its container started again, or it has no part),
+    unreachable (its pod did not answer: its node may be lost), signal (a rank or launcher killed by a
+    signal, an OOM kill among them) or exit (a non-zero exit)."""
+    reason = state.get('reason') or ''
+    if state.get('state') == 'absent' or reason.startswith('restarted') or reason.startswith('has no part'):
+        return 'restarted'
+    if state.get('state') == 'unreachable' or reason.startswith('unreachable'):
+        return 'unreachable'
+    code = state.get('exit_code')
+    if (isinstance(code, int) and code < 0) or 'killed by' in reason:
+        return 'signal'
+    return 'exit'
+
+
+def policy_action(policy, kind, exit_code=None):
+    """(action, rule index or None) of train.failure_policy for a failure: the first rule whose `on` names
+    its kind (and whose exit_codes, where given, hold its exit code) decides, as JobSet's failurePolicy
+    rules do; no rule: restart (counted against train.restarts)."""
+    for index, rule in enumerate(policy or []):
+        if kind in rule.get('on', ()) and (not rule.get('exit_codes') or exit_code in rule['exit_codes']):
+            return rule.get('action', 'restart'), index
+    return 'restart', None
+
+
+def job_event(root, job_id, kind, **fields):
+    """One event in <state dir>/<job id>/events.jsonl, in the SSH supervisor's vocabulary (supervising,
+    fault, stopped, restart, restart_failed, gave_up, done, job_stopped; nodes are the pods)."""
+    path = os.path.join(root, job_id)
+    os.makedirs(path, mode=0o2770, exist_ok=True)
+    record = dict(fields, time=round(time.time(), 3), event=kind)
+    with open(os.path.join(path, 'events.jsonl'), 'a') as handle:
+        handle.write(json.dumps(record, sort_keys=True) + '\n')
+    return record
+
+
+def read_job_events(root, job_id):
+    try:
+        with open(os.path.join(root, job_id, 'events.jsonl')) as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
 def subreaper():
     """Adopt orphaned grandchildren (ranks whose launcher died) so they are reaped here, as PID 1 would."""
     try:
@@ -362,7 +406,10 @@ class Agent:
             if running:
                 return {'ok': False, 'error': 'job %s is still running on %s' % (running[0], self.name)}
             log = os.path.join(self._job_dir(job_id), '%s.log' % self.name)
-            env = dict(os.environ, **{JOB_ENV: job_id, 'GPUCLUSTER_JOB_ATTEMPT': str(attempt)})
+            # GPUCLUSTER_ATTEMPT counts from 1 as on the SSH path (the examples fence attempts by it:
+            # a rank of an older attempt never writes a checkpoint); GPUCLUSTER_JOB_ATTEMPT counts restarts
+            env = dict(os.environ, **{JOB_ENV: job_id, 'GPUCLUSTER_JOB_ATTEMPT': str(attempt),
+                                      'GPUCLUSTER_ATTEMPT': str(attempt + 1)})
             workdir = self.job['workdir'] if os.path.isdir(self.job['workdir']) else '/tmp'
             proc = subprocess.Popen(self.command(job_id, node_rank, attempt), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir, env=env,
@@ -477,7 +524,10 @@ class Agent:
             record.update(job_id=job_id, state='running', attempt=attempt,
                           restarts=int(self.job.get('restarts', 0)), updated=time.time())
             record.setdefault('history', [])
+            record.setdefault('restarts_used', 0)
             write_job_record(self.state_root(), job_id, record)
+            job_event(self.state_root(), job_id, 'supervising', attempt=attempt,
+                      nodes=[p['name'] for p in self.job['pods']], restarts=record['restarts'])
             thread = threading.Thread(target=self._supervise, args=(job_id, poll), daemon=True)
             self.supervisors[job_id] = thread
             thread.start()
@@ -512,6 +562,7 @@ class Agent:
                 if states and all(st.get('state') == 'finished' for st in states):
                     record.update(state='finished', updated=time.time())
                     write_job_record(root, job_id, record)
+                    job_event(root, job_id, 'done', attempt=record.get('attempt', 0), why='the job finished')
                     self.say('job %s finished (attempt %d)' % (job_id, record.get('attempt', 0)))
                     return
                 continue
@@ -532,30 +583,61 @@ class Agent:
             pod, reason = bad
             if record.get('state') == 'stopped':
                 return
+            culprit = seen.get(pod) or next((st for st in trouble if st['pod'] == pod), {'pod': pod})
+            kind = failure_kind(dict(culprit, reason=reason))
+            attempt = record.get('attempt', 0)
+            job_event(root, job_id, 'fault', attempt=attempt, seen=kind, nodes=[pod], why='pod %s %s' % (pod, reason),
+                      exit_code=culprit.get('exit_code'))
             self.say('job %s: pod %s %s; stopping the job on every pod' % (job_id, pod, reason))
             stop_all(self.job, job_id, reason='stopped: pod %s %s' % (pod, reason))
+            job_event(root, job_id, 'stopped', attempt=attempt, nodes=[p['name'] for p in self.job['pods']])
             record = read_job_record(root, job_id) or record
             if record.get('state') != 'running':
+                job_event(root, job_id, 'job_stopped', attempt=attempt, why='stopped by the user meanwhile')
                 return  # stopped by the user meanwhile
-            record['history'].append({'attempt': record.get('attempt', 0), 'failed_pod': pod, 'reason': reason,
+            record['history'].append({'attempt': attempt, 'failed_pod': pod, 'reason': reason, 'kind': kind,
                                       'at': time.time()})
-            attempt = record.get('attempt', 0)
-            if attempt < int(record.get('restarts', 0)):
+            action, rule = policy_action(self.job.get('failure_policy'), kind, culprit.get('exit_code'))
+            used, allowed = int(record.get('restarts_used', 0)), int(record.get('restarts', 0))
+            why = ''
+            if action == 'fail':
+                why = 'train.failure_policy[%d] fails the job on a %s failure' % (rule, kind)
+            elif action == 'restart' and used >= allowed:
+                why = 'train.restarts (%d) used up' % allowed if allowed else 'train.restarts is 0'
+            if not why:
                 attempt += 1
-                record.update(attempt=attempt, updated=time.time())
+                if action == 'restart':
+                    used += 1
+                record.update(attempt=attempt, restarts_used=used, updated=time.time())
                 write_job_record(root, job_id, record)
-                self.say('job %s: restart %d of %d (train.restarts) after pod %s %s'
-                         % (job_id, attempt, record['restarts'], pod, reason))
-                why, _ = wait_for_peers(self.job, int(self.job.get('peer_wait', 300)))
-                problem = start_all(self.job, job_id, attempt) if not why else \
-                    'pod %s: %s' % (sorted(why)[0], why[sorted(why)[0]])
+                counted = ('restart %d of %d (train.restarts)' % (used, allowed) if action == 'restart'
+                           else 'restart not counted (train.failure_policy[%d])' % rule)
+                self.say('job %s: %s, attempt %d, after pod %s %s' % (job_id, counted, attempt, pod, reason))
+                # a pod that did not answer may be on a lost node: the StatefulSet makes it again only once
+                # the pod is deleted, so the restart waits for it train.lost_pod_wait, not peer_wait
+                bound = int(self.job.get('lost_pod_wait', 120) if kind == 'unreachable' else self.job.get('peer_wait', 300))
+                why_peers, _ = wait_for_peers(self.job, bound)
+                problem = start_all(self.job, job_id, attempt) if not why_peers else \
+                    'pod %s: %s after %d s' % (sorted(why_peers)[0], why_peers[sorted(why_peers)[0]], bound)
                 if not problem:
+                    job_event(root, job_id, 'restart', attempt=attempt, nodes=[p['name'] for p in self.job['pods']],
+                              left_out=[], why='pod %s %s' % (pod, reason), counted=action == 'restart',
+                              restarts_used=used)
                     misses = {}
                     continue
-                pod, reason = problem.split(': ', 1)[0].replace('pod ', ''), 'restart failed: %s' % problem
+                failed_pod = problem.split(': ', 1)[0].replace('pod ', '')
+                lost = kind == 'unreachable' and failed_pod == pod
+                reason = 'restart failed: %s%s' % (problem, (
+                    '; pod %s is lost (its node may be down): the StatefulSet makes it again only once the pod '
+                    'is deleted (kubectl delete pod %s --force, once its node is known down)' % (pod, pod))
+                    if lost else '')
+                pod = failed_pod
+                job_event(root, job_id, 'restart_failed', attempt=attempt, nodes=[pod], why=reason)
                 stop_all(self.job, job_id, reason='stopped: restart failed')
+                why = reason
             record.update(state='failed', failed_pod=pod, reason=reason, updated=time.time())
             write_job_record(root, job_id, record)
+            job_event(root, job_id, 'gave_up', attempt=attempt, nodes=[pod], why=why)
             self.say('job %s failed: pod %s %s (attempt %d); nothing of it runs' % (job_id, pod, reason, attempt))
             return
 
@@ -781,7 +863,7 @@ def summary(job, job_id, states, record=None):
     if record and record.get('state') == 'failed':
         state, failed_pod, reason = 'failed', record.get('failed_pod'), record.get('reason', '')
     elif record and record.get('state') == 'running' and (failed or any(s.get('state') == 'stopped' for s in states)):
-        state = 'restarting' if record.get('attempt', 0) < record.get('restarts', 0) else 'failing'
+        state = 'restarting' if record.get('restarts_used', record.get('attempt', 0)) < record.get('restarts', 0) else 'failing'
     elif failed:
         state = 'failed'
     elif all(s.get('state') == 'finished' for s in states):
@@ -796,6 +878,7 @@ def summary(job, job_id, states, record=None):
            'unreachable': unreachable, 'world_size': sum(p['slots'] for p in job['pods']), 'pods': states}
     if record:
         out.update(attempt=record.get('attempt', 0), restarts=record.get('restarts', 0),
+                   restarts_used=record.get('restarts_used', record.get('attempt', 0)),
                    history=record.get('history', []))
     return out
 

@@ -256,6 +256,91 @@ def test_restarts_start_the_whole_job_again_with_the_resume_arguments(job, monke
             sock.close()
 
 
+def with_settings(job, tmp_path, **settings):
+    data = json.loads((tmp_path / 'job.json').read_text())
+    data.update(settings)
+    (tmp_path / 'job.json').write_text(json.dumps(data))
+    job.update(settings)
+
+
+def kinds_of(job_id):
+    return [(e['event'], e.get('attempt')) for e in k8s_pod.read_job_events(k8s_pod.STATE_ROOT, job_id)]
+
+
+def test_the_failure_policy_fails_the_job_at_once_on_a_failure_it_names(job, monkeypatch, tmp_path):
+    # exit 3 is the script's own "bad configuration": restarting would fail again; restarts are for the rest
+    with_settings(job, tmp_path, restarts=2, peer_wait=5,
+                  failure_policy=[{'on': ['exit'], 'exit_codes': [3], 'action': 'fail'}])
+    agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sh', '-c', 'sleep 1; exit 3']
+                                      if rank == 1 else ['sleep', '60'])
+    try:
+        assert k8s_pod.start_all(job, 'j1') == ''
+        assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
+        rec = wait_record(job, 'j1', ('failed',))
+        assert (rec['state'], rec['failed_pod'], rec['attempt'], rec['restarts_used']) == ('failed', 'trainer-1', 0, 0)
+        assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('stopped', 0), ('gave_up', 0)]
+        gave_up = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[-1]
+        assert gave_up['why'] == 'train.failure_policy[0] fails the job on a exit failure'
+        assert k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[1]['seen'] == 'exit'
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_an_uncounted_restart_does_not_use_train_restarts_and_the_attempt_reaches_the_ranks(job, monkeypatch, tmp_path):
+    # a rank killed by a signal (a preempted node's OOM killer, a SIGKILL) restarts without using the one
+    # counted restart; the parts of the next attempt see GPUCLUSTER_ATTEMPT 2, as on the SSH path
+    with_settings(job, tmp_path, restarts=0, peer_wait=5,
+                  failure_policy=[{'on': ['signal'], 'exit_codes': [], 'action': 'restart_uncounted'}])
+    seen = []
+
+    def commands(rank, attempt):
+        seen.append((rank, attempt))
+        if attempt == 0:
+            return ['sh', '-c', 'sleep 1; kill -9 $$'] if rank == 2 else ['sleep', '60']
+        return ['sh', '-c', 'echo attempt=$GPUCLUSTER_ATTEMPT; sleep 0.5']
+    agents, socks = cluster_of_agents(job, monkeypatch, commands)
+    try:
+        assert k8s_pod.start_all(job, 'j1') == ''
+        assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
+        rec = wait_record(job, 'j1', ('finished', 'failed'), seconds=30)
+        assert (rec['state'], rec['attempt'], rec['restarts_used']) == ('finished', 1, 0)
+        assert rec['history'][0]['kind'] == 'signal'
+        assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('stopped', 0), ('restart', 1), ('done', 1)]
+        restart = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[3]
+        assert restart['counted'] is False and restart['nodes'] == ['trainer-0', 'trainer-1', 'trainer-2']
+        time.sleep(0.5)
+        assert k8s_pod.all_status(job, 'j1')[1]['tail'][-1] == 'attempt=2'
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_a_pod_lost_with_its_node_ends_the_job_after_lost_pod_wait_naming_it(job, monkeypatch, tmp_path):
+    # trainer-2 stops answering (its node is gone): the restart waits train.lost_pod_wait, not peer_wait
+    # (a StatefulSet pod on a lost node is not made again until someone deletes it), then names it
+    with_settings(job, tmp_path, restarts=1, peer_wait=300, lost_pod_wait=5)
+    agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sleep', '60'])
+    monkeypatch.setattr(k8s_pod, 'UNREACHABLE_POLLS', 2)
+    try:
+        assert k8s_pod.start_all(job, 'j1') == ''
+        agents[2].stop('j1', reason='stopped: node lost')     # its ranks die with the node ...
+        socks[2].close()                                    # ... and its agent answers no more
+        real = k8s_pod.request
+        monkeypatch.setattr(k8s_pod, 'request', lambda addr, port, msg, timeout=5: (
+            (_ for _ in ()).throw(ConnectionRefusedError(111, 'Connection refused'))
+            if addr == job['pods'][2]['address'] else real(addr, port, msg, timeout)))
+        start = time.time()
+        agents[0].supervise('j1', poll=0.2)
+        rec = wait_record(job, 'j1', ('failed',), seconds=30)
+        assert time.time() - start < 20
+        assert rec['failed_pod'] == 'trainer-2' and 'after 5 s; pod trainer-2 is lost (its node may be down)' in rec['reason']
+        assert [e for e, _ in kinds_of('j1')] == ['supervising', 'fault', 'stopped', 'restart_failed', 'gave_up']
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 KILLED = 'exit 247 (a rank was killed by SIGKILL: an out-of-memory kill does this)'
 
 
@@ -416,3 +501,26 @@ def test_the_agent_knows_pod_0_without_a_lookup_per_request_and_still_refuses_ot
     # a peer that is not pod 0 is refused after one more lookup (pod 0 may have come back elsewhere)
     monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['10.0.0.6'])
     assert not agent.allowed('10.0.0.9') and agent.allowed('10.0.0.6') and not agent.allowed('10.0.0.5')
+
+
+@pytest.mark.parametrize('state,kind', [
+    ({'state': 'failed', 'exit_code': 7, 'reason': 'exit 7'}, 'exit'),
+    ({'state': 'failed', 'exit_code': 247, 'reason': KILLED}, 'signal'),
+    ({'state': 'failed', 'exit_code': -9, 'reason': 'killed by SIGKILL (an out-of-memory kill does this)'}, 'signal'),
+    ({'state': 'unreachable', 'reason': 'unreachable (timed out)'}, 'unreachable'),
+    ({'state': 'failed', 'reason': 'restarted: the container ended while its part ran'}, 'restarted'),
+    ({'state': 'absent', 'reason': 'has no part of the job (its container started again without its state?)'},
+     'restarted'),
+])
+def test_each_failure_has_a_kind_the_cluster_file_knows(state, kind):
+    from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
+    assert k8s_pod.failure_kind(state) == kind and kind in kc.FAILURE_KINDS
+
+
+def test_the_first_matching_rule_decides_and_no_rule_restarts():
+    policy = [{'on': ['exit'], 'exit_codes': [3, 4], 'action': 'fail'}, {'on': ['exit', 'signal'], 'action': 'restart_uncounted'}]
+    assert k8s_pod.policy_action(policy, 'exit', 3) == ('fail', 0)
+    assert k8s_pod.policy_action(policy, 'exit', 1) == ('restart_uncounted', 1)
+    assert k8s_pod.policy_action(policy, 'signal', -9) == ('restart_uncounted', 1)
+    assert k8s_pod.policy_action(policy, 'unreachable') == ('restart', None)
+    assert k8s_pod.policy_action([], 'exit', 1) == ('restart', None)
