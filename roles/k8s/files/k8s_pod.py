@@ -127,6 +127,7 @@ def request(address, port, message, timeout=IO_TIMEOUT):
 CAP_IPC_LOCK = 14
 SETTLE_POLLS = 5        # polls pod 0 gathers the parts' states after the first failure before it names one
 UNREACHABLE_POLLS = 10  # polls a pod may not answer (its container starting again) before the job fails
+FENCE_SECONDS = 3600    # how long pod 0 keeps asking a pod that did not answer a failed job's stop
 
 
 def capabilities(status_path='/proc/self/status'):
@@ -402,6 +403,9 @@ class Agent:
             current = self.jobs.get(job_id)
             if current and current.get('state') == 'running' and current.get('attempt', 0) == attempt:
                 return {'ok': True, 'state': 'running', 'pid': current['pid'], 'already': True}
+            if current and current.get('state') == 'running' and current.get('attempt', 0) < attempt:
+                # an older attempt's part still runs here (this pod did not answer its stop): fenced first
+                self.stop(job_id, reason='stopped: attempt %d of the job starts' % attempt)
             running = self.running()
             if running:
                 return {'ok': False, 'error': 'job %s is still running on %s' % (running[0], self.name)}
@@ -589,8 +593,10 @@ class Agent:
             job_event(root, job_id, 'fault', attempt=attempt, seen=kind, nodes=[pod], why='pod %s %s' % (pod, reason),
                       exit_code=culprit.get('exit_code'))
             self.say('job %s: pod %s %s; stopping the job on every pod' % (job_id, pod, reason))
-            stop_all(self.job, job_id, reason='stopped: pod %s %s' % (pod, reason))
-            job_event(root, job_id, 'stopped', attempt=attempt, nodes=[p['name'] for p in self.job['pods']])
+            unanswered = [r['pod'] for r in stop_all(self.job, job_id, reason='stopped: pod %s %s' % (pod, reason))
+                          if r.get('state') == 'unreachable']
+            job_event(root, job_id, 'stopped', attempt=attempt, nodes=[p['name'] for p in self.job['pods']],
+                      **({'unanswered': unanswered} if unanswered else {}))
             record = read_job_record(root, job_id) or record
             if record.get('state') != 'running':
                 job_event(root, job_id, 'job_stopped', attempt=attempt, why='stopped by the user meanwhile')
@@ -639,7 +645,33 @@ class Agent:
             write_job_record(root, job_id, record)
             job_event(root, job_id, 'gave_up', attempt=attempt, nodes=[pod], why=why)
             self.say('job %s failed: pod %s %s (attempt %d); nothing of it runs' % (job_id, pod, reason, attempt))
+            if unanswered:
+                self.fence(job_id, unanswered, attempt)
             return
+
+    def fence(self, job_id, pods, attempt, period=5.0, seconds=FENCE_SECONDS):
+        """The pods that did not answer the job's stop (lost with their node, or frozen) are asked again
+        every period seconds, for at most seconds: a pod that comes back stops its part at once, so ranks
+        of a failed job never run on beside the next one (event fenced, in the SSH supervisor's words)."""
+        def loop():
+            left, deadline = list(pods), time.time() + seconds
+            while left and time.time() < deadline:
+                time.sleep(period)
+                for pod in list(left):
+                    address = next(p['address'] for p in self.job['pods'] if p['name'] == pod)
+                    try:
+                        reply = request(address, int(self.job['agent_port']),
+                                        {'op': 'stop', 'job_id': job_id, 'reason': 'stopped: fenced (the job failed)'},
+                                        timeout=30.0)
+                    except (OSError, ValueError):
+                        continue
+                    left.remove(pod)
+                    job_event(self.state_root(), job_id, 'fenced', attempt=attempt, nodes=[pod],
+                              state=reply.get('state'), exit_code=reply.get('exit_code'))
+                    self.say('job %s: pod %s answers again; its part is stopped (%s)' % (job_id, pod, reply.get('state')))
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        return thread
 
     def allowed(self, peer):
         """Only pod 0 (or this pod itself) may start or stop a job here. Pod 0's addresses are those last

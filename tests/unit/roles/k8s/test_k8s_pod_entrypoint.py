@@ -317,25 +317,38 @@ def test_an_uncounted_restart_does_not_use_train_restarts_and_the_attempt_reache
 
 
 def test_a_pod_lost_with_its_node_ends_the_job_after_lost_pod_wait_naming_it(job, monkeypatch, tmp_path):
-    # trainer-2 stops answering (its node is gone): the restart waits train.lost_pod_wait, not peer_wait
-    # (a StatefulSet pod on a lost node is not made again until someone deletes it), then names it
+    # trainer-2 stops answering (its node is gone, its ranks frozen with it): the restart waits
+    # train.lost_pod_wait, not peer_wait (a StatefulSet pod on a lost node is not made again until someone
+    # deletes it), then names it; when the pod answers again, its part of the failed job is stopped
     with_settings(job, tmp_path, restarts=1, peer_wait=300, lost_pod_wait=5)
     agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sleep', '60'])
     monkeypatch.setattr(k8s_pod, 'UNREACHABLE_POLLS', 2)
+    lost = job['pods'][2]['address']
     try:
         assert k8s_pod.start_all(job, 'j1') == ''
-        agents[2].stop('j1', reason='stopped: node lost')     # its ranks die with the node ...
-        socks[2].close()                                    # ... and its agent answers no more
-        real = k8s_pod.request
-        monkeypatch.setattr(k8s_pod, 'request', lambda addr, port, msg, timeout=5: (
-            (_ for _ in ()).throw(ConnectionRefusedError(111, 'Connection refused'))
-            if addr == job['pods'][2]['address'] else real(addr, port, msg, timeout)))
+        real = k8s_pod.request                              # from now on its agent answers no more
+        state = {'lost': True}
+
+        def request(addr, port, msg, timeout=5):
+            if addr == lost and state['lost']:
+                raise ConnectionRefusedError(111, 'Connection refused')
+            return real(addr, port, msg, timeout)
+        monkeypatch.setattr(k8s_pod, 'request', request)
         start = time.time()
         agents[0].supervise('j1', poll=0.2)
         rec = wait_record(job, 'j1', ('failed',), seconds=30)
         assert time.time() - start < 20
         assert rec['failed_pod'] == 'trainer-2' and 'after 5 s; pod trainer-2 is lost (its node may be down)' in rec['reason']
         assert [e for e, _ in kinds_of('j1')] == ['supervising', 'fault', 'stopped', 'restart_failed', 'gave_up']
+        assert k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[2]['unanswered'] == ['trainer-2']
+        assert k8s_pod.group_alive(agents[2].jobs['j1']['pid'])     # still running where nobody could stop it
+        state['lost'] = False                                       # the node is back
+        deadline = time.time() + 15
+        while time.time() < deadline and 'fenced' not in [e for e, _ in kinds_of('j1')]:
+            time.sleep(0.2)
+        fenced = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[-1]
+        assert (fenced['event'], fenced['nodes'], fenced['state']) == ('fenced', ['trainer-2'], 'stopped')
+        assert not k8s_pod.group_alive(agents[2].jobs['j1']['pid'])
     finally:
         for sock in socks:
             sock.close()
