@@ -11,7 +11,6 @@ import os
 from ansible.errors import AnsibleError
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils.nccl_env import nccl_environment
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import render as kr
@@ -39,11 +38,7 @@ class ActionModule(ActionBase):
         files_root = kr.role_files()
         try:
             cluster = kr.load_cluster_file(args['cluster_file'])
-            env = nccl_environment(
-                cluster['network']['mode'], cluster['network']['socket_ifname'], debug=cluster['nccl']['debug'],
-                ib_hca=cluster['network'].get('ib_hca', ''), ib_gid_index=cluster['network']['ib_gid_index'],
-                master_addr=kc.pod_dns(cluster, 0), master_port=cluster['train']['master_port'],
-                ds_accelerator='' if cluster['gpus_per_pod'] else 'cpu', extra=cluster['nccl']['extra'])
+            env = kr.environment(cluster)
             entrypoint = kr.read_text(args['entrypoint'] or os.path.join(files_root, kc.ENTRYPOINT), 'entrypoint')
             extra = kr.config_files(cluster, args['cluster_file'])
             schema_dir = args['schema_dir'] or os.path.join(files_root, 'schemas')

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""Filters of the k8s role: the pods' report from the API objects, the job's report from pod 0, a job id."""
+"""Filters of the k8s role: the pods' report from the API objects, the job's report from pod 0, a job id,
+the lines of a dry run without an API server."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import pods as k8s_pods
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import render as k8s_render
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training
 
 
@@ -38,10 +40,16 @@ def k8s_job_id(job_id, cluster_name, now=None):
         raise AnsibleFilterError('k8s_train_job_id: %s' % exc) from exc
 
 
+def k8s_dry_run_lines(checked, api_error, admin_dir):
+    """The lines of present's dry run without an API server (plugin_utils/k8s/render.dry_run_lines)."""
+    return k8s_render.dry_run_lines(checked, api_error, admin_dir)
+
+
 class FilterModule:
     def filters(self):
         return {
             'k8s_pod_report': k8s_pod_report,
             'k8s_job_report': k8s_job_report,
             'k8s_job_id': k8s_job_id,
+            'k8s_dry_run_lines': k8s_dry_run_lines,
         }

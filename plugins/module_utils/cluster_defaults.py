@@ -92,6 +92,8 @@ DEFAULTS = {
     'container_image_digest': '',
     'ray_enabled': False,
     'nccl_tests_dir': '',
+    # The cluster's name in reports (cluster_name).
+    'name': '',
 }
 
 

@@ -1,7 +1,10 @@
-"""The two layers of plugins/, read from the source with ast (nothing is imported).
+"""The layers of the collection's code, read from the source with ast (nothing is imported).
 
 plugins/module_utils holds what a module ships to a node (its Ansiballz payload); plugins/plugin_utils
-what only the controller runs (filters, the action, the lookup, the tests). See CONTRIBUTING.md.
+what only the controller runs (filters, the action, the lookup, the tests); roles/<role>/files/*.py the
+programs a role installs on nodes (the supervisor, the pod agent, the examples, the smoke test), which
+run without the collection: the standard library, their siblings and the one framework an example
+trains with. See CONTRIBUTING.md.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import ast
 import glob
 import os
+import re
+import sys
 
 import pytest
 
@@ -235,4 +240,65 @@ def test_a_test_file_is_filed_under_the_layer_of_its_code():
     for path in sorted(glob.glob(os.path.join(TESTS, 'roles', '*'))):
         if not os.path.isdir(os.path.join(ROOT, 'roles', os.path.basename(path))):
             wrong.append('%s names no role under roles/' % rel(path))
+    assert not wrong, '\n'.join(wrong)
+
+
+PROGRAMS = sorted(glob.glob(os.path.join(ROOT, 'roles', '*', 'files', '*.py')))
+# What a program may import beyond the standard library and the programs beside it: the framework the
+# job or task it is runs on.
+PROGRAM_FRAMEWORKS = {
+    'roles/training/files/train_tiny.py': {'torch', 'deepspeed'},
+    'roles/training/files/train_fsdp.py': {'torch'},
+    # the examples' helper: torch where the job has it (the flight recorder, TensorBoard's writer)
+    'roles/training/files/gpucluster_progress.py': {'torch'},
+    'roles/cluster_tests/files/smoke.py': {'torch'},
+    'roles/cluster_tests/files/collective.py': {'torch'},
+    'roles/ray/files/ray_hostnames.py': {'ray'},
+}
+
+
+def test_the_programs_installed_on_nodes_need_the_standard_library_only():
+    """A program a role installs runs under the node's python3 (or the job's environment), where neither
+    the collection nor Ansible is importable: it imports the standard library, its siblings under the
+    same files/ directory, and the framework listed above for it."""
+    assert PROGRAMS, 'no program under roles/*/files'
+    wrong = []
+    for path in PROGRAMS:
+        siblings = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(os.path.dirname(path), '*.py'))}
+        allowed = set(sys.stdlib_module_names) | siblings | PROGRAM_FRAMEWORKS.get(rel(path), set()) | {'__future__'}
+        for line, name in other_imports(path):
+            if name.split('.')[0] not in allowed:
+                wrong.append('%s:%d imports %s' % (rel(path), line, name))
+        wrong += ['%s:%d imports %s' % (rel(path), line, name) for line, name, _ in collection_imports(path)]
+    assert not wrong, '\n'.join(wrong)
+
+
+def programs_used(path):
+    """The roles whose programs a test file uses: imported by name, or named by path
+    (os.path.join(..., 'roles', '<role>', 'files', ...) or 'roles/<role>/files/...')."""
+    owner = {os.path.basename(p)[:-3]: rel(p).split('/')[1] for p in PROGRAMS}
+    roles = {owner[name.split('.')[0]] for _, name in other_imports(path) if name.split('.')[0] in owner}
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            words = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            roles.update(b for a, b, c in zip(words, words[1:], words[2:]) if a == 'roles' and c == 'files')
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            roles.update(re.findall(r'(?:^|/)roles/([a-z_]+)/files/', node.value))
+    return roles
+
+
+def test_the_tests_of_a_program_are_filed_under_its_role():
+    """A test that uses a program of roles/<role>/files and no code of plugins/ is a test of that
+    program: it lives in tests/unit/roles/<role>/ (a test of plugins/ may run a program to make its input)."""
+    wrong = []
+    for path in sorted(glob.glob(os.path.join(TESTS, '**', 'test_*.py'), recursive=True)):
+        if layers_used(path):
+            continue
+        roles = programs_used(path)
+        here = rel(path).split('/')
+        for role in sorted(roles):
+            if here[:4] != ['tests', 'unit', 'roles', role]:
+                wrong.append('%s tests roles/%s/files: move it to tests/unit/roles/%s/' % (rel(path), role, role))
     assert not wrong, '\n'.join(wrong)

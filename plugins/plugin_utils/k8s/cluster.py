@@ -136,10 +136,12 @@ class _Checker:
             out[str(key)] = str(item)
         return out
 
-    def dns(self, value, field, kind, empty=False):
+    def dns(self, value, field, kind, empty=False, limit=None, why=None):
         """A name as the API server checks it: kind is 'label' (RFC 1123, digits first allowed, at most
-        63), 'service' (RFC 1035: a letter first, at most 63) or 'subdomain' (RFC 1123, at most 253)."""
-        pattern, limit, hint = {
+        63), 'service' (RFC 1035: a letter first, at most 63) or 'subdomain' (RFC 1123, at most 253).
+        limit, why: a lower bound that another object puts on the name, and the reason, so one refusal
+        gives the real bound."""
+        pattern, own, hint = {
             'label': (DNS1123_LABEL_RE, LABEL_MAX, 'a DNS-1123 label (lower case letters, digits and "-", '
                       'a letter or digit at both ends)'),
             'service': (DNS_LABEL_RE, LABEL_MAX, 'a DNS-1035 label (lower case letters, digits and "-", '
@@ -148,9 +150,12 @@ class _Checker:
                           '"-" and ".")'),
         }[kind]
         self.string(value, field, pattern, hint, empty=empty)
-        if len(value) > limit:
-            self.fail(field, 'must be at most %d characters (%s), got %d: %r' % (limit, hint.split(' (')[0],
-                                                                                 len(value), value))
+        if why is not None and limit is not None and limit < own:
+            own, reason = limit, why
+        else:
+            reason = hint.split(' (')[0]
+        if len(value) > own:
+            self.fail(field, 'must be at most %d characters (%s), got %d: %r' % (own, reason, len(value), value))
         return value
 
     def label_key(self, key, field):
@@ -204,11 +209,16 @@ NETWORK = ('mode', 'rdma_resource', 'rdma_resource_count', 'ib_hca', 'attachment
            'socket_ifname', 'ib_gid_index')
 STORAGE = ('mode', 'storage_class', 'size', 'mount_path', 'claim_name')
 TRAIN = ('command', 'deepspeed_config', 'env', 'peer_wait', 'master_port', 'agent_port', 'python',
-         'deepspeed', 'workdir', 'restarts', 'resume_args')
+         'deepspeed', 'workdir', 'restarts', 'resume_args', 'failure_policy', 'lost_pod_wait')
+# train.failure_policy: what kind of failure restarts the job (as JobSet's failurePolicy rules): the pod
+# agent's kinds, and the actions (RestartJobSet, RestartJobSetAndIgnoreMaxRestarts, FailJobSet).
+FAILURE_KINDS = ('exit', 'signal', 'unreachable', 'restarted')
+FAILURE_ACTIONS = ('restart', 'restart_uncounted', 'fail')
+FAILURE_RULE = ('on', 'exit_codes', 'action')
 NCCL = ('debug', 'extra')
 RESOURCES = ('cpu', 'memory', 'qos')
 QOS = ('Guaranteed', 'BestEffort')
-SECURITY = ('run_as_user', 'run_as_group', 'fs_group', 'image_user')
+SECURITY = ('run_as_user', 'run_as_group', 'fs_group', 'image_user', 'supplemental_groups')
 ANTI_AFFINITY = ('preferred', 'required', 'none')
 UNITS = {'': 1, 'k': 10 ** 3, 'M': 10 ** 6, 'G': 10 ** 9, 'T': 10 ** 12, 'P': 10 ** 15, 'E': 10 ** 18,
          'Ki': 2 ** 10, 'Mi': 2 ** 20, 'Gi': 2 ** 30, 'Ti': 2 ** 40, 'Pi': 2 ** 50, 'Ei': 2 ** 60}
@@ -242,10 +252,9 @@ def check(data, where='cluster file'):
         if field not in data:
             c.fail(field, 'is required')
     out = {}
-    out['name'] = c.dns(data['name'], 'name', 'service')
-    if len(out['name']) > MAX_NAME:
-        c.fail('name', 'must be at most %d characters (the StatefulSet adds a hash label), got %d'
-               % (MAX_NAME, len(out['name'])))
+    out['name'] = c.dns(data['name'], 'name', 'service', limit=MAX_NAME,
+                        why='a DNS-1035 label; the StatefulSet labels its pods controller-revision-hash=<name>-'
+                            '<10-character hash>, and a label value is at most 63')
     out['namespace'] = c.dns(data['namespace'], 'namespace', 'label')
     out['context'] = c.string(data.get('context', ''), 'context', empty=True)
     out['kubeconfig'] = c.string(data.get('kubeconfig', ''), 'kubeconfig', empty=True)
@@ -405,8 +414,11 @@ def check(data, where='cluster file'):
                               re.compile(r'^/[^\s]*$'), 'an absolute path')
     job['restarts'] = c.integer(train.get('restarts', 0), 'train.restarts', 0, 100)
     job['resume_args'] = c.str_list(train.get('resume_args', []), 'train.resume_args')
-    if job['resume_args'] and not job['restarts']:
+    job['failure_policy'] = _failure_policy(c, train.get('failure_policy', []))
+    if job['resume_args'] and not job['restarts'] and not any(
+            r['action'] == 'restart_uncounted' for r in job['failure_policy']):
         c.fail('train.resume_args', 'are added when the job is restarted; they need train.restarts 1 or more')
+    job['lost_pod_wait'] = c.integer(train.get('lost_pod_wait', 120), 'train.lost_pod_wait', 5, 86400)
     out['train'] = job
 
     nccl = c.mapping(data.get('nccl'), 'nccl', NCCL)
@@ -429,13 +441,52 @@ def check(data, where='cluster file'):
 RESERVED_KEYS = ('hostfile', 'job.json', 'ds_config.json', ENTRYPOINT)
 
 
+def _failure_policy(c, value):
+    """train.failure_policy: rules in order, the first that matches a failure decides (JobSet's rules):
+    on (kinds), exit_codes (with exit only, optional), action."""
+    if not isinstance(value, list):
+        c.fail('train.failure_policy', 'must be a list of rules, got %r (%s)' % (value, _kind(value)))
+    rules = []
+    for index, item in enumerate(value):
+        field = 'train.failure_policy[%d]' % index
+        rule = c.mapping(item, field, FAILURE_RULE)
+        if 'on' not in rule or 'action' not in rule:
+            c.fail(field, 'needs on (%s) and action (%s)' % (', '.join(FAILURE_KINDS), ', '.join(FAILURE_ACTIONS)))
+        kinds = rule['on'] if isinstance(rule['on'], list) else [rule['on']]
+        if not kinds:
+            c.fail(field + '.on', 'is empty')
+        for kind in kinds:
+            c.choice(kind, field + '.on', FAILURE_KINDS)
+        codes = rule.get('exit_codes', [])
+        if not isinstance(codes, list):
+            c.fail(field + '.exit_codes', 'must be a list of exit codes, got %r (%s)' % (codes, _kind(codes)))
+        codes = [c.integer(code, '%s.exit_codes[%d]' % (field, i), 1, 255) for i, code in enumerate(codes)]
+        if codes and kinds != ['exit']:
+            c.fail(field + '.exit_codes', 'apply to exit failures only: set on: [exit]')
+        rules.append({'on': kinds, 'exit_codes': codes,
+                      'action': c.choice(rule['action'], field + '.action', FAILURE_ACTIONS)})
+    return rules
+
+
+def _supplemental_groups(c, value):
+    """Groups the pods' processes get besides their own (supplementalGroups): the group that owns a
+    ReadWriteMany volume where the storage driver does not apply fsGroup (NFS, CephFS and most others)."""
+    if not isinstance(value, list):
+        c.fail('security.supplemental_groups', 'must be a list of group ids, got %r (%s)' % (value, _kind(value)))
+    groups = [c.integer(g, 'security.supplemental_groups[%d]' % i, 1, MAX_ID) for i, g in enumerate(value)]
+    if len(set(groups)) != len(groups):
+        c.fail('security.supplemental_groups', 'lists a group twice: %s' % groups)
+    return groups
+
+
 def _security(c, data, openshift):
     """runAsUser/runAsGroup/fsGroup of the pods. Plain Kubernetes: a numeric non-root uid (1000 unless
     set), so any image starts under runAsNonRoot, or run_as_user: image with the image's USER
     (image_user, e.g. from podman image inspect), refused where the kubelet would refuse it. OpenShift:
     none (restricted-v2 assigns them from the namespace's range)."""
     sec = c.mapping(data, 'security', SECURITY)
-    out = {'run_as_user': None, 'run_as_group': None, 'fs_group': None, 'image_user': None}
+    out = {'run_as_user': None, 'run_as_group': None, 'fs_group': None, 'image_user': None,
+           'supplemental_groups': _supplemental_groups(c, sec.get('supplemental_groups', []))}
     if openshift:
         for key in ('run_as_user', 'run_as_group', 'fs_group'):
             if sec.get(key) is not None:

@@ -63,9 +63,15 @@ def job_settings(cluster):
         'workdir': train['workdir'], 'config_dir': kc.CONFIG_DIR,
         'deepspeed_config': 'ds_config.json' if train['deepspeed_config'] else None,
         'network_mode': cluster['network']['mode'], 'restarts': train['restarts'],
-        'resume_args': train['resume_args'],
+        'resume_args': train['resume_args'], 'failure_policy': train['failure_policy'],
+        'lost_pod_wait': train['lost_pod_wait'],
         # each pod's part (state and log) on the volume: a restarted container knows what it ran
         'state_dir': '%s/.gpucluster/jobs' % cluster['storage']['mount_path'].rstrip('/'),
+        # what the agent checks it can write before a job starts, and names when it cannot
+        'mount_path': cluster['storage']['mount_path'],
+        'claim': claim_name(cluster) if cluster['storage']['mode'] == 'rwx' else '<per-pod volume>',
+        'fs_group': cluster['security'].get('fs_group'),
+        'supplemental_groups': list(cluster['security'].get('supplemental_groups') or []),
     }
 
 
@@ -98,6 +104,8 @@ def _pod_security(cluster):
     for key, field in (('runAsUser', 'run_as_user'), ('runAsGroup', 'run_as_group'), ('fsGroup', 'fs_group')):
         if sec.get(field) is not None:
             out[key] = sec[field]
+    if sec.get('supplemental_groups'):
+        out['supplementalGroups'] = list(sec['supplemental_groups'])
     return out
 
 

@@ -18,6 +18,7 @@ import yaml
 
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.nccl_env import nccl_environment
 
 # The two Kubernetes versions every rendered object is validated against (strict schemas): the
 # oldest still common (OpenShift 4.17 runs 1.30) and a current one.
@@ -38,6 +39,16 @@ def role_files():
     """roles/k8s/files of this collection."""
     here = os.path.dirname(os.path.abspath(__file__))
     return os.path.normpath(os.path.join(here, '..', '..', '..', 'roles', 'k8s', 'files'))
+
+
+def environment(cluster):
+    """The NCCL, gloo and rendezvous variables of every pod, from the cluster file's network and nccl."""
+    network = cluster['network']
+    return nccl_environment(
+        network['mode'], network['socket_ifname'], debug=cluster['nccl']['debug'], ib_hca=network.get('ib_hca', ''),
+        ib_gid_index=network['ib_gid_index'], master_addr=kc.pod_dns(cluster, 0),
+        master_port=cluster['train']['master_port'], ds_accelerator='' if cluster['gpus_per_pod'] else 'cpu',
+        extra=cluster['nccl']['extra'])
 
 
 def read_text(path, label):
@@ -251,3 +262,30 @@ def write_manifests(objects, dest, check=False):
         for path in removed:
             os.unlink(path)
     return written, removed, diffs
+
+
+def dry_run_lines(checked, api_error, admin_dir):
+    """What a dry run of present says where no API server answers (checked: the k8s_manifests result of
+    state=checked): that nothing was applied and why, what was validated, the objects it would apply in
+    order, and what a cluster administrator applies first."""
+    cluster = checked['cluster']
+    report = checked.get('validated') or {}
+    why = ' '.join(str(api_error or 'no answer').split())
+    why = re.sub(r'^(Task failed: )?(Module failed: )?', '', why)
+    lines = ['dry run of %s: no API server answered (%s); nothing was applied'
+             % (cluster['name'], why if len(why) <= 160 else why[:157] + '...'),
+             'rendered and validated %d object(s) against Kubernetes %s%s' % (
+                 report.get('objects', len(checked['manifests']) + len(checked.get('admin_manifests') or [])),
+                 ', '.join(report.get('kubernetes_versions') or []),
+                 ' and %s' % ', '.join(report['crd_schemas']) if report.get('crd_schemas') else ''),
+             'would apply, in this order, in namespace %s:' % cluster['namespace']]
+    lines += ['  %s/%s' % (o['kind'], o['metadata']['name']) for o in checked['manifests']]
+    lines.append('pods: %s (world size %d)' % (', '.join('%s (%d)' % (p['name'], p['slots'])
+                                                          for p in checked['pods']), checked['world_size']))
+    admin = checked.get('admin_manifests') or []
+    if admin:
+        lines.append('a cluster administrator applies %s first (once): %s' % (
+            admin_dir, ', '.join('%s/%s' % (o['kind'], o['metadata']['name']) for o in admin)))
+    else:
+        lines.append('no administrator step: nothing outside the namespace is needed')
+    return lines

@@ -24,8 +24,10 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -61,8 +63,38 @@ def resolve(name):
         return []
 
 
-def request(address, port, message, timeout=IO_TIMEOUT):
-    """One JSON request, one JSON line back."""
+# A pod's name resolved once per process: a DNS answer that takes seconds (conntrack races, a busy
+# CoreDNS) then costs one lookup, not one per request. A request whose cached address no longer
+# answers (the pod came back with another address) resolves the name again and tries once more.
+ADDRESSES = {}
+ADDRESSES_LOCK = threading.Lock()
+
+
+def _is_address(host):
+    try:
+        socket.inet_pton(socket.AF_INET6 if ':' in host else socket.AF_INET, host)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def address_of(name, fresh=False):
+    """The address to connect to for a pod's name: the one cached, else resolved now (and kept); the name
+    itself when it does not resolve (the connection then fails, naming it)."""
+    if _is_address(name):
+        return name
+    with ADDRESSES_LOCK:
+        if not fresh and name in ADDRESSES:
+            return ADDRESSES[name]
+    found = resolve(name)
+    if not found:
+        return name
+    with ADDRESSES_LOCK:
+        ADDRESSES[name] = found[0]
+    return found[0]
+
+
+def _exchange(address, port, message, timeout):
     with socket.create_connection((address, port), timeout=timeout) as conn:
         conn.sendall((json.dumps(message) + '\n').encode())
         data = b''
@@ -74,10 +106,28 @@ def request(address, port, message, timeout=IO_TIMEOUT):
     return json.loads(data.decode() or '{}')
 
 
+def request(address, port, message, timeout=IO_TIMEOUT):
+    """One JSON request, one JSON line back; address is a pod's name (resolved once, see ADDRESSES) or
+    an address."""
+    target = address_of(address)
+    try:
+        return _exchange(target, port, message, timeout)
+    except socket.timeout:
+        raise
+    except OSError:
+        if _is_address(address):
+            raise
+        again = address_of(address, fresh=True)
+        if again == target:
+            raise
+        return _exchange(again, port, message, timeout)
+
+
 # ----- what a pod can do -----------------------------------------------------------------------------
 CAP_IPC_LOCK = 14
 SETTLE_POLLS = 5        # polls pod 0 gathers the parts' states after the first failure before it names one
 UNREACHABLE_POLLS = 10  # polls a pod may not answer (its container starting again) before the job fails
+FENCE_SECONDS = 3600    # how long pod 0 keeps asking a pod that did not answer a failed job's stop
 
 
 def capabilities(status_path='/proc/self/status'):
@@ -101,6 +151,43 @@ def memlock():
         return (0, 0)
     inf = getattr(resource, 'RLIM_INFINITY', -1)
     return tuple(-1 if v == inf else v for v in (soft, hard))
+
+
+def claim_check(path):
+    """Whether this process can write the job's volume at path (a file made and removed: os.access is
+    not what NFS answers): {writable, path, owner, gid, why}."""
+    if not path:
+        return {'writable': True, 'path': ''}
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return {'writable': False, 'path': path, 'owner': '?', 'gid': None, 'why': exc.strerror or str(exc)}
+    out = {'writable': True, 'path': path, 'gid': st.st_gid,
+           'owner': 'owner %d:%d, mode %04o' % (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))}
+    try:
+        handle, name = tempfile.mkstemp(prefix='.gpucluster-write-check-', dir=path)
+        os.close(handle)
+        os.unlink(name)
+    except OSError as exc:
+        out.update(writable=False, why=exc.strerror or str(exc))
+    return out
+
+
+def claim_verdict(job, pod, hello):
+    """'' where the pod's agent can write the job's volume, else why and what to set."""
+    claim = hello.get('claim') or {}
+    if claim.get('writable', True):
+        return ''
+    gid = claim.get('gid')
+    groups = ','.join(str(g) for g in hello.get('groups') or []) or '-'
+    return ('pod %s (uid %s, gid %s, groups %s) cannot write the claim %s at %s (%s: %s); fsGroup %s was not '
+            'applied to it (NFS, CephFS and most ReadWriteMany drivers ignore fsGroup): set '
+            'security.supplemental_groups: [%s] (the group that owns it) in the cluster file, or have an '
+            'administrator make its root writable by uid %s once' % (
+                pod, hello.get('uid'), hello.get('gid'), groups, job.get('claim', '?'), claim.get('path'),
+                claim.get('owner', '?'), claim.get('why', '?'),
+                job.get('fs_group') if job.get('fs_group') is not None else '(none set)',
+                gid if gid not in (None, 0) else '<its gid>', hello.get('uid')))
 
 
 def rdma_verdict(hello):
@@ -178,6 +265,50 @@ def blame(states):
     return pod, reason
 
 
+def failure_kind(state):
+    """What kind of failure a part's state is: restarted (its container started again, or it has no part),
+    unreachable (its pod did not answer: its node may be lost), signal (a rank or launcher killed by a
+    signal, an OOM kill among them) or exit (a non-zero exit)."""
+    reason = state.get('reason') or ''
+    if state.get('state') == 'absent' or reason.startswith('restarted') or reason.startswith('has no part'):
+        return 'restarted'
+    if state.get('state') == 'unreachable' or reason.startswith('unreachable'):
+        return 'unreachable'
+    code = state.get('exit_code')
+    if (isinstance(code, int) and code < 0) or 'killed by' in reason:
+        return 'signal'
+    return 'exit'
+
+
+def policy_action(policy, kind, exit_code=None):
+    """(action, rule index or None) of train.failure_policy for a failure: the first rule whose `on` names
+    its kind (and whose exit_codes, where given, hold its exit code) decides, as JobSet's failurePolicy
+    rules do; no rule: restart (counted against train.restarts)."""
+    for index, rule in enumerate(policy or []):
+        if kind in rule.get('on', ()) and (not rule.get('exit_codes') or exit_code in rule['exit_codes']):
+            return rule.get('action', 'restart'), index
+    return 'restart', None
+
+
+def job_event(root, job_id, kind, **fields):
+    """One event in <state dir>/<job id>/events.jsonl, in the SSH supervisor's vocabulary (supervising,
+    fault, stopped, restart, restart_failed, gave_up, done, job_stopped; nodes are the pods)."""
+    path = os.path.join(root, job_id)
+    os.makedirs(path, mode=0o2770, exist_ok=True)
+    record = dict(fields, time=round(time.time(), 3), event=kind)
+    with open(os.path.join(path, 'events.jsonl'), 'a') as handle:
+        handle.write(json.dumps(record, sort_keys=True) + '\n')
+    return record
+
+
+def read_job_events(root, job_id):
+    try:
+        with open(os.path.join(root, job_id, 'events.jsonl')) as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
 def subreaper():
     """Adopt orphaned grandchildren (ranks whose launcher died) so they are reaped here, as PID 1 would."""
     try:
@@ -200,6 +331,7 @@ class Agent:
         self.out = out or sys.stdout
         self.supervisors = {}
         self.boot = '%d-%d' % (os.getpid(), int(time.time() * 1000))  # this container's agent, not a previous one
+        self.pod0 = set()       # pod 0's addresses as last resolved (allowed)
 
     # -- state on the shared (or per-pod) volume: a restarted container knows what it was running
     def state_root(self):
@@ -271,11 +403,17 @@ class Agent:
             current = self.jobs.get(job_id)
             if current and current.get('state') == 'running' and current.get('attempt', 0) == attempt:
                 return {'ok': True, 'state': 'running', 'pid': current['pid'], 'already': True}
+            if current and current.get('state') == 'running' and current.get('attempt', 0) < attempt:
+                # an older attempt's part still runs here (this pod did not answer its stop): fenced first
+                self.stop(job_id, reason='stopped: attempt %d of the job starts' % attempt)
             running = self.running()
             if running:
                 return {'ok': False, 'error': 'job %s is still running on %s' % (running[0], self.name)}
             log = os.path.join(self._job_dir(job_id), '%s.log' % self.name)
-            env = dict(os.environ, **{JOB_ENV: job_id, 'GPUCLUSTER_JOB_ATTEMPT': str(attempt)})
+            # GPUCLUSTER_ATTEMPT counts from 1 as on the SSH path (the examples fence attempts by it:
+            # a rank of an older attempt never writes a checkpoint); GPUCLUSTER_JOB_ATTEMPT counts restarts
+            env = dict(os.environ, **{JOB_ENV: job_id, 'GPUCLUSTER_JOB_ATTEMPT': str(attempt),
+                                      'GPUCLUSTER_ATTEMPT': str(attempt + 1)})
             workdir = self.job['workdir'] if os.path.isdir(self.job['workdir']) else '/tmp'
             proc = subprocess.Popen(self.command(job_id, node_rank, attempt), stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir, env=env,
@@ -375,7 +513,8 @@ class Agent:
                 'slots': self.job['pods'][self.ordinal]['slots'], 'running': self.running(),
                 'uid': os.getuid(), 'gid': os.getgid(), 'groups': sorted(os.getgroups()),
                 'memlock': [soft, hard], 'cap_eff': '%016x' % capabilities(),
-                'home_writable': os.access(os.environ.get('HOME', '/'), os.W_OK)}
+                'home_writable': os.access(os.environ.get('HOME', '/'), os.W_OK),
+                'claim': claim_check(self.job.get('mount_path', ''))}
 
     # -- pod 0: the job as a whole (JobSet's failure policy and maxRestarts)
     def supervise(self, job_id, attempt=0, poll=1.0):
@@ -389,7 +528,10 @@ class Agent:
             record.update(job_id=job_id, state='running', attempt=attempt,
                           restarts=int(self.job.get('restarts', 0)), updated=time.time())
             record.setdefault('history', [])
+            record.setdefault('restarts_used', 0)
             write_job_record(self.state_root(), job_id, record)
+            job_event(self.state_root(), job_id, 'supervising', attempt=attempt,
+                      nodes=[p['name'] for p in self.job['pods']], restarts=record['restarts'])
             thread = threading.Thread(target=self._supervise, args=(job_id, poll), daemon=True)
             self.supervisors[job_id] = thread
             thread.start()
@@ -424,6 +566,7 @@ class Agent:
                 if states and all(st.get('state') == 'finished' for st in states):
                     record.update(state='finished', updated=time.time())
                     write_job_record(root, job_id, record)
+                    job_event(root, job_id, 'done', attempt=record.get('attempt', 0), why='the job finished')
                     self.say('job %s finished (attempt %d)' % (job_id, record.get('attempt', 0)))
                     return
                 continue
@@ -444,36 +587,108 @@ class Agent:
             pod, reason = bad
             if record.get('state') == 'stopped':
                 return
+            culprit = seen.get(pod) or next((st for st in trouble if st['pod'] == pod), {'pod': pod})
+            kind = failure_kind(dict(culprit, reason=reason))
+            attempt = record.get('attempt', 0)
+            job_event(root, job_id, 'fault', attempt=attempt, seen=kind, nodes=[pod], why='pod %s %s' % (pod, reason),
+                      exit_code=culprit.get('exit_code'))
             self.say('job %s: pod %s %s; stopping the job on every pod' % (job_id, pod, reason))
-            stop_all(self.job, job_id, reason='stopped: pod %s %s' % (pod, reason))
+            unanswered = [r['pod'] for r in stop_all(self.job, job_id, reason='stopped: pod %s %s' % (pod, reason))
+                          if r.get('state') == 'unreachable']
+            job_event(root, job_id, 'stopped', attempt=attempt, nodes=[p['name'] for p in self.job['pods']],
+                      **({'unanswered': unanswered} if unanswered else {}))
             record = read_job_record(root, job_id) or record
             if record.get('state') != 'running':
+                job_event(root, job_id, 'job_stopped', attempt=attempt, why='stopped by the user meanwhile')
                 return  # stopped by the user meanwhile
-            record['history'].append({'attempt': record.get('attempt', 0), 'failed_pod': pod, 'reason': reason,
+            record['history'].append({'attempt': attempt, 'failed_pod': pod, 'reason': reason, 'kind': kind,
                                       'at': time.time()})
-            attempt = record.get('attempt', 0)
-            if attempt < int(record.get('restarts', 0)):
+            action, rule = policy_action(self.job.get('failure_policy'), kind, culprit.get('exit_code'))
+            used, allowed = int(record.get('restarts_used', 0)), int(record.get('restarts', 0))
+            why = ''
+            if action == 'fail':
+                why = 'train.failure_policy[%d] fails the job on a %s failure' % (rule, kind)
+            elif action == 'restart' and used >= allowed:
+                why = 'train.restarts (%d) used up' % allowed if allowed else 'train.restarts is 0'
+            if not why:
                 attempt += 1
-                record.update(attempt=attempt, updated=time.time())
+                if action == 'restart':
+                    used += 1
+                record.update(attempt=attempt, restarts_used=used, updated=time.time())
                 write_job_record(root, job_id, record)
-                self.say('job %s: restart %d of %d (train.restarts) after pod %s %s'
-                         % (job_id, attempt, record['restarts'], pod, reason))
-                why, _ = wait_for_peers(self.job, int(self.job.get('peer_wait', 300)))
-                problem = start_all(self.job, job_id, attempt) if not why else \
-                    'pod %s: %s' % (sorted(why)[0], why[sorted(why)[0]])
+                counted = ('restart %d of %d (train.restarts)' % (used, allowed) if action == 'restart'
+                           else 'restart not counted (train.failure_policy[%d])' % rule)
+                self.say('job %s: %s, attempt %d, after pod %s %s' % (job_id, counted, attempt, pod, reason))
+                # a pod that did not answer may be on a lost node: the StatefulSet makes it again only once
+                # the pod is deleted, so the restart waits for it train.lost_pod_wait, not peer_wait
+                bound = int(self.job.get('lost_pod_wait', 120) if kind == 'unreachable' else self.job.get('peer_wait', 300))
+                why_peers, _ = wait_for_peers(self.job, bound)
+                problem = start_all(self.job, job_id, attempt) if not why_peers else \
+                    'pod %s: %s after %d s' % (sorted(why_peers)[0], why_peers[sorted(why_peers)[0]], bound)
                 if not problem:
+                    job_event(root, job_id, 'restart', attempt=attempt, nodes=[p['name'] for p in self.job['pods']],
+                              left_out=[], why='pod %s %s' % (pod, reason), counted=action == 'restart',
+                              restarts_used=used)
                     misses = {}
                     continue
-                pod, reason = problem.split(': ', 1)[0].replace('pod ', ''), 'restart failed: %s' % problem
+                failed_pod = problem.split(': ', 1)[0].replace('pod ', '')
+                lost = kind == 'unreachable' and failed_pod == pod
+                reason = 'restart failed: %s%s' % (problem, (
+                    '; pod %s is lost (its node may be down): the StatefulSet makes it again only once the pod '
+                    'is deleted (kubectl delete pod %s --force, once its node is known down)' % (pod, pod))
+                    if lost else '')
+                pod = failed_pod
+                job_event(root, job_id, 'restart_failed', attempt=attempt, nodes=[pod], why=reason)
                 stop_all(self.job, job_id, reason='stopped: restart failed')
+                why = reason
             record.update(state='failed', failed_pod=pod, reason=reason, updated=time.time())
             write_job_record(root, job_id, record)
+            job_event(root, job_id, 'gave_up', attempt=attempt, nodes=[pod], why=why)
             self.say('job %s failed: pod %s %s (attempt %d); nothing of it runs' % (job_id, pod, reason, attempt))
+            if unanswered:
+                self.fence(job_id, unanswered, attempt)
             return
 
+    def fence(self, job_id, pods, attempt, period=5.0, seconds=FENCE_SECONDS):
+        """The pods that did not answer the job's stop (lost with their node, or frozen) are asked again
+        every period seconds, for at most seconds: a pod that comes back stops its part at once, so ranks
+        of a failed job never run on beside the next one (event fenced, in the SSH supervisor's words)."""
+        def loop():
+            left, deadline = list(pods), time.time() + seconds
+            while left and time.time() < deadline:
+                time.sleep(period)
+                for pod in list(left):
+                    address = next(p['address'] for p in self.job['pods'] if p['name'] == pod)
+                    try:
+                        reply = request(address, int(self.job['agent_port']),
+                                        {'op': 'stop', 'job_id': job_id, 'reason': 'stopped: fenced (the job failed)'},
+                                        timeout=30.0)
+                    except (OSError, ValueError):
+                        continue
+                    left.remove(pod)
+                    job_event(self.state_root(), job_id, 'fenced', attempt=attempt, nodes=[pod],
+                              state=reply.get('state'), exit_code=reply.get('exit_code'))
+                    self.say('job %s: pod %s answers again; its part is stopped (%s)' % (job_id, pod, reply.get('state')))
+        thread = threading.Thread(target=loop, daemon=True)
+        thread.start()
+        return thread
+
     def allowed(self, peer):
-        """Only pod 0 (or this pod itself) may start or stop a job here."""
-        return peer in ('127.0.0.1', '::1') or peer in resolve(self.job['pods'][0]['address'])
+        """Only pod 0 (or this pod itself) may start or stop a job here. Pod 0's addresses are those last
+        resolved (watch_pod0 keeps them fresh in the background): a peer that is not among them has the name
+        resolved again before it is refused, so a slow DNS answer delays no request from pod 0."""
+        if peer in ('127.0.0.1', '::1') or peer in self.pod0:
+            return True
+        self.pod0 = set(resolve(self.job['pods'][0]['address']))
+        return peer in self.pod0
+
+    def watch_pod0(self, period=30.0):
+        """Resolve pod 0's name every period seconds, so that allowed() rarely has to."""
+        while True:
+            found = resolve(self.job['pods'][0]['address'])
+            if found:
+                self.pod0 = set(found)
+            time.sleep(period)
 
     def handle(self, conn, peer):
         try:
@@ -539,6 +754,7 @@ class Agent:
                                 '' if hello['home_writable'] else ' (not writable)'))
         self.recover()
         threading.Thread(target=self.reaper, daemon=True).start()
+        threading.Thread(target=self.watch_pod0, daemon=True).start()
         self.resume_supervision()
 
         def shutdown(signum, frame):
@@ -627,6 +843,8 @@ def wait_for_peers(job, seconds, clock=time.time, sleep=time.sleep):
             if not addresses:
                 why[pod['name']] = '%s does not resolve' % pod['address']
                 continue
+            with ADDRESSES_LOCK:
+                ADDRESSES[pod['address']] = addresses[0]
             try:
                 reply = request(pod['address'], port, {'op': 'hello'}, timeout=2.0)
             except (OSError, ValueError) as exc:
@@ -677,7 +895,7 @@ def summary(job, job_id, states, record=None):
     if record and record.get('state') == 'failed':
         state, failed_pod, reason = 'failed', record.get('failed_pod'), record.get('reason', '')
     elif record and record.get('state') == 'running' and (failed or any(s.get('state') == 'stopped' for s in states)):
-        state = 'restarting' if record.get('attempt', 0) < record.get('restarts', 0) else 'failing'
+        state = 'restarting' if record.get('restarts_used', record.get('attempt', 0)) < record.get('restarts', 0) else 'failing'
     elif failed:
         state = 'failed'
     elif all(s.get('state') == 'finished' for s in states):
@@ -692,6 +910,7 @@ def summary(job, job_id, states, record=None):
            'unreachable': unreachable, 'world_size': sum(p['slots'] for p in job['pods']), 'pods': states}
     if record:
         out.update(attempt=record.get('attempt', 0), restarts=record.get('restarts', 0),
+                   restarts_used=record.get('restarts_used', record.get('attempt', 0)),
                    history=record.get('history', []))
     return out
 
@@ -739,6 +958,11 @@ def launch(job, job_id, peer_wait, detach, timeout, poll=2.0):
                 print('k8s_pod: job %s not started: pod %s %s; nothing was started' % (job_id, pod['name'], verdict),
                       file=sys.stderr, flush=True)
                 return 6
+    for pod in job['pods']:
+        verdict = claim_verdict(job, pod['name'], hellos.get(pod['name'], {}))
+        if verdict:
+            print('k8s_pod: job %s not started: %s; nothing was started' % (job_id, verdict), file=sys.stderr, flush=True)
+            return 7
     problem = start_all(job, job_id)
     if problem:
         print('k8s_pod: job %s not started: %s; stopped on the others' % (job_id, problem), file=sys.stderr, flush=True)

@@ -38,6 +38,25 @@ def test_pods_have_service_dns_names_and_mixed_slots():
                           "it names a Service), got 'Trainer'"),
     ({'name': '2026-nlp'}, 'k.yml: name must be a DNS-1035 label'),
     ({'namespace': 'n' * 64}, 'k.yml: namespace must be at most 63 characters (a DNS-1123 label), got 64'),
+    ({'security': {'supplemental_groups': 5000}}, 'k.yml: security.supplemental_groups must be a list of group ids, '
+                                                  'got 5000 (int)'),
+    ({'security': {'supplemental_groups': [5000, 0]}}, 'k.yml: security.supplemental_groups[1] must be from 1 to'),
+    ({'train': {'command': ['/x.py'], 'failure_policy': {'on': 'exit'}}},
+     'k.yml: train.failure_policy must be a list of rules, got'),
+    ({'train': {'command': ['/x.py'], 'failure_policy': [{'on': ['oom'], 'action': 'fail'}]}},
+     "k.yml: train.failure_policy[0].on must be exit or signal or unreachable or restarted, got 'oom'"),
+    ({'train': {'command': ['/x.py'], 'failure_policy': [{'on': ['signal'], 'exit_codes': [9], 'action': 'fail'}]}},
+     'k.yml: train.failure_policy[0].exit_codes apply to exit failures only: set on: [exit]'),
+    ({'train': {'command': ['/x.py'], 'failure_policy': [{'on': ['exit'], 'action': 'retry'}]}},
+     "k.yml: train.failure_policy[0].action must be restart or restart_uncounted or fail, got 'retry'"),
+    ({'train': {'command': ['/x.py'], 'failure_policy': [{'on': ['exit']}]}},
+     'k.yml: train.failure_policy[0] needs on (exit, signal, unreachable, restarted) and action'),
+    ({'train': {'command': ['/x.py'], 'lost_pod_wait': 1}}, 'k.yml: train.lost_pod_wait must be from 5 to 86400, got 1'),
+    # one refusal gives the real bound of a name: 52, whether 64 or 60 characters were given
+    ({'name': 'a' * 64}, 'k.yml: name must be at most 52 characters (a DNS-1035 label; the StatefulSet labels its '
+                         'pods controller-revision-hash=<name>-<10-character hash>, and a label value is at most 63), '
+                         'got 64'),
+    ({'name': 'a' * 60}, 'k.yml: name must be at most 52 characters (a DNS-1035 label; the StatefulSet'),
     ({'namespace': 'ML-team'}, "k.yml: namespace must be a DNS-1123 label (lower case letters, digits and \"-\", a "
                                "letter or digit at both ends), got 'ML-team'"),
     ({'labels': {'team': 'NLP team!'}}, "k.yml: labels.team must be a label value: empty or at most 63 letters, digits, "
@@ -132,11 +151,28 @@ def test_what_the_api_server_accepts_is_accepted():
     assert kc.check(hca, 'k.yml')['network']['ib_gid_index'] == 3
 
 
+def test_the_failure_policy_is_read_in_order_with_its_defaults():
+    train = kc.check(with_(train={'command': ['/x.py'], 'restarts': 2, 'failure_policy': [
+        {'on': ['exit'], 'exit_codes': [3], 'action': 'fail'}, {'on': 'signal', 'action': 'restart_uncounted'}]}),
+        'k.yml')['train']
+    assert train['failure_policy'] == [{'on': ['exit'], 'exit_codes': [3], 'action': 'fail'},
+                                       {'on': ['signal'], 'exit_codes': [], 'action': 'restart_uncounted'}]
+    assert train['lost_pod_wait'] == 120
+    plain = kc.check(with_(), 'k.yml')['train']
+    assert plain['failure_policy'] == [] and plain['restarts'] == 0
+    # resume arguments need a restart: counted, or one the policy allows uncounted
+    kc.check(with_(train={'command': ['/x.py'], 'resume_args': ['--resume'],
+                          'failure_policy': [{'on': ['signal'], 'action': 'restart_uncounted'}]}), 'k.yml')
+
+
 def test_security_defaults_plain_kubernetes_and_openshift():
     plain = kc.check(with_(), 'k.yml')['security']
-    assert plain == {'run_as_user': 1000, 'run_as_group': 1000, 'fs_group': 1000, 'image_user': None}
+    assert plain == {'run_as_user': 1000, 'run_as_group': 1000, 'fs_group': 1000, 'image_user': None,
+                     'supplemental_groups': []}
     image = kc.check(with_(security={'run_as_user': 'image', 'image_user': '1001:1001'}), 'k.yml')['security']
-    assert image == {'run_as_user': None, 'run_as_group': 1001, 'fs_group': 1001, 'image_user': '1001:1001'}
-    ocp = kc.check(with_(openshift=True), 'k.yml')['security']
-    assert ocp == {'run_as_user': None, 'run_as_group': None, 'fs_group': None, 'image_user': None}
+    assert image == {'run_as_user': None, 'run_as_group': 1001, 'fs_group': 1001, 'image_user': '1001:1001',
+                     'supplemental_groups': []}
+    ocp = kc.check(with_(openshift=True, security={'supplemental_groups': [5000]}), 'k.yml')['security']
+    assert ocp == {'run_as_user': None, 'run_as_group': None, 'fs_group': None, 'image_user': None,
+                   'supplemental_groups': [5000]}
     assert kc.check(with_(resources={'qos': 'BestEffort'}), 'k.yml')['resources'] == {'qos': 'BestEffort'}

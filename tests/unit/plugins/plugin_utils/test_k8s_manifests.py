@@ -2,9 +2,9 @@ import copy
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils.nccl_env import nccl_environment
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import render as kr
 
 RDMA = {'mode': 'rdma', 'rdma_resource': 'rdma/rdma_shared_device_a', 'ib_hca': ['mlx5_0', 'mlx5_1'],
         'attachment': 'rdma-net', 'attachment_config': {'cniVersion': '0.3.1', 'type': 'host-device', 'device': 'ib0'}}
@@ -20,10 +20,7 @@ def cluster(network='tcp', storage='rwx', openshift=False, **extra):
 
 
 def render(c):
-    env = nccl_environment(c['network']['mode'], c['network']['socket_ifname'], ib_hca=c['network'].get('ib_hca', ''),
-                           ib_gid_index=c['network']['ib_gid_index'], master_addr=kc.pod_dns(c, 0),
-                           master_port=c['train']['master_port'])
-    return km.render(c, env, '# entrypoint\n')
+    return km.render(c, kr.environment(c), '# entrypoint\n')
 
 
 def kinds(objs):
@@ -179,3 +176,16 @@ def test_a_pod_the_kubelet_would_refuse_is_named():
     def burstable(o):
         sts_of(o)['spec']['template']['spec']['containers'][0]['resources']['requests']['memory'] = '1Gi'
     assert any('not Guaranteed QoS' in p for p in broken(burstable))
+
+
+def test_the_claims_group_reaches_the_pods_and_the_agent_knows_what_to_check():
+    # NFS and CephFS ignore fsGroup on ReadWriteMany volumes: the group that owns the export is given
+    # to the pods as a supplemental group, and the agent checks it can write the claim before a start
+    c = cluster(security={'supplemental_groups': [5000]})
+    pod = sts_of(render(c))['spec']['template']['spec']
+    assert pod['securityContext']['supplementalGroups'] == [5000] and pod['securityContext']['fsGroup'] == 1000
+    job = km.job_settings(c)
+    assert (job['mount_path'], job['claim'], job['fs_group'], job['supplemental_groups']) == (
+        '/shared', 'trainer-data', 1000, [5000])
+    assert 'supplementalGroups' not in sts_of(render(cluster()))['spec']['template']['spec']['securityContext']
+    assert km.job_settings(cluster(storage='per-pod'))['claim'] == '<per-pod volume>'

@@ -5,24 +5,21 @@ import sys
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils.nccl_env import nccl_environment
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import render as kr
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
 EXAMPLE = os.path.join(ROOT, 'inventories', 'example-k8s', 'k8s-cluster.yml')
+EXAMPLE_TCP = os.path.join(ROOT, 'inventories', 'example-k8s', 'k8s-cluster-tcp.yml')
 SCHEMAS = os.path.join(ROOT, 'roles', 'k8s', 'files', 'schemas')
 pytest.importorskip('kubernetes_validate')
 
 
-def example():
-    c = kr.load_cluster_file(EXAMPLE)
-    env = nccl_environment(c['network']['mode'], c['network']['socket_ifname'], ib_hca=c['network']['ib_hca'],
-                           ib_gid_index=c['network']['ib_gid_index'], master_addr=kc.pod_dns(c, 0),
-                           master_port=c['train']['master_port'])
-    objs = km.render(c, env, kr.read_text(os.path.join(kr.role_files(), kc.ENTRYPOINT), 'entrypoint'),
-                     kr.config_files(c, EXAMPLE))
+def example(path=EXAMPLE):
+    c = kr.load_cluster_file(path)
+    objs = km.render(c, kr.environment(c), kr.read_text(os.path.join(kr.role_files(), kc.ENTRYPOINT), 'entrypoint'),
+                     kr.config_files(c, path))
     # the objects present applies, then what the administrator applies (the RDMA SCC and its grant)
     return c, objs + km.admin_objects(c)
 
@@ -32,6 +29,22 @@ def test_the_example_passes_both_versions_and_the_shipped_schemas():
     report = kr.check_objects(objs, c, kr.DEFAULT_VERSIONS, SCHEMAS)
     assert report == {'kubernetes_versions': ['1.30.0', '1.34.0'], 'objects': 9,
                       'crd_schemas': ['securitycontextconstraints-security.openshift.io-v1.json']}
+
+
+def test_the_plain_kubernetes_example_is_tcp_with_no_admin_step():
+    c, objs = example(EXAMPLE_TCP)
+    report = kr.check_objects(objs, c, kr.DEFAULT_VERSIONS, SCHEMAS)
+    assert report['kubernetes_versions'] == ['1.30.0', '1.34.0'] and report['crd_schemas'] == []
+    assert km.admin_objects(c) == []
+    kinds = sorted(o['kind'] for o in objs)
+    assert 'SecurityContextConstraints' not in kinds and 'NetworkAttachmentDefinition' not in kinds
+    pod = next(o for o in objs if o['kind'] == 'StatefulSet')['spec']['template']['spec']
+    container = pod['containers'][0]
+    env = {e['name']: e.get('value') for e in container.get('env', [])}
+    assert env['NCCL_IB_DISABLE'] == '1' and env['NCCL_SOCKET_IFNAME'] == env['GLOO_SOCKET_IFNAME'] == 'eth0'
+    assert pod['securityContext']['runAsUser'] == 1000 and pod['securityContext']['runAsNonRoot'] is True
+    assert container['resources']['limits']['nvidia.com/gpu'] == '4'
+    assert 'annotations' not in pod and 'k8s.v1.cni.cncf.io/networks' not in str(objs)
 
 
 CLUSTER_FILES = sorted(glob.glob(os.path.join(ROOT, 'inventories', '*', 'k8s-cluster*.yml'))
@@ -131,3 +144,29 @@ def test_a_missing_cluster_file_and_bad_yaml_name_the_file(tmp_path):
     bad.write_text('name: [a\n')
     with pytest.raises(kr.RenderError, match=r'k.yml: line \d+ is not valid YAML'):
         kr.load_cluster_file(str(bad))
+
+
+def _checked(path):
+    c, objs = example(path)
+    admin = km.admin_objects(c)
+    pods = kc.pods(c)
+    return {'cluster': c, 'manifests': [o for o in objs if o not in admin], 'admin_manifests': admin, 'pods': pods,
+            'world_size': sum(p['slots'] for p in pods),
+            'validated': kr.check_objects(objs, c, kr.DEFAULT_VERSIONS, SCHEMAS)}
+
+
+def test_a_dry_run_without_an_api_server_names_what_it_would_apply_and_the_administrators_step():
+    lines = kr.dry_run_lines(_checked(EXAMPLE), 'Task failed: Module failed: Could not create API client: '
+                             'Invalid kube-config file. No configuration found.', 'm/admin/')
+    assert lines[0] == ('dry run of trainer: no API server answered (Could not create API client: Invalid '
+                        'kube-config file. No configuration found.); nothing was applied')
+    assert lines[1].startswith('rendered and validated 9 object(s) against Kubernetes 1.30.0, 1.34.0 and '
+                               'securitycontextconstraints')
+    assert lines[3:9] == ['  ServiceAccount/trainer', '  NetworkPolicy/trainer-peers', '  ConfigMap/trainer-config',
+                          '  PersistentVolumeClaim/trainer-data', '  Service/trainer', '  StatefulSet/trainer']
+    assert lines[9] == 'pods: trainer-0 (8), trainer-1 (8), trainer-2 (4) (world size 20)'
+    assert lines[10] == ('a cluster administrator applies m/admin/ first (once): SecurityContextConstraints/'
+                         'ml-team-trainer-rdma, Role/trainer-scc, RoleBinding/trainer-scc')
+    tcp = kr.dry_run_lines(_checked(EXAMPLE_TCP), '', 'm/admin/')
+    assert tcp[0] == 'dry run of tiny: no API server answered (no answer); nothing was applied'
+    assert tcp[-1] == 'no administrator step: nothing outside the namespace is needed'

@@ -32,6 +32,7 @@ def job(tmp_path, monkeypatch):
                       'slots': 2 if i == 0 else 1} for i in range(3)]}
     (tmp_path / 'job.json').write_text(json.dumps(data))
     monkeypatch.setattr(k8s_pod, 'STATE_ROOT', str(tmp_path / 'jobs'))
+    monkeypatch.setattr(k8s_pod, 'ADDRESSES', {})
     return data
 
 
@@ -255,6 +256,104 @@ def test_restarts_start_the_whole_job_again_with_the_resume_arguments(job, monke
             sock.close()
 
 
+def with_settings(job, tmp_path, **settings):
+    data = json.loads((tmp_path / 'job.json').read_text())
+    data.update(settings)
+    (tmp_path / 'job.json').write_text(json.dumps(data))
+    job.update(settings)
+
+
+def kinds_of(job_id):
+    return [(e['event'], e.get('attempt')) for e in k8s_pod.read_job_events(k8s_pod.STATE_ROOT, job_id)]
+
+
+def test_the_failure_policy_fails_the_job_at_once_on_a_failure_it_names(job, monkeypatch, tmp_path):
+    # exit 3 is the script's own "bad configuration": restarting would fail again; restarts are for the rest
+    with_settings(job, tmp_path, restarts=2, peer_wait=5,
+                  failure_policy=[{'on': ['exit'], 'exit_codes': [3], 'action': 'fail'}])
+    agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sh', '-c', 'sleep 1; exit 3']
+                                      if rank == 1 else ['sleep', '60'])
+    try:
+        assert k8s_pod.start_all(job, 'j1') == ''
+        assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
+        rec = wait_record(job, 'j1', ('failed',))
+        assert (rec['state'], rec['failed_pod'], rec['attempt'], rec['restarts_used']) == ('failed', 'trainer-1', 0, 0)
+        assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('stopped', 0), ('gave_up', 0)]
+        gave_up = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[-1]
+        assert gave_up['why'] == 'train.failure_policy[0] fails the job on a exit failure'
+        assert k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[1]['seen'] == 'exit'
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_an_uncounted_restart_does_not_use_train_restarts_and_the_attempt_reaches_the_ranks(job, monkeypatch, tmp_path):
+    # a rank killed by a signal (a preempted node's OOM killer, a SIGKILL) restarts without using the one
+    # counted restart; the parts of the next attempt see GPUCLUSTER_ATTEMPT 2, as on the SSH path
+    with_settings(job, tmp_path, restarts=0, peer_wait=5,
+                  failure_policy=[{'on': ['signal'], 'exit_codes': [], 'action': 'restart_uncounted'}])
+    seen = []
+
+    def commands(rank, attempt):
+        seen.append((rank, attempt))
+        if attempt == 0:
+            return ['sh', '-c', 'sleep 1; kill -9 $$'] if rank == 2 else ['sleep', '60']
+        return ['sh', '-c', 'echo attempt=$GPUCLUSTER_ATTEMPT; sleep 0.5']
+    agents, socks = cluster_of_agents(job, monkeypatch, commands)
+    try:
+        assert k8s_pod.start_all(job, 'j1') == ''
+        assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
+        rec = wait_record(job, 'j1', ('finished', 'failed'), seconds=30)
+        assert (rec['state'], rec['attempt'], rec['restarts_used']) == ('finished', 1, 0)
+        assert rec['history'][0]['kind'] == 'signal'
+        assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('stopped', 0), ('restart', 1), ('done', 1)]
+        restart = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[3]
+        assert restart['counted'] is False and restart['nodes'] == ['trainer-0', 'trainer-1', 'trainer-2']
+        time.sleep(0.5)
+        assert k8s_pod.all_status(job, 'j1')[1]['tail'][-1] == 'attempt=2'
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_a_pod_lost_with_its_node_ends_the_job_after_lost_pod_wait_naming_it(job, monkeypatch, tmp_path):
+    # trainer-2 stops answering (its node is gone, its ranks frozen with it): the restart waits
+    # train.lost_pod_wait, not peer_wait (a StatefulSet pod on a lost node is not made again until someone
+    # deletes it), then names it; when the pod answers again, its part of the failed job is stopped
+    with_settings(job, tmp_path, restarts=1, peer_wait=300, lost_pod_wait=5)
+    agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sleep', '60'])
+    monkeypatch.setattr(k8s_pod, 'UNREACHABLE_POLLS', 2)
+    lost = job['pods'][2]['address']
+    try:
+        assert k8s_pod.start_all(job, 'j1') == ''
+        real = k8s_pod.request                              # from now on its agent answers no more
+        state = {'lost': True}
+
+        def request(addr, port, msg, timeout=5):
+            if addr == lost and state['lost']:
+                raise ConnectionRefusedError(111, 'Connection refused')
+            return real(addr, port, msg, timeout)
+        monkeypatch.setattr(k8s_pod, 'request', request)
+        start = time.time()
+        agents[0].supervise('j1', poll=0.2)
+        rec = wait_record(job, 'j1', ('failed',), seconds=30)
+        assert time.time() - start < 20
+        assert rec['failed_pod'] == 'trainer-2' and 'after 5 s; pod trainer-2 is lost (its node may be down)' in rec['reason']
+        assert [e for e, _ in kinds_of('j1')] == ['supervising', 'fault', 'stopped', 'restart_failed', 'gave_up']
+        assert k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[2]['unanswered'] == ['trainer-2']
+        assert k8s_pod.group_alive(agents[2].jobs['j1']['pid'])     # still running where nobody could stop it
+        state['lost'] = False                                       # the node is back
+        deadline = time.time() + 15
+        while time.time() < deadline and 'fenced' not in [e for e, _ in kinds_of('j1')]:
+            time.sleep(0.2)
+        fenced = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[-1]
+        assert (fenced['event'], fenced['nodes'], fenced['state']) == ('fenced', ['trainer-2'], 'stopped')
+        assert not k8s_pod.group_alive(agents[2].jobs['j1']['pid'])
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 KILLED = 'exit 247 (a rank was killed by SIGKILL: an out-of-memory kill does this)'
 
 
@@ -302,6 +401,41 @@ def test_launch_refuses_an_rdma_job_where_a_pod_cannot_register_memory(job, monk
     assert err.endswith('; nothing was started\n') and started == []
 
 
+def test_a_pod_reports_whether_it_can_write_the_claim(job, tmp_path):
+    claim = tmp_path / 'claim'
+    claim.mkdir()
+    job['mount_path'] = str(claim)
+    hello = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO()).hello()
+    assert hello['claim']['writable'] is True and list(claim.iterdir()) == []   # the check leaves nothing
+    # a directory this process cannot make a file in (as root too: sysfs refuses new files)
+    target = str(claim) if os.getuid() != 0 else '/sys'
+    if os.getuid() != 0:
+        claim.chmod(0o555)
+    refused = k8s_pod.Agent(dict(job, mount_path=target), 'trainer-1', out=io.StringIO()).hello()['claim']
+    assert refused['writable'] is False and refused['why'] == 'Permission denied' and refused['path'] == target
+    assert k8s_pod.claim_check(str(tmp_path / 'missing'))['why'] == 'No such file or directory'
+
+
+def test_launch_refuses_a_job_whose_pods_cannot_write_the_claim_naming_uid_and_what_to_set(job, monkeypatch, capsys):
+    job.update(claim='trainer-data', fs_group=1000)
+    ok = {'uid': 1000, 'gid': 1000, 'groups': [1000], 'claim': {'writable': True}}
+    nfs = {'uid': 1000, 'gid': 1000, 'groups': [1000],
+           'claim': {'writable': False, 'path': '/shared', 'gid': 5000, 'owner': 'owner 0:5000, mode 0775',
+                     'why': 'Permission denied'}}
+    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s: ({}, {'trainer-0': ok, 'trainer-1': nfs,
+                                                                      'trainer-2': ok}))
+    started = []
+    monkeypatch.setattr(k8s_pod, 'request', lambda *a, **k: started.append(a))
+    assert k8s_pod.launch(job, 'j1', 20, detach=True, timeout=0) == 7
+    err = capsys.readouterr().err
+    assert err == ('k8s_pod: job j1 not started: pod trainer-1 (uid 1000, gid 1000, groups 1000) cannot write the '
+                   'claim trainer-data at /shared (owner 0:5000, mode 0775: Permission denied); fsGroup 1000 was not '
+                   'applied to it (NFS, CephFS and most ReadWriteMany drivers ignore fsGroup): set '
+                   'security.supplemental_groups: [5000] (the group that owns it) in the cluster file, or have an '
+                   'administrator make its root writable by uid 1000 once; nothing was started\n')
+    assert started == []
+
+
 @pytest.mark.parametrize('states,state,failed', [
     (['finished', 'finished', 'finished'], 'finished', None),
     (['running', 'failed', 'running'], 'failed', 'trainer-1'),
@@ -320,3 +454,86 @@ def test_the_launcher_line_is_deepspeed_without_ssh_with_the_node_rank(job):
     assert agent.command('j', 2) == ['deepspeed', '--no_ssh', '--hostfile', os.path.join(job['config_dir'], 'hostfile'),
                                      '--node_rank', '2', '--master_addr', 'trainer-0.trainer.ns.svc.cluster.local',
                                      '--master_port', '29500', 'train.py']
+
+
+def slow_after_first(answer, seconds=6.0):
+    """A resolver whose first answer is at once and every later one takes longer than IO_TIMEOUT (the 5 s
+    DNS stall of a conntrack race); it counts its lookups."""
+    calls = []
+
+    def resolve(name):
+        calls.append(name)
+        if len(calls) > 1:
+            time.sleep(seconds)
+        return list(answer(name))
+    return resolve, calls
+
+
+def test_a_slow_dns_answer_delays_no_request_to_a_pod(job, monkeypatch):
+    # pod 0 resolves each pod's name once (wait_for_peers, or the first request) and keeps the address:
+    # the later requests of a launch (start, supervise, status, stop) do not wait on DNS
+    resolve, calls = slow_after_first(lambda name: ['127.0.0.1'])
+    monkeypatch.setattr(k8s_pod, 'resolve', resolve)
+    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    sock = serve(agent)
+    try:
+        name = job['pods'][1]['address']
+        began = time.time()
+        for _ in range(3):
+            assert k8s_pod.request(name, job['agent_port'], {'op': 'hello'}, timeout=k8s_pod.IO_TIMEOUT)['pod'] == 'trainer-1'
+        assert time.time() - began < 2 and calls == [name]
+    finally:
+        sock.close()
+
+
+def test_a_pod_that_came_back_elsewhere_is_resolved_again_once(job, monkeypatch):
+    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['127.0.0.1'])
+    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    sock = serve(agent)
+    name = job['pods'][1]['address']
+    k8s_pod.ADDRESSES[name] = '127.0.0.2'   # where the pod was: nothing listens there now
+    try:
+        assert k8s_pod.request(name, job['agent_port'], {'op': 'hello'})['pod'] == 'trainer-1'
+        assert k8s_pod.ADDRESSES[name] == '127.0.0.1'
+        # a pod that answers nowhere still fails the request (127.0.0.2 and .3: nothing listens there)
+        k8s_pod.ADDRESSES[name] = '127.0.0.2'
+        monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['127.0.0.3'])
+        with pytest.raises(OSError):
+            k8s_pod.request(name, job['agent_port'], {'op': 'hello'}, timeout=1)
+    finally:
+        sock.close()
+
+
+def test_the_agent_knows_pod_0_without_a_lookup_per_request_and_still_refuses_others(job, monkeypatch):
+    resolve, calls = slow_after_first(lambda name: ['10.0.0.5'])
+    monkeypatch.setattr(k8s_pod, 'resolve', resolve)
+    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    assert agent.allowed('10.0.0.5')
+    began = time.time()
+    assert all(agent.allowed('10.0.0.5') for _ in range(5)) and time.time() - began < 1 and len(calls) == 1
+    # a peer that is not pod 0 is refused after one more lookup (pod 0 may have come back elsewhere)
+    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['10.0.0.6'])
+    assert not agent.allowed('10.0.0.9') and agent.allowed('10.0.0.6') and not agent.allowed('10.0.0.5')
+
+
+@pytest.mark.parametrize('state,kind', [
+    ({'state': 'failed', 'exit_code': 7, 'reason': 'exit 7'}, 'exit'),
+    ({'state': 'failed', 'exit_code': 247, 'reason': KILLED}, 'signal'),
+    ({'state': 'failed', 'exit_code': -9, 'reason': 'killed by SIGKILL (an out-of-memory kill does this)'}, 'signal'),
+    ({'state': 'unreachable', 'reason': 'unreachable (timed out)'}, 'unreachable'),
+    ({'state': 'failed', 'reason': 'restarted: the container ended while its part ran'}, 'restarted'),
+    ({'state': 'absent', 'reason': 'has no part of the job (its container started again without its state?)'},
+     'restarted'),
+])
+def test_each_failure_has_a_kind_the_cluster_file_knows(state, kind):
+    from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
+    assert k8s_pod.failure_kind(state) == kind and kind in kc.FAILURE_KINDS
+
+
+def test_the_first_matching_rule_decides_and_no_rule_restarts():
+    policy = [{'on': ['exit'], 'exit_codes': [3, 4], 'action': 'fail'}, {'on': ['exit', 'signal'], 'action': 'restart_uncounted'}]
+    assert k8s_pod.policy_action(policy, 'exit', 3) == ('fail', 0)
+    assert k8s_pod.policy_action(policy, 'exit', 1) == ('restart_uncounted', 1)
+    assert k8s_pod.policy_action(policy, 'signal', -9) == ('restart_uncounted', 1)
+    assert k8s_pod.policy_action(policy, 'unreachable') == ('restart', None)
+    assert k8s_pod.policy_action([], 'exit', 1) == ('restart', None)

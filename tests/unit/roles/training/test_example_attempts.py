@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-FILES = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'training', 'files')
+FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'training', 'files')
 sys.path.insert(0, FILES)
 
 import gpucluster_progress as gp  # noqa: E402

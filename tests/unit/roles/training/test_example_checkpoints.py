@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-FILES = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'training', 'files')
+FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'training', 'files')
 sys.path.insert(0, FILES)
 
 import gpucluster_progress as gp  # noqa: E402

@@ -13,7 +13,7 @@ from ansible_collections.gpucluster.multinode.plugins.filter.training import tra
 from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import (
     training_progress_view, training_read_errors, training_unknown_result)
 
-FILES = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'training', 'files')
+FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'training', 'files')
 sys.path.insert(0, FILES)
 
 import gpucluster_supervise as sv  # noqa: E402

@@ -11,7 +11,7 @@ import os
 import sys
 import time
 
-FILES = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'training', 'files')
+FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'training', 'files')
 sys.path.insert(0, FILES)
 
 import gpucluster_supervise as sv  # noqa: E402
@@ -524,7 +524,7 @@ def test_a_stall_stop_names_the_collective_and_the_rank_the_flight_recorder_dump
     """The supervisor reads the dumps with the flight_recorder of the collection it runs (its own copy under
     collections_dir), for the attempt it follows; no dump, no explanation (never an error)."""
     import pickle
-    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..'))
+    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
     collections = tmp_path / 'collections' / 'ansible_collections' / 'gpucluster'
     collections.mkdir(parents=True)
     (collections / 'multinode').symlink_to(repo)

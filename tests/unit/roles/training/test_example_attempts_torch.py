@@ -21,7 +21,7 @@ dist = pytest.importorskip('torch.distributed')
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip('torch without gloo', allow_module_level=True)
 
-FILES = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'training', 'files')
+FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'training', 'files')
 sys.path.insert(0, FILES)
 
 import gpucluster_progress as gp  # noqa: E402

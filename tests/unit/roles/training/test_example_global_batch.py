@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), '..', '..', 'roles', 'training', 'files', 'train_tiny.py')
+EXAMPLE = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'training', 'files', 'train_tiny.py')
 
 
 def _batch_split():
