@@ -10,6 +10,7 @@ import re
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory_contract as contract
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory
@@ -156,6 +157,17 @@ def preflight_step_lines(lines, host, step, role):
 #   <var> | default(<true|false>) | bool       and       <var> | default('<text>') ==|!= '<text>'
 _WHEN_BOOL = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\((true|false|True|False)\)\s*\|\s*bool\s*$")
 _WHEN_EQ = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\|\s*default\('([^']*)'\)\s*(==|!=)\s*'([^']*)'\s*$")
+# and a cluster-wide value read as the roles read it (the inventory's cluster_<name>, else the collection's
+# default): lookup('gpucluster.multinode.cluster_value', '<name>') | bool   and   ... ==|!= '<text>'
+_LOOKUP = r"lookup\(\s*'gpucluster\.multinode\.cluster_value'\s*,\s*'([a-z0-9_]+)'\s*\)"
+_WHEN_VALUE_BOOL = re.compile(r"^\s*%s\s*\|\s*bool\s*$" % _LOOKUP)
+_WHEN_VALUE_EQ = re.compile(r"^\s*%s\s*(==|!=)\s*'([^']*)'\s*$" % _LOOKUP)
+
+
+def _cluster_value(name, variables, play):
+    if name not in cluster_defaults.DEFAULTS:
+        raise AnsibleFilterError("site_steps: play '%s' reads a cluster-wide value with no default: %s" % (play, name))
+    return variables.get('cluster_' + name, cluster_defaults.DEFAULTS[name])
 
 
 def _step_enabled(when, variables, play):
@@ -169,8 +181,16 @@ def _step_enabled(when, variables, play):
     if found:
         equal = str(variables.get(found.group(1), found.group(2))) == found.group(4)
         return equal if found.group(3) == '==' else not equal
+    found = _WHEN_VALUE_BOOL.match(str(when))
+    if found:
+        return boolean(_cluster_value(found.group(1), variables, play), strict=False)
+    found = _WHEN_VALUE_EQ.match(str(when))
+    if found:
+        equal = str(_cluster_value(found.group(1), variables, play)) == found.group(3)
+        return equal if found.group(2) == '==' else not equal
     raise AnsibleFilterError("site_steps: play '%s' has a role condition the preflight cannot read: %s "
-                             "(use '<var> | default(true) | bool' or \"<var> | default('x') == 'y'\" (or !=))" % (play, when))
+                             "(use '<var> | default(true) | bool', \"<var> | default('x') == 'y'\" (or !=), or "
+                             "lookup('gpucluster.multinode.cluster_value', '<name>') with | bool or == 'y'" % (play, when))
 
 
 def site_steps(plays, variables=None):
