@@ -80,6 +80,7 @@ class LookupModule(LookupBase):
             variables = hostvars[host]
         if kwargs:
             raise AnsibleLookupError('cluster_value: unknown option(s) %s' % ', '.join(sorted(kwargs)))
+
         def value(term, unset=_UNSET):
             if term not in DEFAULTS and term not in _DERIVED:
                 raise AnsibleLookupError('cluster_value: no cluster-wide value named %r (there are %s)'

@@ -25,8 +25,8 @@ def _spec(role):
 def _names(cell, spec=()):
     """The variables a table's first cell lists: `a`, `a` / `b`, `a`, `b`, and shorthands after a
     first name: `health_disk_free_warn_pct` / `_fail_pct`, `training_container_gpus` / `_extra_args` (the
-    first name with its last words replaced, or followed by the shorthand: `training_flight_dump` / `_timeout`; of the readings, the one the spec knows, else the
-    closest)."""
+    first name with its last words replaced, or followed by the shorthand: `training_flight_dump` /
+    `_timeout`; of the readings, the one the spec knows, else the closest)."""
     names = []
     for word in re.findall(r'`([a-z0-9_]+)`', cell):
         if word.startswith('_') and names:
@@ -60,8 +60,8 @@ def variable_tables(text, spec=()):
 
 
 def test_the_names_of_a_shorthand_row_are_read_whole():
-    assert _names(' `health_disk_free_warn_pct` / `_fail_pct` ') == ['health_disk_free_warn_pct',
-                                                                    'health_disk_free_warn_fail_pct']
+    assert _names(' `health_disk_free_warn_pct` / `_fail_pct` ') == [
+        'health_disk_free_warn_pct', 'health_disk_free_warn_fail_pct']
     assert _names(' `health_disk_free_warn_pct` / `_fail_pct` ', {'health_disk_free_fail_pct'}) == [
         'health_disk_free_warn_pct', 'health_disk_free_fail_pct']
     assert _names('`t_c_gpus` / `_memlock` / `_extra_args`', {'t_c_memlock', 't_c_extra_args'}) == [

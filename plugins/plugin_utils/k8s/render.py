@@ -280,8 +280,8 @@ def dry_run_lines(checked, api_error, admin_dir):
                  ' and %s' % ', '.join(report['crd_schemas']) if report.get('crd_schemas') else ''),
              'would apply, in this order, in namespace %s:' % cluster['namespace']]
     lines += ['  %s/%s' % (o['kind'], o['metadata']['name']) for o in checked['manifests']]
-    lines.append('pods: %s (world size %d)' % (', '.join('%s (%d)' % (p['name'], p['slots'])
-                                                          for p in checked['pods']), checked['world_size']))
+    pods = ', '.join('%s (%d)' % (p['name'], p['slots']) for p in checked['pods'])
+    lines.append('pods: %s (world size %d)' % (pods, checked['world_size']))
     admin = checked.get('admin_manifests') or []
     if admin:
         lines.append('a cluster administrator applies %s first (once): %s' % (
