@@ -165,9 +165,10 @@ _WHEN_VALUE_EQ = re.compile(r"^\s*%s\s*(==|!=)\s*'([^']*)'\s*$" % _LOOKUP)
 
 
 def _cluster_value(name, variables, play):
-    if name not in cluster_defaults.DEFAULTS:
-        raise AnsibleFilterError("site_steps: play '%s' reads a cluster-wide value with no default: %s" % (play, name))
-    return variables.get('cluster_' + name, cluster_defaults.DEFAULTS[name])
+    try:
+        return cluster_defaults.cluster_value(name, lambda var: variables.get(var, cluster_defaults.UNSET))
+    except KeyError as exc:
+        raise AnsibleFilterError("site_steps: play '%s' reads %s" % (play, exc.args[0])) from exc
 
 
 def _step_enabled(when, variables, play):

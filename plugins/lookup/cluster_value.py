@@ -60,17 +60,13 @@ _raw:
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils.cluster_defaults import DEFAULTS
-
-_UNSET = object()
-# Defaults that derive from another cluster-wide value.
-_DERIVED = {'container_mounts': lambda value: [value('shared_dir')]}
+from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         variables = variables or {}
-        unset = kwargs.pop('unset', _UNSET)
+        unset = kwargs.pop('unset', cluster_defaults.UNSET)
         empty_is_unset = bool(kwargs.pop('empty_is_unset', False))
         host = kwargs.pop('host', '')
         if host:
@@ -81,17 +77,11 @@ class LookupModule(LookupBase):
         if kwargs:
             raise AnsibleLookupError('cluster_value: unknown option(s) %s' % ', '.join(sorted(kwargs)))
 
-        def value(term, unset=_UNSET):
-            if term not in DEFAULTS and term not in _DERIVED:
-                raise AnsibleLookupError('cluster_value: no cluster-wide value named %r (there are %s)'
-                                         % (term, ', '.join(sorted(list(DEFAULTS) + list(_DERIVED)))))
-            found = variables.get('cluster_' + term, _UNSET)
-            if found is not _UNSET:
-                found = self._templar.template(found)
-            if found is _UNSET or found is None or (empty_is_unset and found in ('', [], {})):
-                if unset is not _UNSET:
-                    return unset
-                return _DERIVED[term](value) if term in _DERIVED else DEFAULTS[term]
-            return found
+        def read(name):
+            found = variables.get(name, cluster_defaults.UNSET)
+            return found if found is cluster_defaults.UNSET else self._templar.template(found)
 
-        return [value(term, unset) for term in terms]
+        try:
+            return [cluster_defaults.cluster_value(term, read, unset, empty_is_unset) for term in terms]
+        except KeyError as exc:
+            raise AnsibleLookupError('cluster_value: %s' % exc.args[0]) from exc

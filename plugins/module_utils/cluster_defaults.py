@@ -95,6 +95,23 @@ DEFAULTS = {
     # The cluster's name in reports (cluster_name).
     'name': '',
 }
+# Defaults that derive from another cluster-wide value.
+DERIVED = {'container_mounts': lambda value: [value('shared_dir')]}
+UNSET = object()
+
+
+def cluster_value(name, read, unset=UNSET, empty_is_unset=False):
+    """The cluster-wide value <name>: read('cluster_<name>') where it is set (not UNSET, not None, and not
+    empty with empty_is_unset), else unset where given, else the collection's default (a derived one read the
+    same way). The one rule of the cluster_value lookup and of the preflight's reading of site.yml."""
+    if name not in DEFAULTS and name not in DERIVED:
+        raise KeyError('no cluster-wide value named %r (there are %s)' % (name, ', '.join(sorted(list(DEFAULTS) + list(DERIVED)))))
+    found = read('cluster_' + name)
+    if found is UNSET or found is None or (empty_is_unset and found in ('', [], {})):
+        if unset is not UNSET:
+            return unset
+        return DERIVED[name](lambda other: cluster_value(other, read)) if name in DERIVED else DEFAULTS[name]
+    return found
 
 
 def port_range(first, count):
