@@ -71,7 +71,6 @@ def job_settings(cluster):
         'mount_path': cluster['storage']['mount_path'],
         'claim': claim_name(cluster) if cluster['storage']['mode'] == 'rwx' else '<per-pod volume>',
         'fs_group': cluster['security'].get('fs_group'),
-        'supplemental_groups': list(cluster['security'].get('supplemental_groups') or []),
     }
 
 
