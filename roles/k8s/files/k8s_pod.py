@@ -78,6 +78,13 @@ def _is_address(host):
         return False
 
 
+def remember(name, addresses):
+    """Keep the first of the addresses a pod's name resolved to (none: nothing kept)."""
+    if addresses:
+        with ADDRESSES_LOCK:
+            ADDRESSES[name] = addresses[0]
+
+
 def address_of(name, fresh=False):
     """The address to connect to for a pod's name: the one cached, else resolved now (and kept); the name
     itself when it does not resolve (the connection then fails, naming it)."""
@@ -87,11 +94,8 @@ def address_of(name, fresh=False):
         if not fresh and name in ADDRESSES:
             return ADDRESSES[name]
     found = resolve(name)
-    if not found:
-        return name
-    with ADDRESSES_LOCK:
-        ADDRESSES[name] = found[0]
-    return found[0]
+    remember(name, found)
+    return found[0] if found else name
 
 
 def _exchange(address, port, message, timeout):
@@ -843,8 +847,7 @@ def wait_for_peers(job, seconds, clock=time.time, sleep=time.sleep):
             if not addresses:
                 why[pod['name']] = '%s does not resolve' % pod['address']
                 continue
-            with ADDRESSES_LOCK:
-                ADDRESSES[pod['address']] = addresses[0]
+            remember(pod['address'], addresses)
             try:
                 reply = request(pod['address'], port, {'op': 'hello'}, timeout=2.0)
             except (OSError, ValueError) as exc:
