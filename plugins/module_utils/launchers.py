@@ -302,6 +302,10 @@ class Slurm(Launcher):
             # scontrol is on the hosts, not in the image: the batch script writes every NodeAddr first
             addr_file = os.path.join(j.job_dir, 'node_addrs')
             prefix = cn.slurm_sealed_prefix(j.container, j.job_dir) + cn.slurm_node_prefix(addr_file) + prefix
+        if j.p.get('slurm_requeue'):
+            # a requeued job's ranks are of attempt SLURM_RESTART_COUNT + 1 (after the env files, which name the
+            # attempt the job was started as: Slurm may requeue it on its own too)
+            prefix = prefix + 'export GPUCLUSTER_ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} + 1 )); '
         launch = tr.slurm_launch_line('torchrun', j.bin, {n['name']: n['slots'] for n in j.nodes}, j.job_id,
                                       j.p['script'], j.p['script_args'], log_dir=j.rank_log_dir,
                                       node_prefix=prefix)
@@ -309,18 +313,55 @@ class Slurm(Launcher):
             launch = (cn.slurm_node_addr_lines(os.path.join(j.job_dir, 'hostfile'), addr_file)
                       + cn.slurm_container_line(j.container, j.job_id, launch, env_files=j.p['env_files'],
                                                 gpus_per_node=j.p['slurm_gpus_per_node'], workdir=j.job_dir))
-        return tr.sbatch_script(j.job_id, len(j.nodes), j.p['slurm_gpus_per_node'], j.p['slurm_time'], j.log_dir,
-                                os.path.join(j.job_dir, 'hostfile'), j.p['master_port'], launch,
-                                partition=j.p['slurm_partition'], cpus_per_task=j.p['slurm_cpus_per_task'],
-                                env_file=j.env_file)
+        if j.p.get('slurm_requeue'):
+            return launch, tr.sbatch_script(
+                j.job_id, len(j.nodes), j.p['slurm_gpus_per_node'], j.p['slurm_time'], j.log_dir,
+                os.path.join(j.job_dir, 'hostfile'), j.p['master_port'], '', partition=j.p['slurm_partition'],
+                cpus_per_task=j.p['slurm_cpus_per_task'], env_file=j.env_file, requeue_launch_file=self.launch_file())
+        return None, tr.sbatch_script(j.job_id, len(j.nodes), j.p['slurm_gpus_per_node'], j.p['slurm_time'],
+                                      j.log_dir, os.path.join(j.job_dir, 'hostfile'), j.p['master_port'], launch,
+                                      partition=j.p['slurm_partition'], cpus_per_task=j.p['slurm_cpus_per_task'],
+                                      env_file=j.env_file)
+
+    def launch_file(self):
+        """Where a requeueable job's batch script reads its launch line at each run."""
+        return os.path.join(self.job.job_dir, 'job.launch')
 
     def files(self):
         j = self.job
-        return {j.sbatch: (self.script(), 0o700)} if j.is_head else {}
+        if not j.is_head:
+            return {}
+        launch, script = self.script()
+        out = {j.sbatch: (script, 0o700)}
+        if launch is not None:
+            out[self.launch_file()] = (launch + '\n', 0o700)
+        return out
 
     def slurm_id(self):
         text = pr.tail(os.path.join(self.job.state_dir, 'slurm_job_id'), 1)
         return text[0].strip() if text else None
+
+    def slurm_attempt(self):
+        """The attempt the Slurm job runs now: written when a requeued job is released (its restart count + 1),
+        or the newest attempt whose output exists (Slurm requeues a job on its own too); 1 when neither."""
+        text = pr.tail(os.path.join(self.job.state_dir, 'slurm_attempt'), 1)
+        attempt = int(text[0].strip()) if text and text[0].strip().isdigit() else 1
+        sid = self.slurm_id()
+        prefix = '%s-%s.attempt' % (self.job.job_id, sid)
+        try:
+            names = os.listdir(self.job.log_dir)
+        except OSError:
+            names = []
+        for name in names:
+            middle = name[len(prefix):-len('.out')] if name.startswith(prefix) and name.endswith('.out') else ''
+            if middle.isdigit():
+                attempt = max(attempt, int(middle))
+        return attempt
+
+    def slurm_record(self, sid):
+        """The job's `scontrol show job` record ({} when Slurm no longer knows it)."""
+        rc, out, _ = self.job.runner.run(['scontrol', 'show', 'job', '--oneliner', sid])
+        return slurm.parse_oneline(out) if rc == 0 and out.strip() else {}
 
     def watch_log(self):
         sid = self.slurm_id()
@@ -333,7 +374,9 @@ class Slurm(Launcher):
         return list(found.values())
 
     def slurm_log(self, sid):
-        return os.path.join(self.job.log_dir, '%s-%s.out' % (self.job.job_id, sid))
+        """The batch output of the attempt the job runs now (a requeued job's attempts each have their own)."""
+        attempt = self.slurm_attempt() if sid == self.slurm_id() else 1
+        return tr.slurm_attempt_log(self.job.log_dir, self.job.job_id, sid, attempt)
 
     def slurm_status(self, sid):
         """{state, exit_code}: squeue while queued or running, then scontrol (finished jobs stay known
@@ -753,10 +796,18 @@ class Job:
     def start_slurm(self):
         if not self.is_head:
             return self.result(changed=False, command='', started=False, msg='Slurm starts the ranks of %s' % self.me)
+        sid = self.launcher.slurm_id() if self.p.get('slurm_requeue') else None
+        record = self.launcher.slurm_record(sid) if sid else {}
+        if record and slurm.is_held(record):
+            return self.release_slurm(sid, record)
         command = 'sbatch --parsable %s' % self.sbatch
         if self.runner.check_mode:
             return self.result(changed=True, command=command, started=False)
         self.prepare()
+        try:
+            os.unlink(os.path.join(self.state_dir, 'slurm_attempt'))
+        except OSError:
+            pass
         rc, out, err = self.runner.run(['sbatch', '--parsable', self.sbatch], cwd=self.job_dir)
         if rc != 0:
             self.fail('sbatch refused job %s: %s' % (self.job_id, (err or out).strip()))
@@ -764,6 +815,29 @@ class Job:
         write_file(os.path.join(self.state_dir, 'slurm_job_id'), sid + '\n', 0o600)
         return self.result(changed=True, command=command, started=True, slurm_job_id=sid,
                            log=self.launcher.slurm_log(sid))
+
+    def release_slurm(self, sid, record):
+        """Start again the Slurm job this job's stop requeued and held (slurm_hold): the same job id and
+        place in the queue, on this run's nodes (ReqNodeList, NumNodes), the nodes it ran on before and runs
+        on no more excluded (ExcNodeList); its batch script reads the launch line and environment written now."""
+        names = [n['name'] for n in self.nodes]
+        before = list(read_layout(self.layout_file))
+        excluded = [n for n in (slurm.hostlist(record.get('ExcNodeList')) + before) if n not in names]
+        excluded = sorted(set(excluded), key=excluded.index)
+        update = slurm.requeue_update(sid, names, excluded)
+        attempt = slurm.restarts(record) + 1
+        command = '%s; scontrol release %s' % (tr.join(update), sid)
+        if self.runner.check_mode:
+            return self.result(changed=True, command=command, started=False, slurm_job_id=sid)
+        self.prepare()
+        write_file(os.path.join(self.state_dir, 'slurm_attempt'), '%d\n' % attempt, 0o600)
+        for argv in (update, ['scontrol', 'release', sid]):
+            rc, out, err = self.runner.run(argv, cwd=self.job_dir)
+            if rc != 0:
+                self.fail('%s refused the requeued Slurm job %s (job %s): %s'
+                          % (tr.join(argv), sid, self.job_id, (err or out).strip()), slurm_job_id=sid)
+        return self.result(changed=True, command=command, started=True, slurm_job_id=sid, requeued=True,
+                           slurm_attempt=attempt, excluded=excluded, log=self.launcher.slurm_log(sid))
 
     # ----- watch, status, stop -----------------------------------------------------------------
     def exit_codes(self):
@@ -898,7 +972,7 @@ class Job:
         out['flight_attempt'] = attempt
         return out
 
-    def stop(self, sleep=time.sleep, clock=time.time, flight_dump=False, flight_dump_timeout=20):
+    def stop(self, sleep=time.sleep, clock=time.time, flight_dump=False, flight_dump_timeout=20, slurm_hold=False):
         # the hang explained before the stop: the ranks' dumps of the collectives they are in, asked first
         dumped = {}
         if flight_dump and not self.runner.check_mode:
@@ -911,7 +985,11 @@ class Job:
                                stopped_pids=[p['pid'] for p in procs], removed_containers=[c['name'] for c in boxes])
         if boxes:
             self.remove_containers(boxes)
-        if sid:
+        held = None
+        if sid and slurm_hold:
+            # requeued and held (the job keeps its id and place in the queue): a restart releases it
+            held = self.hold_slurm(sid, sleep)
+        elif sid:
             rc, out, err = self.runner.run(['scancel', sid])
             if rc != 0:
                 self.fail('scancel %s (job %s) failed: %s' % (sid, self.job_id, (err or out).strip()))
@@ -932,6 +1010,32 @@ class Job:
                       % (self.me, len(outcome['left']), self.job_id, ', '.join(str(p['pid']) for p in outcome['left']),
                          '; the kernel refused to signal %s' % refused if refused else ' (they survived SIGKILL for %d s)' % pr.KILL_WAIT_SECONDS),
                       stopped_pids=outcome['signalled'], refused=outcome['refused'], **dumped)
+        if held is not None:
+            dumped = dict(dumped, slurm_job_id=sid, slurm_held=held)
         return self.result(changed=bool(outcome['signalled']) or bool(sid) or bool(boxes), running=False,
                            stopped_pids=outcome['signalled'], refused=outcome['refused'],
                            removed_containers=[c['name'] for c in boxes], **dumped)
+
+    def hold_slurm(self, sid, sleep):
+        """scontrol requeuehold: the Slurm job's tasks end and it waits, held, under the same id (a running or
+        an ended job Slurm still knows); True once it is pending and held. A job Slurm cannot requeue (submitted
+        without --requeue, or forgotten) is cancelled instead: False."""
+        record = self.launcher.slurm_record(sid)
+        if record and slurm.is_held(record):
+            return True
+        rc, out, err = self.runner.run(['scontrol', 'requeuehold', sid])
+        if rc != 0:
+            rc2, out2, err2 = self.runner.run(['scancel', sid])
+            if rc2 != 0 and self.launcher.slurm_status(sid)['state'] in slurm.ACTIVE_STATES:
+                self.fail('scontrol requeuehold %s (job %s) failed: %s; scancel failed too: %s'
+                          % (sid, self.job_id, (err or out).strip(), (err2 or out2).strip()))
+            return False
+        deadline = time.time() + self.p['stop_timeout'] + 30
+        while time.time() < deadline:
+            record = self.launcher.slurm_record(sid)
+            if record and slurm.is_held(record):
+                return True
+            sleep(1)
+        self.fail('Slurm job %s (job %s) was requeued but is not pending and held after %d s (state %s)'
+                  % (sid, self.job_id, self.p['stop_timeout'] + 30, (record or {}).get('JobState', 'unknown')),
+                  slurm_job_id=sid)

@@ -78,6 +78,67 @@ def srun_failures(text):
     return out
 
 
+# ---------------------------------------------------------------- a requeued job (supervision)
+# Reasons a pending job shows once held: scontrol requeuehold (its own text, spaces or underscores), a
+# user's hold, an administrator's.
+HELD_REASONS = ('job requeued in held state', 'job_requeued_in_held_state', 'JobHeldUser', 'JobHeldAdmin')
+
+
+def is_held(record):
+    """A pending job that waits, held, for a release (`scontrol show job -o` record)."""
+    state = (record.get('JobState') or '').split()[0] if record.get('JobState') else ''
+    return state == 'PENDING' and (record.get('Reason') or '').strip() in HELD_REASONS
+
+
+def restarts(record):
+    """How many times Slurm requeued the job (Restarts=); 0 when absent."""
+    value = str(record.get('Restarts') or '0').strip()
+    return int(value) if value.isdigit() else 0
+
+
+_RANGE_RE = re.compile(r'^(?P<prefix>[^\[\]]*)\[(?P<ranges>[^\]]+)\](?P<suffix>.*)$')
+
+
+def hostlist(text):
+    """Node names of a Slurm host list (`node[01-03,7],gpu-a`); [] for empty, '(null)' or 'None'."""
+    text = (text or '').strip()
+    if text in ('', '(null)', 'None'):
+        return []
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += char == '['
+        depth -= char == ']'
+        if char == ',' and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    out = []
+    for part in (p.strip() for p in parts if p.strip()):
+        match = _RANGE_RE.match(part)
+        if not match:
+            out.append(part)
+            continue
+        for item in match.group('ranges').split(','):
+            low, _, high = item.partition('-')
+            if not high:
+                out.append(match.group('prefix') + low + match.group('suffix'))
+                continue
+            for number in range(int(low), int(high) + 1):
+                out.append('%s%0*d%s' % (match.group('prefix'), len(low), number, match.group('suffix')))
+    return out
+
+
+def requeue_update(slurm_id, nodes, excluded):
+    """The scontrol update that puts a held, requeued job on nodes (in full: NumNodes and ReqNodeList),
+    with excluded kept out of it (ExcNodeList; a node cannot be both)."""
+    argv = ['scontrol', 'update', 'JobId=%s' % slurm_id, 'NumNodes=%d' % len(nodes),
+            'ReqNodeList=%s' % ','.join(nodes)]
+    excluded = [n for n in excluded if n not in nodes]
+    if excluded:
+        argv.append('ExcNodeList=%s' % ','.join(excluded))
+    return argv
+
+
 # ---------------------------------------------------------------- draining nodes (health playbook)
 
 _REASON_STAMP = re.compile(r'\s*\[[^\]@]*@[^\]]*\]\s*$')

@@ -151,12 +151,12 @@ SBATCH_TEMPLATE = """#!/bin/bash
 #SBATCH --ntasks-per-node=1
 {gpus_line}#SBATCH --cpus-per-task={cpus}
 #SBATCH --time={time}
-{partition_line}#SBATCH --output={log_dir}/%x-%j.out
+{partition_line}{requeue_line}#SBATCH --output={log_dir}/%x-%j.out
 #SBATCH --error={log_dir}/%x-%j.out
 set -euo pipefail
 export {job_env}={job_id}
 {exports}
-# A node's address as slurm.conf gives it (NodeAddr): names need not resolve between nodes.
+{attempt_lines}# A node's address as slurm.conf gives it (NodeAddr): names need not resolve between nodes.
 node_addr() {{ scontrol show node "$1" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p'; }}
 export -f node_addr
 # Nodes of this allocation, in order: the hostfile and the master (the first) come from Slurm.
@@ -225,16 +225,41 @@ def env_file_text(env):
     return ''.join('export %s=%s\n' % (k, q(v)) for k, v in sorted(check_env(env).items()))
 
 
+# A requeued job (scontrol requeue/requeuehold, SLURM_RESTART_COUNT 1, 2, ...) runs the script Slurm
+# stored at submission again: its attempt is SLURM_RESTART_COUNT + 1, its output goes to a file of that
+# attempt's own (Slurm appends a requeued job's output to the first file), and the launch line is read from
+# the job directory at run time, so that a restart runs with what the restart wrote (resume, nodes).
+REQUEUE_ATTEMPT_LINES = """export GPUCLUSTER_ATTEMPT=$(( ${{SLURM_RESTART_COUNT:-0}} + 1 ))
+if [ "$GPUCLUSTER_ATTEMPT" -gt 1 ]; then exec >>{attempt_log} 2>&1; fi
+"""
+
+
+def slurm_attempt_log(log_dir, name, slurm_id, attempt):
+    """The batch output of one attempt of a Slurm job: Slurm's own file for the first, then one per requeue."""
+    base = '%s/%s-%s' % (str(log_dir).rstrip('/'), name, slurm_id)
+    return base + ('.out' if int(attempt) <= 1 else '.attempt%d.out' % int(attempt))
+
+
 def sbatch_script(job_id, nodes, gpus_per_node, time_limit, log_dir, hostfile, master_port, launch_line,
-                  partition=None, cpus_per_task=1, env_file=None, name=None):
+                  partition=None, cpus_per_task=1, env_file=None, name=None, requeue_launch_file=None):
     """The sbatch script: allocation, hostfile from scontrol, master address, then the launch line.
-    The job's environment is sourced from env_file (mode 0600) so no value lands in the script."""
+    The job's environment is sourced from env_file (mode 0600) so no value lands in the script.
+
+    requeue_launch_file: the job may be requeued (#SBATCH --requeue); each run sources its launch line from
+    this file (written beside, launch_line is then not in the script) as attempt SLURM_RESTART_COUNT + 1."""
     check_slurm_settings(time_limit, partition)
     exports = ('set -a; . %s; set +a' % q(env_file)) if env_file else ''
+    attempt_lines = ''
+    if requeue_launch_file:
+        log = (q('%s/%s-' % (str(log_dir).rstrip('/'), name or job_id)) + '"$SLURM_JOB_ID"' + '.attempt'
+               + '"$GPUCLUSTER_ATTEMPT"' + '.out')
+        attempt_lines = REQUEUE_ATTEMPT_LINES.format(attempt_log=log)
+        launch_line = '. %s' % q(requeue_launch_file)
     return SBATCH_TEMPLATE.format(
         name=name or job_id, nodes=int(nodes), cpus=int(cpus_per_task), time=time_limit, log_dir=log_dir,
         gpus_line='#SBATCH --gpus-per-node=%d\n' % gpus_per_node if gpus_per_node else '',
         partition_line='#SBATCH --partition=%s\n' % partition if partition else '',
+        requeue_line='#SBATCH --requeue\n' if requeue_launch_file else '', attempt_lines=attempt_lines,
         job_env=JOB_ENV, job_id=q(job_id), exports=exports, hostfile=q(hostfile),
         master_port=int(master_port), launch=launch_line)
 

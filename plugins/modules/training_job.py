@@ -119,6 +119,24 @@ options:
     description: CPUs per node asked from Slurm.
     type: int
     default: 1
+  slurm_requeue:
+    description:
+      - The Slurm job may be requeued (C(#SBATCH --requeue)); its batch script reads the launch line from
+        C(<job_dir>/job.launch) at each run, exports C(GPUCLUSTER_ATTEMPT) as C(SLURM_RESTART_COUNT + 1) and
+        writes each attempt's output to its own file (C(<job>-<slurm id>.attempt<N>.out)).
+      - With O(state=started), a job whose recorded Slurm job is pending and held (a stop with O(slurm_hold))
+        is not submitted again. C(scontrol update) puts it on O(nodes) (C(NumNodes), C(ReqNodeList)) and keeps
+        the nodes it ran on before and runs on no more out (C(ExcNodeList)), then C(scontrol release)
+        starts it under the same Slurm job id.
+    type: bool
+    default: false
+  slurm_hold:
+    description:
+      - With O(state=stopped), requeue the Slurm job and hold it (C(scontrol requeuehold)) instead of
+        cancelling it, so that a start with O(slurm_requeue) releases it under the same id. A job Slurm cannot
+        requeue is cancelled.
+    type: bool
+    default: false
   owner:
     description:
       - Account whose processes are the job's (status, stop); default the account the module runs as.
@@ -460,6 +478,24 @@ slurm_job_id:
   description: Slurm's id of the submitted job.
   returned: launcher is slurm and state is started or status
   type: str
+requeued:
+  description: The Slurm job held by a stop with O(slurm_hold) was released under its id, not submitted again.
+  returned: launcher is slurm, state is started and a held job was released
+  type: bool
+slurm_attempt:
+  description: The attempt the released Slurm job runs (its C(Restarts) + 1, C(SLURM_RESTART_COUNT) + 1 inside).
+  returned: launcher is slurm, state is started and a held job was released
+  type: int
+excluded:
+  description: Nodes the released Slurm job is kept off (C(ExcNodeList)).
+  returned: launcher is slurm, state is started and a held job was released
+  type: list
+  elements: str
+slurm_held:
+  description: With O(slurm_hold), true when the Slurm job waits requeued and held, false when Slurm could not
+    requeue it and it was cancelled.
+  returned: launcher is slurm, state is stopped, slurm_hold is true and a Slurm job was recorded
+  type: bool
 slurm_state:
   description: Slurm's state of the job (squeue while queued or running, then scontrol show job, then sacct).
   returned: launcher is slurm and state is status
@@ -509,6 +545,8 @@ def main():
             slurm_time=dict(type='str', default='01:00:00'),
             slurm_gpus_per_node=dict(type='int', default=0),
             slurm_cpus_per_task=dict(type='int', default=1),
+            slurm_requeue=dict(type='bool', default=False),
+            slurm_hold=dict(type='bool', default=False),
             ssh_check=dict(type='bool', default=True),
             owner=dict(type='str'),
             watch_timeout=dict(type='int', default=900),
@@ -555,7 +593,8 @@ def main():
                 job.fail('node %s: flight_dump_timeout must be 0 to 600 seconds, got %d'
                          % (job.me, module.params['flight_dump_timeout']))
             result = job.stop(flight_dump=module.params['flight_dump'],
-                              flight_dump_timeout=module.params['flight_dump_timeout'])
+                              flight_dump_timeout=module.params['flight_dump_timeout'],
+                              slurm_hold=module.params['slurm_hold'])
     except launchers.JobError as exc:
         module.fail_json(msg=exc.msg, **exc.result)
     module.exit_json(**result)

@@ -45,9 +45,9 @@ PAYLOAD_MAX = {
     'ray_node': (3, 1400),
     'ray_preflight': (3, 1100),
     'ray_status': (1, 400),
-    'slurm_drain': (1, 200),
+    'slurm_drain': (1, 240),  # slurm.py also reads a requeued, held job (the supervised Slurm path)
     'smoke': (5, 1100),
-    'training_job': (11, 4200),  # rank_errors: the tracebacks of the status read
+    'training_job': (11, 4400),  # rank_errors: the tracebacks of the status read; slurm requeue and release
     'training_progress': (7, 2550),  # rank_errors: the logs' tracebacks; flight_recorder: the stall verdict, the dump request
     'training_report': (7, 2500),
 }

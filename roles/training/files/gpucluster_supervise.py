@@ -34,7 +34,14 @@ settings.json: job_id, job_dir, state_dir, unit, nodes, hosts (node: inventory h
 address for the direct probe; else its host), restarts, min_nodes, seconds, interval, action_timeout,
 read_timeout (300), blind_reads (3), attempt (1), ssh_port (22), checkpoint_dir, ansible_playbook, ansible
 (default: the ansible beside ansible_playbook), inventory, train_playbook, health_playbook, vars_file,
-health_report_dir, metrics_dir (''), training_user (--probe, when vars.json names none), environment.
+health_report_dir, metrics_dir (''), training_user (--probe, when vars.json names none), environment,
+launcher ('').
+
+With the slurm launcher the job heals the way Slurm does: the stop requeues and holds the Slurm job
+(training_slurm_hold: scontrol requeuehold), the health run drains the nodes that fail it (health_slurm_drain,
+reason 'gpucluster-health: <checks>'), and the restart releases the same Slurm job id on the nodes the plan
+keeps (the left-out excluded; the ranks see SLURM_RESTART_COUNT + 1 as their attempt); when it gives up, the
+held job is cancelled.
 
 Every read and action is a run of the collection's own playbooks (train.yml status/stopped/started,
 health.yml quick tier), the same reads `status` and `watch` make. A node a read could not reach (and no
@@ -744,6 +751,7 @@ class Supervisor:
         self.fence_next = 0.0
         self.metrics_failed = False
         self.started = time.time()
+        self.slurm = settings.get('launcher') == 'slurm'
 
     def event(self, kind, **fields):
         """An event of the attempt in progress (fields may name another attempt)."""
@@ -1000,8 +1008,10 @@ class Supervisor:
             os.unlink(os.path.join(report_dir, 'latest-quick.json'))
         except OSError:
             pass
-        rc = self.playbook(self.s['health_playbook'], {'health_tier': 'quick', 'health_report_dir': report_dir},
-                           limit=nodes)
+        extra = {'health_tier': 'quick', 'health_report_dir': report_dir}
+        if self.slurm:  # a node that fails is drained in Slurm, with the checks it failed as the reason
+            extra['health_slurm_drain'] = True
+        rc = self.playbook(self.s['health_playbook'], extra, limit=nodes)
         try:
             with open(os.path.join(report_dir, 'latest-quick.json')) as handle:
                 return json.load(handle), rc
@@ -1131,7 +1141,8 @@ class Supervisor:
         self.heartbeat('stopping')
         stalled = act['seen'] == 'stalled'
         # a stall: the ranks are asked for their NCCL flight recorder's dump before anything is signalled
-        rc = self.train('stopped', **({'training_flight_dump': True} if stalled else {}))
+        rc = self.train('stopped', **dict({'training_flight_dump': True} if stalled else {},
+                                          **({'training_slurm_hold': True} if self.slurm else {})))
         why = ('every rank, container and launcher stopped' if rc == 0 else
                'stop ended with rc %d (a node that does not answer keeps its frozen ranks)' % rc)
         hang = self.hang_verdict() if stalled else None
@@ -1156,6 +1167,10 @@ class Supervisor:
         plan = plan_restart(self.state, obs, act['nodes'], bad, ckpt, self.s)
         if plan['action'] == 'give_up':
             self.event('gave_up', why=plan['why'], step=obs['step'])
+            if self.slurm:  # the Slurm job waits requeued and held: nothing will release it now
+                rc = self.train('stopped')
+                self.event('job_stopped', why='the held Slurm job cancelled' if rc == 0 else
+                           'cancelling the held Slurm job ended with rc %d (scancel it by hand)' % rc)
             return False
         self.state['failures'].append({'resume_step': plan['resume_step'], 'step': obs['step']})
         self.state['restarts'] += 1

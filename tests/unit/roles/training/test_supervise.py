@@ -705,3 +705,31 @@ def test_the_program_holds_the_lock_in_its_state_dir_and_a_stop_ends_its_run_and
     assert events[1]['why'].startswith('the supervisor was stopped (signal 15)')
     assert os.listdir(str(tmp_path / 'metrics')) == [] and (state / 'supervisor.prom').exists()
     assert sv.report(str(state))[0] == 'nobody supervises this job (no supervisor holds %s/lock)' % state
+
+
+# ----- Slurm: requeued and held, drained, released under the same id ---------------------------------
+def test_a_slurm_job_is_held_by_the_stop_its_failing_node_drained_and_released_by_the_restart(tmp_path):
+    statuses = [_failed('w2', 23), {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy('w2')], launcher='slurm')
+    assert rc == 0 and [c[0] for c in calls] == ['status', 'stopped', 'health', 'started', 'status', 'report']
+    stop, health, start = [x for x in _extras(tmp_path) if x.get('training_state') in ('stopped', 'started')
+                           or 'health_tier' in x]
+    assert stop['training_slurm_hold'] is True                     # requeuehold, not scancel
+    assert health['health_slurm_drain'] is True                     # the node that fails its check is drained
+    assert calls[3][1] == 'head,w1' and start['training_attempt'] == 2  # released on the kept nodes
+
+
+def test_a_slurm_job_given_up_has_its_held_job_cancelled(tmp_path):
+    statuses = [_failed('w1', 23), _failed('w1', 26)]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy(), _healthy()], restarts=1, launcher='slurm')
+    assert rc == 1
+    stops = [x for x in _extras(tmp_path) if x.get('training_state') == 'stopped']
+    assert [x.get('training_slurm_hold') for x in stops] == [True, True, None]   # the last: scancel of the held job
+    assert [e['event'] for e in events][-2:] == ['gave_up', 'job_stopped']
+    assert events[-1]['why'] == 'the held Slurm job cancelled'
+
+
+def test_other_launchers_neither_hold_nor_drain(tmp_path):
+    statuses = [_failed('w1', 23), {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    _supervise(tmp_path, statuses, [_healthy()], launcher='torchrun')
+    assert not [x for x in _extras(tmp_path) if 'training_slurm_hold' in x or 'health_slurm_drain' in x]
