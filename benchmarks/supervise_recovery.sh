@@ -2,7 +2,9 @@
 # Seconds from a fault to the supervised job's next step, and steps lost against the checkpoint
 # interval: a supervised DeepSpeed job (train_tiny.py, --save-every SAVE_EVERY) whose rank on WORKER
 # is killed ROUNDS times, once per job; each round reads the job's events on the supervisor host (the head).
-#   benchmarks/supervise_recovery.sh     # INV=lab/inventory WORKER=<a worker> ROUNDS=3 SAVE_EVERY=5
+# FAULT=freeze freezes WORKER's container instead (podman pause, a lab node on this machine: the node
+# stops answering, as a hung kernel would), and unfreezes it once the job trains again.
+#   benchmarks/supervise_recovery.sh     # INV=lab/inventory WORKER=<a worker> ROUNDS=3 SAVE_EVERY=5 FAULT=kill
 # On a cluster site.yml set up (its supervisor step prepares the head); more -e options in EXTRA.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +17,13 @@ export ANSIBLE_DEPRECATION_WARNINGS=false
 ROUNDS=${ROUNDS:-3}
 SAVE_EVERY=${SAVE_EVERY:-5}
 WORKER=${WORKER:?name the worker whose rank is killed (WORKER=...)}
+FAULT=${FAULT:-kill}
+case "$FAULT" in
+  kill) ;;
+  freeze) CONTAINER=${CONTAINER:-$(podman ps --format '{{.Names}}' | grep -- "-$WORKER\$" | head -1)}
+          [ -n "$CONTAINER" ] || { echo "no container of $WORKER on this machine (CONTAINER=...)" >&2; exit 2; } ;;
+  *) echo "FAULT must be kill or freeze, got $FAULT" >&2; exit 2 ;;
+esac
 HEAD=$(ansible-inventory -i "$INV" --graph head | sed -n 's/.*--//p' | head -1)
 read -r -a extra <<< "${EXTRA:-}"
 # a command's output on one node, its lines as they are (the first line of ansible's answer is the host's)
@@ -41,11 +50,12 @@ for round in $(seq 1 "$ROUNDS"); do
   rank=$(on "$HEAD" "grep -l host=$WORKER $JOBS_DIR/$job/progress/ -r" | head -1)
   pid=$(on "$HEAD" "head -1 $rank" | sed -n 's/.* pid=\([0-9]*\).*/\1/p')
   fault=$(date +%s.%N)
-  on "$WORKER" "kill -9 $pid" >/dev/null
+  if [ "$FAULT" = freeze ]; then podman pause "$CONTAINER" >/dev/null; else on "$WORKER" "kill -9 $pid" >/dev/null; fi
   for _ in $(seq 1 300); do
     events_of "$job" | grep -q '"event": "\(training\|gave_up\)"' && break
     sleep 2
   done
+  [ "$FAULT" = freeze ] && podman unpause "$CONTAINER" >/dev/null
   events=$(events_of "$job")
   read -r seen secs steps < <(EVENTS=$events python3 - "$fault" <<'PY'
 import json, os, sys
@@ -58,7 +68,7 @@ print('%.1f %.1f %s' % ((fault[0]['time'] - t0) if fault else -1, (again[0]['tim
                         restart[0]['lost_steps'] if restart else -1))
 PY
 )
-  echo "round $round: fault seen ${seen} s and training again ${secs} s after the kill, ${steps} step(s) lost (checkpoint every $SAVE_EVERY)"
+  echo "round $round ($FAULT $WORKER): fault seen ${seen} s and training again ${secs} s after it, ${steps} step(s) lost (checkpoint every $SAVE_EVERY)"
   to_seen+=("$seen"); to_step+=("$secs"); lost+=("$steps")
   ansible-playbook playbooks/train.yml -i "$INV" -e training_state=stopped -e training_job_id="$job" >/dev/null || true
 done
