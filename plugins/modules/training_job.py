@@ -125,7 +125,8 @@ options:
         C(<job_dir>/job.launch) at each run, exports C(GPUCLUSTER_ATTEMPT) as C(SLURM_RESTART_COUNT + 1) and
         writes each attempt's output to its own file (C(<job>-<slurm id>.attempt<N>.out)).
       - With O(state=started), a job whose recorded Slurm job is pending and held (a stop with O(slurm_hold))
-        is not submitted again. C(scontrol update) puts it on O(nodes) (C(NumNodes), C(ReqNodeList)) and keeps
+        is not submitted again. C(scontrol update) puts it on O(nodes) (C(NumNodes), C(ReqNodeList)), makes it
+        eligible at once (C(StartTime=now); Slurm holds a requeued job about two minutes otherwise) and keeps
         the nodes it ran on before and runs on no more out (C(ExcNodeList)), then C(scontrol release)
         starts it under the same Slurm job id.
     type: bool

@@ -111,7 +111,8 @@ def test_the_restart_releases_the_same_job_on_the_kept_nodes_with_the_left_out_e
     out = job(lab, 'slurm', runner=runner, slurm_partition='cpu', slurm_requeue=True, nodes=kept,
               script_args=['--steps', '5', '--resume', '/ckpt']).start()
     assert not [c for c in runner.calls if c[0] == 'sbatch']
-    assert ['scontrol', 'update', 'JobId=42', 'NumNodes=3', 'ReqNodeList=alpha,bravo-2,delta',
+    # StartTime=now: without it Slurm holds a requeued job about two minutes before it may run again
+    assert ['scontrol', 'update', 'JobId=42', 'NumNodes=3', 'ReqNodeList=alpha,bravo-2,delta', 'StartTime=now',
             'ExcNodeList=charlie'] in runner.calls
     assert runner.calls[-1] == ['scontrol', 'release', '42']
     assert out['requeued'] is True and out['slurm_attempt'] == 2 and out['excluded'] == ['charlie']
