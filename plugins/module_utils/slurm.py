@@ -132,8 +132,10 @@ def requeue_update(slurm_id, nodes, excluded):
     """The scontrol update that puts a held, requeued job on nodes (in full: NumNodes and ReqNodeList),
     with excluded kept out of it (ExcNodeList; a node cannot be both), eligible at once (StartTime=now: Slurm
     makes a requeued job wait about two minutes before it may start again, 121 s on the lab's Slurm 22.05)."""
-    argv = ['scontrol', 'update', 'JobId=%s' % slurm_id, 'NumNodes=%d' % len(nodes),
-            'ReqNodeList=%s' % ','.join(nodes), 'StartTime=now']
+    # NumNodes as min-max (a min alone leaves the max the job was submitted with), NumTasks with it (one task,
+    # a torchrun agent, per node: the count sbatch derived at submission would not fit fewer nodes)
+    argv = ['scontrol', 'update', 'JobId=%s' % slurm_id, 'NumNodes=%d-%d' % (len(nodes), len(nodes)),
+            'NumTasks=%d' % len(nodes), 'ReqNodeList=%s' % ','.join(nodes), 'StartTime=now']
     excluded = [n for n in excluded if n not in nodes]
     if excluded:
         argv.append('ExcNodeList=%s' % ','.join(excluded))

@@ -227,7 +227,7 @@ def env_file_text(env):
 
 # A requeued job (scontrol requeue/requeuehold, SLURM_RESTART_COUNT 1, 2, ...) runs the script Slurm
 # stored at submission again: its attempt is SLURM_RESTART_COUNT + 1, its output goes to a file of that
-# attempt's own (Slurm appends a requeued job's output to the first file), and the launch line is read from
+# attempt's own (the first attempt's, Slurm's file, kept by --open-mode=append), and the launch line is read from
 # the job directory at run time, so that a restart runs with what the restart wrote (resume, nodes).
 REQUEUE_ATTEMPT_LINES = """export GPUCLUSTER_ATTEMPT=$(( ${{SLURM_RESTART_COUNT:-0}} + 1 ))
 if [ "$GPUCLUSTER_ATTEMPT" -gt 1 ]; then exec >>{attempt_log} 2>&1; fi
@@ -259,7 +259,9 @@ def sbatch_script(job_id, nodes, gpus_per_node, time_limit, log_dir, hostfile, m
         name=name or job_id, nodes=int(nodes), cpus=int(cpus_per_task), time=time_limit, log_dir=log_dir,
         gpus_line='#SBATCH --gpus-per-node=%d\n' % gpus_per_node if gpus_per_node else '',
         partition_line='#SBATCH --partition=%s\n' % partition if partition else '',
-        requeue_line='#SBATCH --requeue\n' if requeue_launch_file else '', attempt_lines=attempt_lines,
+        # --open-mode=append: a requeued run would truncate the first attempt's output otherwise
+        requeue_line='#SBATCH --requeue\n#SBATCH --open-mode=append\n' if requeue_launch_file else '',
+        attempt_lines=attempt_lines,
         job_env=JOB_ENV, job_id=q(job_id), exports=exports, hostfile=q(hostfile),
         master_port=int(master_port), launch=launch_line)
 
@@ -289,7 +291,10 @@ def slurm_launch_line(launcher, bin_dir, nproc_per_node, job_id, script, script_
         pick = ''
         line = line.replace(q('__NPROC__'), str(int(nproc_per_node)))
     body = node_prefix + pick + 'exec ' + line
-    return 'srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c ' + q(body)
+    # the counts from the allocation, not from SLURM_NTASKS: a requeued job keeps the environment of its
+    # submission, whose task count no longer fits when it was released on fewer nodes
+    return ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
+            '--kill-on-bad-exit=1 bash -c ' + q(body))
 
 
 PDSH_EXIT_RE = re.compile(r'^pdsh@[^:]+: (?P<host>[^:\s]+): ssh exited with exit code (?P<code>\d+)', re.M)

@@ -314,7 +314,8 @@ def test_slurm_script_with_pyxis_and_apptainer(lab):
     job(lab, 'slurm', runner=runner, container=dict(SIF, image=str(lab / 'train.sif'))).start()
     step = [line for line in (lab / 'jobs' / 'tiny-001' / 'job.sbatch').read_text().splitlines()
             if line.startswith('srun ')][0]
-    assert ('srun --ntasks-per-node=1 --kill-on-bad-exit=1 env NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES='
+    assert ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 '
+            '--kill-on-bad-exit=1 env NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES='
             'compute,utility apptainer exec --no-home --writable-tmpfs --nv --bind /shared:/shared,%s:%s %s /bin/bash -c'
             % (lab / 'jobs' / 'tiny-001', lab / 'jobs' / 'tiny-001', lab / 'train.sif')) in step
     # each node's caches under the job directory, named by Slurm

@@ -51,6 +51,9 @@ def test_a_requeueable_job_reads_its_launch_line_at_run_time_and_numbers_its_att
     jobdir = lab / 'jobs' / 'tiny-001'
     script, launch = (jobdir / 'job.sbatch').read_text(), (jobdir / 'job.launch').read_text()
     assert '#SBATCH --requeue' in script and '. %s' % (jobdir / 'job.launch') in script
+    assert '#SBATCH --open-mode=append' in script   # a requeued run does not truncate the first attempt's output
+    # the task count from the allocation: the environment kept from the submission names the first one's
+    assert launch.startswith('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" ')
     assert 'srun' not in script and launch.startswith('srun ') and mode(jobdir / 'job.launch') == 0o700
     assert 'GPUCLUSTER_ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} + 1 ))' in launch   # the ranks' attempt, after env files
     assert 'alpha) n=2;;' in launch
@@ -112,8 +115,8 @@ def test_the_restart_releases_the_same_job_on_the_kept_nodes_with_the_left_out_e
               script_args=['--steps', '5', '--resume', '/ckpt']).start()
     assert not [c for c in runner.calls if c[0] == 'sbatch']
     # StartTime=now: without it Slurm holds a requeued job about two minutes before it may run again
-    assert ['scontrol', 'update', 'JobId=42', 'NumNodes=3', 'ReqNodeList=alpha,bravo-2,delta', 'StartTime=now',
-            'ExcNodeList=charlie'] in runner.calls
+    assert ['scontrol', 'update', 'JobId=42', 'NumNodes=3-3', 'NumTasks=3', 'ReqNodeList=alpha,bravo-2,delta',
+            'StartTime=now', 'ExcNodeList=charlie'] in runner.calls
     assert runner.calls[-1] == ['scontrol', 'release', '42']
     assert out['requeued'] is True and out['slurm_attempt'] == 2 and out['excluded'] == ['charlie']
     launch = (lab / 'jobs' / 'tiny-001' / 'job.launch').read_text()

@@ -53,7 +53,8 @@ def test_sbatch_script_takes_hostfile_from_scontrol_and_runs_torchrun_through_sr
     assert 'export GPUCLUSTER_JOB_ID=job-7' in script
     # the job's environment (tokens) is sourced from its 0600 file, never written into the script
     assert 'set -a; . /shared/jobs/job-7/job.env; set +a' in script
-    assert "srun --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c 'exec /opt/env/bin/torchrun --nnodes \"$SLURM_NNODES\"" in script
+    assert ('srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 '
+            "bash -c 'exec /opt/env/bin/torchrun --nnodes \"$SLURM_NNODES\"") in script
     assert '--rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT"' in script
     # every node advertises its own NodeAddr and logs its ranks under its own name
     assert '--local-addr "$(node_addr "$SLURMD_NODENAME")"' in script
@@ -204,7 +205,8 @@ def test_sbatch_script_runs_under_bash_with_each_node_its_own_address(tmp_path):
         '  "show hostnames") printf "n1\\nn2\\n" ;;\n'
         '  "show node") echo "NodeName=$3 Arch=x86_64 NodeAddr=10.0.0.${3#n} NodeHostName=$3 Version=22.05.8" ;;\n'
         'esac\n')
-    (bin_dir / 'srun').write_text('#!/bin/bash\nshift 2\nfor n in n1 n2; do SLURMD_NODENAME=$n "$@"; done\n')
+    # srun's four options (nodes and tasks from the allocation, one per node, kill on a bad exit) dropped
+    (bin_dir / 'srun').write_text('#!/bin/bash\nshift 4\nfor n in n1 n2; do SLURMD_NODENAME=$n "$@"; done\n')
     (bin_dir / 'torchrun').write_text('#!/bin/bash\necho "torchrun $*"\n')
     for name in ('scontrol', 'srun', 'torchrun'):
         (bin_dir / name).chmod(0o755)
@@ -215,7 +217,7 @@ def test_sbatch_script_runs_under_bash_with_each_node_its_own_address(tmp_path):
                               env_file=str(tmp_path / 'job.env'))
     (tmp_path / 'job.sbatch').write_text(script)
     env = dict(os.environ, PATH='%s:%s' % (bin_dir, os.environ['PATH']), SLURM_JOB_NODELIST='n[1-2]',
-               SLURM_NNODES='2', SLURM_JOB_ID='42')
+               SLURM_NNODES='2', SLURM_JOB_NUM_NODES='2', SLURM_JOB_ID='42')
     out = subprocess.run(['bash', str(tmp_path / 'job.sbatch')], env=env, capture_output=True, text=True, check=True)
     lines = out.stdout.splitlines()
     assert lines[0] == 'job job-7: slurm job 42 on n1,n2, master 10.0.0.1:29500'
