@@ -13,12 +13,13 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import traini
 from test_launchers import FakeRunner, fixture, job, lab, mode  # noqa: F401 (lab is a fixture)
 
 FAILED = fixture('slurm', 'scontrol_show_job_failed.txt')
+HELD = fixture('slurm', 'scontrol_show_job_requeued_held.txt')  # recorded after scontrol requeuehold
 
 
 def held(restarts=1, excluded='(null)'):
-    """The failed job's record as scontrol shows it once requeued and held."""
-    return (FAILED.replace('JobState=FAILED Reason=NonZeroExitCode', 'JobState=PENDING Reason=job_requeued_in_held_state')
-            .replace('Restarts=0', 'Restarts=%d' % restarts).replace('ExcNodeList=(null)', 'ExcNodeList=%s' % excluded))
+    """The recorded record of a job requeued and held, as job 42 with these restarts and excluded nodes."""
+    return (HELD.replace('JobId=3 ', 'JobId=42 ').replace('Restarts=1 ', 'Restarts=%d ' % restarts)
+            .replace('ExcNodeList=(null)', 'ExcNodeList=%s' % excluded))
 
 
 class Scontrol:
