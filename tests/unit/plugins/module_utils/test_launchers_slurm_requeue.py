@@ -93,8 +93,8 @@ def test_a_supervisors_stop_requeues_and_holds_the_job_instead_of_cancelling_it(
     runner = FakeRunner({'sbatch': (0, '42;cluster\n', ''), 'sinfo': (0, 'cpu\n', ''), 'scontrol': scontrol,
                          'squeue': (0, '', '')})
     submitted(lab, runner)
-    out = job(lab, 'slurm', runner=runner, slurm_partition='cpu', slurm_requeue=True).stop(sleep=lambda s: None,
-                                                                                            slurm_hold=True)
+    supervised = job(lab, 'slurm', runner=runner, slurm_partition='cpu', slurm_requeue=True)
+    out = supervised.stop(sleep=lambda s: None, slurm_hold=True)
     assert ['scontrol', 'requeuehold', '42'] in runner.calls and not [c for c in runner.calls if c[0] == 'scancel']
     assert out['slurm_held'] is True and out['slurm_job_id'] == '42'
 
