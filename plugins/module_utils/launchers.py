@@ -313,15 +313,13 @@ class Slurm(Launcher):
             launch = (cn.slurm_node_addr_lines(os.path.join(j.job_dir, 'hostfile'), addr_file)
                       + cn.slurm_container_line(j.container, j.job_id, launch, env_files=j.p['env_files'],
                                                 gpus_per_node=j.p['slurm_gpus_per_node'], workdir=j.job_dir))
-        if j.p.get('slurm_requeue'):
-            return launch, tr.sbatch_script(
-                j.job_id, len(j.nodes), j.p['slurm_gpus_per_node'], j.p['slurm_time'], j.log_dir,
-                os.path.join(j.job_dir, 'hostfile'), j.p['master_port'], '', partition=j.p['slurm_partition'],
-                cpus_per_task=j.p['slurm_cpus_per_task'], env_file=j.env_file, requeue_launch_file=self.launch_file())
-        return None, tr.sbatch_script(j.job_id, len(j.nodes), j.p['slurm_gpus_per_node'], j.p['slurm_time'],
-                                      j.log_dir, os.path.join(j.job_dir, 'hostfile'), j.p['master_port'], launch,
-                                      partition=j.p['slurm_partition'], cpus_per_task=j.p['slurm_cpus_per_task'],
-                                      env_file=j.env_file)
+        # a requeueable job reads its launch line from launch_file() at each run: it is not in the script
+        requeue = bool(j.p.get('slurm_requeue'))
+        script = tr.sbatch_script(j.job_id, len(j.nodes), j.p['slurm_gpus_per_node'], j.p['slurm_time'], j.log_dir,
+                                  os.path.join(j.job_dir, 'hostfile'), j.p['master_port'], '' if requeue else launch,
+                                  partition=j.p['slurm_partition'], cpus_per_task=j.p['slurm_cpus_per_task'],
+                                  env_file=j.env_file, requeue_launch_file=self.launch_file() if requeue else None)
+        return (launch if requeue else None), script
 
     def launch_file(self):
         """Where a requeueable job's batch script reads its launch line at each run."""
