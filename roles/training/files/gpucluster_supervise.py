@@ -47,7 +47,8 @@ Every read and action is a run of the collection's own playbooks (train.yml stat
 health.yml quick tier), the same reads `status` and `watch` make. A node a read could not reach (and no
 failed rank) is a fault only when a second read still cannot reach it and the direct probe fails: a TCP
 connect to its SSH port (5 s, said in the why) and an ansible ping of it (bounded), which decides; else it
-is one read_missed event. When blind_reads reads in a row fail (no status, or no state in it), the
+is one read_missed event. A node so confirmed lost is left out of the stop and of the health run (neither
+waits out its SSH timeout), and its ranks are killed once it answers again (a fenced event). When blind_reads reads in a row fail (no status, or no state in it), the
 supervisor says it is blind (a blind event, its heartbeat, its figures, --report's first line) and stops
 nothing until a read works again (a sighted event). Each start of the job is an attempt: the first is
 settings.json's attempt, each restart the next (passed to train.yml as training_attempt); a read that
@@ -919,7 +920,9 @@ class Supervisor:
         if confirmed:
             why = '%s did not answer two reads and a direct probe (%s)' % (
                 ', '.join(confirmed), '; '.join('%s: %s' % (n, (probes.get(n) or {}).get('why')) for n in confirmed))
-            fault = dict(obs, unreachable_nodes=confirmed, why=why)
+            # lost: they are left out of the stop and of the health run (each would wait out its SSH timeout
+            # there); their ranks are killed once they answer again (fence_step)
+            fault = dict(obs, unreachable_nodes=confirmed, lost=confirmed, why=why)
             return fault, {'action': 'stop', 'seen': 'unreachable', 'nodes': culprits(fault), 'why': why}
         if self.missed != nodes:
             self.event('read_missed', nodes=nodes, why=missed_why(obs, second, probes))
@@ -1140,11 +1143,21 @@ class Supervisor:
                    **({'step_read': obs['step_read']} if obs.get('step_read') else {}))
         self.heartbeat('stopping')
         stalled = act['seen'] == 'stalled'
+        # nodes that did not answer two reads and a direct probe: not stopped nor checked (each would wait out
+        # its SSH timeout), left out of the restart, and fenced when they answer again
+        lost = [n for n in obs.get('lost') or [] if n in self.state['nodes'] and n != self.state['nodes'][0]]
+        answering = [n for n in self.state['nodes'] if n not in lost]
         # a stall: the ranks are asked for their NCCL flight recorder's dump before anything is signalled
-        rc = self.train('stopped', **dict({'training_flight_dump': True} if stalled else {},
-                                          **({'training_slurm_hold': True} if self.slurm else {})))
-        why = ('every rank, container and launcher stopped' if rc == 0 else
-               'stop ended with rc %d (a node that does not answer keeps its frozen ranks)' % rc)
+        rc = self.train('stopped', limit=answering if lost else None,
+                        **dict({'training_flight_dump': True} if stalled else {},
+                               **({'training_slurm_hold': True} if self.slurm else {})))
+        if lost:
+            why = ('every rank, container and launcher stopped on %s; %s lost: its ranks are killed when it answers '
+                   'again' % (', '.join(answering), ', '.join(lost)) if rc == 0 else
+                   'stop on %s ended with rc %d' % (', '.join(answering), rc))
+        else:
+            why = ('every rank, container and launcher stopped' if rc == 0 else
+                   'stop ended with rc %d (a node that does not answer keeps its frozen ranks)' % rc)
         hang = self.hang_verdict() if stalled else None
         self.event('job_stopped', why=why + ('; %s' % hang['why'] if hang else ''),
                    **({'collective': hang.get('collective'), 'missing_ranks': hang.get('missing_ranks')} if hang else {}))
@@ -1152,16 +1165,18 @@ class Supervisor:
         # the spares that may take a left-out node's place are checked with the job's nodes
         ready = [n for n in self.s.get('spares') or [] if n not in self.state['nodes']
                  and n not in self.state.get('spares_used', [])]
-        report, rc = self.health(self.state['nodes'] + ready)
+        report, rc = self.health(answering + ready)
         if report is None:
             # no verdict was read: no node is called failing for it; the fault's own culprits are judged
             bad = list(act['nodes']) + ready  # an unchecked spare is not taken
             why = ('the quick health tier wrote no report (health.yml rc %d; its output in %s): judged by the fault '
                    'alone: %s' % (rc, os.path.join(self.dir, LOG), ', '.join(bad) or 'no node named'))
         else:
-            bad = bad_nodes(report, self.state['nodes'] + ready)
+            bad = lost + bad_nodes(report, answering + ready)
             why = 'quick health tier: %s' % (('failing or not answering: ' + ', '.join(bad)) if bad
                                              else 'every node passed')
+            if lost:
+                why += ' (%s lost: not checked)' % ', '.join(lost)
         self.event('checked', nodes=bad, why=why)
         ckpt = self.checkpoint()
         plan = plan_restart(self.state, obs, act['nodes'], bad, ckpt, self.s)

@@ -426,6 +426,8 @@ def test_a_node_that_misses_two_reads_and_the_direct_probe_is_a_fault_and_is_lef
     assert rc == 0
     # the first read missed w2: a direct probe (an ansible ping of w2 alone) and a second read, then the stop
     assert calls[:3] == [['status', '', ''], ['ping', 'w2', 'ansible.builtin.ping'], ['status', '', '']]
+    # confirmed lost: neither the stop nor the health run waits on it (each would wait out its SSH timeout)
+    assert calls[3] == ['stopped', 'head,w1', ''] and calls[4] == ['health', 'head,w1', '']
     assert calls[5] == ['started', 'head,w1', str(tmp_path / 'ckpt')]
     assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'checked', 'restart', 'training',
                                             'done']
@@ -433,7 +435,9 @@ def test_a_node_that_misses_two_reads_and_the_direct_probe_is_a_fault_and_is_lef
     assert fault['seen'] == 'unreachable' and fault['nodes'] == ['w2']
     assert fault['why'].startswith('w2 did not answer two reads and a direct probe (w2: port ')
     assert 'Connection refused' in fault['why'] and 'No route to host' in fault['why']
-    assert events[3]['nodes'] == ['w2']
+    assert events[2]['why'] == ('every rank, container and launcher stopped on head, w1; w2 lost: its ranks are '
+                                'killed when it answers again')
+    assert events[3]['nodes'] == ['w2'] and events[3]['why'].endswith('(w2 lost: not checked)')
     assert events[4]['left_out'] == ['w2'] and events[4]['why'] == 'without w2'
 
 
