@@ -877,22 +877,57 @@ class Supervisor:
         self.heartbeat('blind' if self.blind else 'waiting')
         return obs
 
-    def probe_nodes(self, nodes):
-        """{node: {answered, why}}: a TCP connect to each node's SSH port (settings' ssh_port, at its address
-        or else its host), then one ansible ping of them all (bounded); a node answered when the ping reached
-        it (its port alone proves no SSH, and an inventory host may name no address the supervisor resolves)."""
+    def start_probe(self, nodes):
+        """Start the direct probe of nodes in the background (confirm() reads the job again meanwhile): a TCP
+        connect to each node's SSH port (settings' ssh_port, at its address or else its host), then one
+        ansible ping of them all (bounded by PING_TIMEOUT, no SSH retry: the second read has its own). A node
+        answered when the ping reached it (its port alone proves no SSH: the kernel of a frozen node still
+        accepts the connection, and an inventory host may name no address the supervisor resolves)."""
         hosts = self.s.get('hosts') or {}
-        addresses = self.s.get('addresses') or {}
-        port = int(self.s.get('ssh_port', 22))
         names = dict((n, hosts.get(n, n)) for n in nodes)
-        tcp = dict((n, tcp_probe(addresses.get(n) or names[n], port)) for n in nodes)
         cmd = [ansible_of(self.s), ','.join(names[n] for n in nodes), '-i', self.s['inventory'],
                '-m', 'ansible.builtin.ping', '-o']
+        handle, path = tempfile.mkstemp(prefix='probe.', dir=self.dir)
         try:
-            rc = self.command(cmd, PING_TIMEOUT)
-            answers = parse_adhoc(self.run_output(), [names[n] for n in nodes])
+            child = subprocess.Popen(cmd, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True, env=dict(run_env(self.s), ANSIBLE_SSH_RETRIES='0'))
         except OSError as exc:
-            rc, answers = None, dict((names[n], 'not run: %s' % exc) for n in nodes)
+            child = exc
+        finally:
+            os.close(handle)
+        return {'nodes': list(nodes), 'names': names, 'child': child, 'path': path, 'began': time.time()}
+
+    def probe_result(self, probe):
+        """{node: {answered, why}} of a probe start_probe() began: the TCP connects now, then the ping's end
+        (past PING_TIMEOUT from its start it is ended, and its nodes have not answered)."""
+        nodes, names, child = probe['nodes'], probe['names'], probe['child']
+        port = int(self.s.get('ssh_port', 22))
+        addresses = self.s.get('addresses') or {}
+        tcp = dict((n, tcp_probe(addresses.get(n) or names[n], port)) for n in nodes)
+        if isinstance(child, OSError):
+            rc, answers = None, dict((names[n], 'not run: %s' % child) for n in nodes)
+        else:
+            try:
+                rc = child.wait(timeout=max(0.0, probe['began'] + PING_TIMEOUT - time.time()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(child.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                child.wait()
+                rc = 124
+            try:
+                with open(probe['path'], 'rb') as handle:
+                    text = handle.read().decode('utf-8', 'replace')
+            except OSError:
+                text = ''
+            self.log_text('# %s %s (the direct probe, beside the second read)\n%s'
+                          % (time.strftime('%Y-%m-%dT%H:%M:%S'), ' '.join(child.args), text))
+            answers = parse_adhoc(text, [names[n] for n in nodes])
+        try:
+            os.unlink(probe['path'])
+        except OSError:
+            pass
         out = {}
         for node in nodes:
             ping = answers.get(names[node])
@@ -902,14 +937,24 @@ class Supervisor:
                          'why': '%s; ansible ping: %s' % (tcp[node][1], 'pong' if ping is None else ping)}
         return out
 
+    def log_text(self, text):
+        """Append text to ansible.log (a write that fails is only lost)."""
+        try:
+            with os.fdopen(os.open(os.path.join(self.dir, LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600),
+                           'a') as log:
+                log.write('\n' + text)
+        except OSError:
+            pass
+
     def confirm(self, obs):
-        """A read found nodes it could not reach, and nothing else wrong: a direct probe of them, then a second
+        """A read found nodes it could not reach, and nothing else wrong: a direct probe of them beside a second
         read. (fault, stop) for those both confirm (confirm_unreachable); else a read_missed event and the
         second read with what it asks for (a node not reached again is waited on)."""
         nodes = list(obs['unreachable_nodes'])
         self.heartbeat('probing %s' % ', '.join(nodes))
-        probes = self.probe_nodes(nodes)
+        probe = self.start_probe(nodes)  # beside the second read: a lost node costs one SSH timeout, not two
         second = self.look()
+        probes = self.probe_result(probe)
         confirmed = confirm_unreachable(obs, second, probes)
         hung = unread_too_long(self.unread, obs, second, probes, self.blind_reads)
         if hung and not confirmed:

@@ -268,6 +268,9 @@ for i, word in enumerate(sys.argv):
     if word == '-e' and sys.argv[i + 1].startswith('{'):
         extra.update(json.loads(sys.argv[i + 1]))
 limit = sys.argv[sys.argv.index('--limit') + 1] if '--limit' in sys.argv else ''
+import fcntl
+lock = open(os.path.join(here, 'script.lock'), 'w')
+fcntl.flock(lock, fcntl.LOCK_EX)  # the direct probe's ansible runs beside a read: one of them at a time here
 with open(os.path.join(here, 'script.json')) as handle:
     script = json.load(handle)
 kind = 'health' if 'health_tier' in extra else extra['training_state']
@@ -284,6 +287,7 @@ answers = script.get(kind) or []
 answer = answers.pop(0) if answers else ({} if kind in ('stopped', 'started') else None)
 with open(os.path.join(here, 'script.json'), 'w') as handle:
     json.dump(script, handle)
+lock.close()
 if kind in ('status', 'health'):
     time.sleep(script.get('sleep_' + kind, 0))
     if answer is None:
@@ -304,8 +308,10 @@ elif answer:
 
 FAKE_ANSIBLE = r"""#!/usr/bin/env python3
 # stands in for ansible (the direct probe's ping): each host answers as the script says, else is unreachable
-import json, os, sys
+import fcntl, json, os, sys
 here = os.path.dirname(os.path.abspath(__file__))
+lock = open(os.path.join(here, 'script.lock'), 'w')
+fcntl.flock(lock, fcntl.LOCK_EX)
 with open(os.path.join(here, 'script.json')) as handle:
     script = json.load(handle)
 answers = script.get('ping') or []
@@ -314,6 +320,7 @@ with open(os.path.join(here, 'script.json'), 'w') as handle:
     json.dump(script, handle)
 with open(os.path.join(here, 'calls.log'), 'a') as handle:
     handle.write(json.dumps(['ping', sys.argv[1], sys.argv[sys.argv.index('-m') + 1]]) + '\n')
+lock.close()
 rc = 0
 for host in sys.argv[1].split(','):
     if answer.get(host) == 'SUCCESS':
@@ -394,6 +401,17 @@ def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_
     return rc, calls, sv.read_events(str(state))
 
 
+def _runs(calls):
+    """The playbook runs, in order (the ad-hoc runs, the direct probe's ping and the fence, run beside them: their
+    place among them varies)."""
+    return [c for c in calls if c[0] != 'ping']
+
+
+def _pings(calls):
+    """The direct probe's pings (the fence's ad-hoc command runs are not among them)."""
+    return [c for c in calls if c[0] == 'ping' and c[2] == 'ansible.builtin.ping']
+
+
 def _extras(tmp_path):
     return [json.loads(line) for line in (tmp_path / 'bin' / 'extra.log').read_text().splitlines()]
 
@@ -424,11 +442,13 @@ def test_a_node_that_misses_two_reads_and_the_direct_probe_is_a_fault_and_is_lef
                 {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
     rc, calls, events = _supervise(tmp_path, statuses, [_healthy('w2')], ping=[{'head': 'SUCCESS'}])
     assert rc == 0
-    # the first read missed w2: a direct probe (an ansible ping of w2 alone) and a second read, then the stop
-    assert calls[:3] == [['status', '', ''], ['ping', 'w2', 'ansible.builtin.ping'], ['status', '', '']]
+    # the first read missed w2: a direct probe (an ansible ping of w2 alone) beside a second read, then the stop
+    assert _pings(calls) == [['ping', 'w2', 'ansible.builtin.ping']]
+    runs = _runs(calls)
+    assert runs[:2] == [['status', '', ''], ['status', '', '']]
     # confirmed lost: neither the stop nor the health run waits on it (each would wait out its SSH timeout)
-    assert calls[3] == ['stopped', 'head,w1', ''] and calls[4] == ['health', 'head,w1', '']
-    assert calls[5] == ['started', 'head,w1', str(tmp_path / 'ckpt')]
+    assert runs[2] == ['stopped', 'head,w1', ''] and runs[3] == ['health', 'head,w1', '']
+    assert runs[4] == ['started', 'head,w1', str(tmp_path / 'ckpt')]
     assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'checked', 'restart', 'training',
                                             'done']
     fault = events[1]
@@ -544,7 +564,8 @@ def test_a_node_that_misses_one_read_is_not_stopped(tmp_path):
                 {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
     rc, calls, events = _supervise(tmp_path, statuses, [])  # w2 does not answer the ping either
     assert rc == 0
-    assert [c[0] for c in calls] == ['status', 'status', 'ping', 'status', 'status', 'report']
+    assert [c[0] for c in _runs(calls)] == ['status', 'status', 'status', 'status', 'report']
+    assert len(_pings(calls)) == 1  # beside the third read
     assert [e['event'] for e in events] == ['supervising', 'read_missed', 'done']
     missed = events[1]
     assert missed['nodes'] == ['w2'] and missed['attempt'] == 1
@@ -558,8 +579,8 @@ def test_a_node_that_answers_the_direct_probe_is_not_stopped_and_a_run_of_misses
                 {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
     rc, calls, events = _supervise(tmp_path, statuses, [], ping=[{'w2': 'SUCCESS'}, {'w2': 'SUCCESS'}])
     assert rc == 0
-    assert [c[0] for c in calls] == ['status', 'ping', 'status', 'status', 'ping', 'status', 'status', 'status',
-                                     'report']
+    assert [c[0] for c in _runs(calls)] == ['status', 'status', 'status', 'status', 'status', 'status', 'report']
+    assert len(_pings(calls)) == 2  # one beside the second read of each pair
     assert [e['event'] for e in events] == ['supervising', 'read_missed', 'done']
     assert events[1]['why'] == ('not read once, not a fault: w2: the second read could not reach it either; it '
                                 'answered the direct probe')
