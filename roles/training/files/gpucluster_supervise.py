@@ -35,7 +35,8 @@ address for the direct probe; else its host), restarts, min_nodes, seconds, inte
 read_timeout (300), blind_reads (3), attempt (1), ssh_port (22), checkpoint_dir, ansible_playbook, ansible
 (default: the ansible beside ansible_playbook), inventory, train_playbook, health_playbook, vars_file,
 health_report_dir, metrics_dir (''), training_user (--probe, when vars.json names none), environment,
-launcher ('').
+launcher (''), spares (the inventory's spares group less the job's nodes), job_spares (the job's nodes of the
+spares group, from its start: every restart keeps them in its layout).
 
 With the slurm launcher the job heals the way Slurm does: the stop requeues and holds the Slurm job
 (training_slurm_hold: scontrol requeuehold), the health run drains the nodes that fail it (health_slurm_drain,
@@ -268,7 +269,7 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
         return {'action': 'give_up', 'why': '%d node(s) would remain (%s) and training_min_nodes is %d; left out: %s'
                                             % (len(remaining), ', '.join(remaining), settings['min_nodes'],
                                                ', '.join(left_out))}
-    recovered = [n for n in suspects if n not in left_out]
+    recovered = [n for n in suspects if n in nodes and n not in left_out]
     if spares:
         why = 'without %s; spare %s in %s place' % (
             ', '.join(left_out), ', '.join(spares), 'its' if len(spares) == 1 else 'their')
@@ -734,7 +735,11 @@ class Supervisor:
         # False after a restart that failed: the new attempt may never write, so reads of the earlier one count
         self.attempt_began = True
         self.blind_reads = max(1, int(settings.get('blind_reads', 3)))
-        self.state = {'nodes': list(settings['nodes']), 'restarts': 0, 'failures': []}
+        # spares_used: the spares that ran this job (those it started on, job_spares, and those a restart took);
+        # none is taken again in a left-out node's place, and each still among the job's nodes is passed to
+        # every restart as training_spares (else train.yml would lay the job out without it)
+        self.state = {'nodes': list(settings['nodes']), 'restarts': 0, 'failures': [],
+                      'spares_used': [n for n in settings.get('job_spares') or [] if n in settings['nodes']]}
         self.child = None
         self.seen_step = None  # the last step a read saw: a read that reaches no rank (a node hangs) keeps it
         self.doing = None
@@ -1190,15 +1195,21 @@ class Supervisor:
         stalled = act['seen'] == 'stalled'
         # nodes that did not answer two reads and a direct probe: not stopped nor checked (each would wait out
         # its SSH timeout), left out of the restart, and fenced when they answer again
-        lost = [n for n in obs.get('lost') or [] if n in self.state['nodes'] and n != self.state['nodes'][0]]
-        answering = [n for n in self.state['nodes'] if n not in lost]
+        # (a node a failed restart left out may still be in the job's layout: it is named lost all the same)
+        lost_nodes = [n for n in obs.get('lost') or [] if n != self.state['nodes'][0]]
+        answering = [n for n in self.state['nodes'] if n not in lost_nodes]
         # a stall: the ranks are asked for their NCCL flight recorder's dump before anything is signalled
-        rc = self.train('stopped', limit=answering if lost else None,
-                        **dict({'training_flight_dump': True} if stalled else {},
-                               **({'training_slurm_hold': True} if self.slurm else {})))
-        if lost:
+        extra = {}
+        if stalled:
+            extra['training_flight_dump'] = True
+        if self.slurm:
+            extra['training_slurm_hold'] = True
+        if lost_nodes:  # the stop's --limit leaves them out: train.yml is told they may be
+            extra['training_lost_nodes'] = [self.s.get('hosts', {}).get(n, n) for n in lost_nodes]
+        rc = self.train('stopped', limit=answering if lost_nodes else None, **extra)
+        if lost_nodes:
             why = ('every rank, container and launcher stopped on %s; %s lost: its ranks are killed when it answers '
-                   'again' % (', '.join(answering), ', '.join(lost)) if rc == 0 else
+                   'again' % (', '.join(answering), ', '.join(lost_nodes)) if rc == 0 else
                    'stop on %s ended with rc %d' % (', '.join(answering), rc))
         else:
             why = ('every rank, container and launcher stopped' if rc == 0 else
@@ -1217,11 +1228,11 @@ class Supervisor:
             why = ('the quick health tier wrote no report (health.yml rc %d; its output in %s): judged by the fault '
                    'alone: %s' % (rc, os.path.join(self.dir, LOG), ', '.join(bad) or 'no node named'))
         else:
-            bad = lost + bad_nodes(report, answering + ready)
+            bad = lost_nodes + bad_nodes(report, answering + ready)
             why = 'quick health tier: %s' % (('failing or not answering: ' + ', '.join(bad)) if bad
                                              else 'every node passed')
-            if lost:
-                why += ' (%s lost: not checked)' % ', '.join(lost)
+            if lost_nodes:
+                why += ' (%s lost: not checked)' % ', '.join(lost_nodes)
         self.event('checked', nodes=bad, why=why)
         ckpt = self.checkpoint()
         plan = plan_restart(self.state, obs, act['nodes'], bad, ckpt, self.s)
@@ -1237,7 +1248,8 @@ class Supervisor:
         self.state['nodes'] = plan['nodes']
         self.state['spares_used'] = list(self.state.get('spares_used') or []) + list(plan.get('spares') or [])
         self.attempt += 1
-        for node in plan['left_out']:  # its ranks, if the stop did not reach them, are killed once it answers
+        # their ranks, where the stop did not reach them, are killed once they answer
+        for node in list(plan['left_out']) + [n for n in lost_nodes if n not in plan['left_out']]:
             self.to_fence[node] = self.attempt  # the restart begins the next attempt: its events carry it
         lost = None if obs['step'] is None else max(0, obs['step'] - plan['resume_step'])
         why = plan['why']
@@ -1250,8 +1262,9 @@ class Supervisor:
                    lost_steps=lost, why=why, **({'spares': plan['spares']} if plan.get('spares') else {}))
         self.heartbeat('restarting')
         extra = {'training_wait': 'first_step', 'training_attempt': self.attempt,
-                 # the spares the job runs on now (every one taken so far that is still among its nodes)
-                 'training_spares': [n for n in self.state['spares_used'] if n in plan['nodes']]}
+                 # the spares the job runs on now (those it started on and those taken since, still among its nodes)
+                 'training_spares': [self.s.get('hosts', {}).get(n, n) for n in self.state['spares_used']
+                                     if n in plan['nodes']]}
         if ckpt is not None:
             extra.update(training_resume_from=self.s['checkpoint_dir'], training_resume_if_present=True)
         rc = self.train('started', limit=plan['nodes'], **extra)

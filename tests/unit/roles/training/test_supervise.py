@@ -459,6 +459,26 @@ def test_a_node_that_misses_two_reads_and_the_direct_probe_is_a_fault_and_is_lef
                                 'killed when it answers again')
     assert events[3]['nodes'] == ['w2'] and events[3]['why'].endswith('(w2 lost: not checked)')
     assert events[4]['left_out'] == ['w2'] and events[4]['why'] == 'without w2'
+    # train.yml is told the stop's --limit leaves w2 out on purpose (it refuses such a limit otherwise)
+    stop = [x for x in _extras(tmp_path) if x.get('training_state') == 'stopped'][0]
+    assert stop['training_lost_nodes'] == ['w2']
+
+
+def test_a_spare_the_job_started_on_stays_in_its_layout_when_another_node_is_left_out(tmp_path):
+    # the job started on head, w1, w2 and the spare s1 (training_spares); w2 is lost: the restart runs on head,
+    # w1 and s1, and passes s1 as training_spares (without it train.yml lays the job out on head and w1 alone)
+    statuses = [_unreachable('w2'), _unreachable('w2'), {'result': {'state': 'running'}, 'progress': _progress(21)},
+                {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    health = {'records': [{'node': n, 'check': 'ssh', 'status': 'ok'} for n in ('head', 'w1', 's1')]}
+    rc, calls, events = _supervise(tmp_path, statuses, [health], ping=[{}], nodes=['head', 'w1', 'w2', 's1'],
+                                   job_spares=['s1'], spares=[], min_nodes=2)
+    assert rc == 0
+    restart = [e for e in events if e['event'] == 'restart'][0]
+    assert restart['nodes'] == ['head', 'w1', 's1'] and restart['left_out'] == ['w2']
+    assert restart['why'] == 'without w2'  # w2 was not checked: it is not called a transient failure
+    start = [x for x in _extras(tmp_path) if x.get('training_state') == 'started'][0]
+    assert start['training_spares'] == ['s1']
+    assert _runs(calls)[2] == ['stopped', 'head,w1,s1', '']
 
 
 def test_a_node_that_hangs_counts_the_steps_lost_from_the_last_step_read_before_it(tmp_path):
