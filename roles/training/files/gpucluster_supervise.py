@@ -49,9 +49,10 @@ health.yml quick tier), the same reads `status` and `watch` make. A node a read 
 failed rank) is a fault only when a second read still cannot reach it and the direct probe fails: a TCP
 connect to its SSH port (5 s, said in the why) and an ansible ping of it (bounded), which decides; else it
 is one read_missed event. A node so confirmed lost is left out of the stop and of the health run (neither
-waits out its SSH timeout), and its ranks are killed once it answers again (a fenced event). When blind_reads reads in a row fail (no status, or no state in it), the
-supervisor says it is blind (a blind event, its heartbeat, its figures, --report's first line) and stops
-nothing until a read works again (a sighted event). Each start of the job is an attempt: the first is
+waits out its SSH timeout), and its ranks are killed once it answers again (a fenced event). When
+blind_reads reads in a row fail (no status, or no state in it), the supervisor says it is blind (a blind
+event, its heartbeat, its figures, --report's first line) and stops nothing until a read works again (a
+sighted event). Each start of the job is an attempt: the first is
 settings.json's attempt, each restart the next (passed to train.yml as training_attempt); a read that
 names an earlier attempt is ignored (the new one has not written yet), and is no failed read. When the job
 is done or it gives up, it writes the job's report page (train.yml -e training_state=report); a report run
