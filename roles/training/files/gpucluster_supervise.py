@@ -768,7 +768,7 @@ class Supervisor:
     def command(self, cmd, timeout):
         """rc of cmd, its output appended to ansible.log, bounded by timeout (rc 124 past it); the heartbeat
         is written again every BEAT_EVERY s while it runs."""
-        log = os.fdopen(os.open(os.path.join(self.dir, LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), 'a')
+        log = self.open_log()
         try:
             log.write('\n# %s %s\n' % (time.strftime('%Y-%m-%dT%H:%M:%S'), ' '.join(cmd)))
             log.flush()
@@ -796,7 +796,7 @@ class Supervisor:
             cmd += ['-e', json.dumps({key: value})]
         if limit:
             # node names (as the job's results say them) to inventory hosts
-            cmd += ['--limit', ','.join(self.s.get('hosts', {}).get(n, n) for n in limit)]
+            cmd += ['--limit', ','.join(self.host_of(n) for n in limit)]
         return self.command(cmd, timeout or self.s['action_timeout'])
 
     def run_output(self):
@@ -943,11 +943,18 @@ class Supervisor:
                          'why': '%s; ansible ping: %s' % (tcp[node][1], 'pong' if ping is None else ping)}
         return out
 
+    def open_log(self):
+        """ansible.log (mode 0600), opened to append."""
+        return os.fdopen(os.open(os.path.join(self.dir, LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), 'a')
+
+    def host_of(self, node):
+        """The inventory host of a node (as the job's results name it)."""
+        return self.s.get('hosts', {}).get(node, node)
+
     def log_text(self, text):
         """Append text to ansible.log (a write that fails is only lost)."""
         try:
-            with os.fdopen(os.open(os.path.join(self.dir, LOG), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600),
-                           'a') as log:
+            with self.open_log() as log:
                 log.write('\n' + text)
         except OSError:
             pass
@@ -1010,7 +1017,7 @@ class Supervisor:
                 except OSError:
                     pass
             self.fencing = None
-            names = dict((self.s.get('hosts', {}).get(n, n), n) for n in self.to_fence)
+            names = dict((self.host_of(n), n) for n in self.to_fence)
             for host, killed in sorted(fenced_counts(text, list(hosts)).items()):
                 node = names.get(host, host)
                 attempt = self.to_fence.pop(node, None)
@@ -1022,7 +1029,7 @@ class Supervisor:
             return
         self.fence_next = now + FENCE_EVERY
         user = self.s.get('training_user') or 'train'
-        hosts = [self.s.get('hosts', {}).get(n, n) for n in sorted(self.to_fence)]
+        hosts = [self.host_of(n) for n in sorted(self.to_fence)]
         handle, path = tempfile.mkstemp(prefix='fence.', dir=self.dir)
         try:
             child = subprocess.Popen(
@@ -1206,7 +1213,7 @@ class Supervisor:
         if self.slurm:
             extra['training_slurm_hold'] = True
         if lost_nodes:  # the stop's --limit leaves them out: train.yml is told they may be
-            extra['training_lost_nodes'] = [self.s.get('hosts', {}).get(n, n) for n in lost_nodes]
+            extra['training_lost_nodes'] = [self.host_of(n) for n in lost_nodes]
         rc = self.train('stopped', limit=answering if lost_nodes else None, **extra)
         if lost_nodes:
             why = ('every rank, container and launcher stopped on %s; %s lost: its ranks are killed when it answers '
@@ -1264,7 +1271,7 @@ class Supervisor:
         self.heartbeat('restarting')
         extra = {'training_wait': 'first_step', 'training_attempt': self.attempt,
                  # the spares the job runs on now (those it started on and those taken since, still among its nodes)
-                 'training_spares': [self.s.get('hosts', {}).get(n, n) for n in self.state['spares_used']
+                 'training_spares': [self.host_of(n) for n in self.state['spares_used']
                                      if n in plan['nodes']]}
         if ckpt is not None:
             extra.update(training_resume_from=self.s['checkpoint_dir'], training_resume_if_present=True)
