@@ -3,7 +3,7 @@
 # and every molecule scenario on systemd containers from the local node image.
 #   MOLECULE_SCENARIOS="preflight firewall" make test   # only these scenarios
 #   GPUCLUSTER_HEAVY=1 make test                       # also the heavy scenarios
-#   MOLECULE_LANES=2 make test                         # the scenarios two at a time (default: one at a time)
+#   MOLECULE_LANES=1 make test                         # the scenarios one at a time (default: two at a time)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1
@@ -66,11 +66,10 @@ if [ -z "$scenarios" ]; then
     scenarios="$scenarios $s"
   done
 fi
-# The scenarios run MOLECULE_LANES at a time (default 1: one after another; with 2, each lane takes the next
-# scenario from one queue, the longest first, each one's output printed whole when it ends; at a load of 7-10
-# the training scenario's 60 s preflight bound then failed once, so 1 stays the default).
+# The scenarios run MOLECULE_LANES at a time (default 2: each lane takes the next scenario from one queue, the
+# longest first, each one's output printed whole when it ends; 1 runs them one after another).
 run_scenarios() {
-  local lanes=${MOLECULE_LANES:-1} logs queue s first=() rest=()
+  local lanes=${MOLECULE_LANES:-2} logs queue s first=() rest=()
   logs=$(mktemp -d); queue=$logs/queue
   for s in training health ssh_trust nfs; do  # the longest, in this order
     case " $scenarios " in *" $s "*) first+=("$s") ;; esac
@@ -105,7 +104,7 @@ run_scenarios() {
 if [ -n "${scenarios// /}" ]; then
   lanes_start=$SECONDS
   run_scenarios
-  timings+=("      $(printf '%4d' $((SECONDS - lanes_start)))s  the scenarios, ${MOLECULE_LANES:-1} at a time")
+  timings+=("      $(printf '%4d' $((SECONDS - lanes_start)))s  the scenarios, ${MOLECULE_LANES:-2} at a time")
 fi
 
 echo
