@@ -277,8 +277,9 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
         if len(spares) < len(left_out):
             why += ' (no more ready spares: %d node(s) fewer)' % (len(left_out) - len(spares))
     elif left_out:
-        why = 'without %s%s' % (', '.join(left_out), ' (no ready spare: the job shrinks)' if settings.get('spares')
-                                else '')
+        # the inventory has spares (the job may already run on them): say none was ready
+        why = 'without %s%s' % (', '.join(left_out), ' (no ready spare: the job shrinks)'
+                                if settings.get('spares') or used else '')
     else:
         why = 'on all nodes (%s passed the check: a transient failure)' % (', '.join(recovered) or 'every node')
     return {'action': 'restart', 'nodes': remaining, 'left_out': left_out, 'recovered': recovered,

@@ -475,7 +475,7 @@ def test_a_spare_the_job_started_on_stays_in_its_layout_when_another_node_is_lef
     assert rc == 0
     restart = [e for e in events if e['event'] == 'restart'][0]
     assert restart['nodes'] == ['head', 'w1', 's1'] and restart['left_out'] == ['w2']
-    assert restart['why'] == 'without w2'  # w2 was not checked: it is not called a transient failure
+    assert restart['why'] == 'without w2 (no ready spare: the job shrinks)'
     start = [x for x in _extras(tmp_path) if x.get('training_state') == 'started'][0]
     assert start['training_spares'] == ['s1']
     assert _runs(calls)[2] == ['stopped', 'head,w1,s1', '']
