@@ -237,6 +237,58 @@ def heartbeat_line(phase, step=None, now=None, since=None):
     return '%s time=%.3f' % (words, time.time() if now is None else now)
 
 
+PROGRESS_FILE_RE = re.compile(r'^rank-(\d+)\.log$')
+_WORD_RE = re.compile(r'(\w+)=(\S+)')
+
+
+def _words(line):
+    """{word: value} of a progress line's key=value words."""
+    return dict(_WORD_RE.findall(line))
+
+
+def rank_file_marks(path, tail_bytes=4096):
+    """What one rank's progress file says, read without a parse of all of it: {rank, attempt, header_time,
+    mtime, step, step_time, done} from its first line, its last tail_bytes and its stat (step: the last step
+    line's, done: the step of a done line, else None). None when the file cannot be read or has no header.
+    The supervisor's glance reads every rank's file this way from the shared storage."""
+    try:
+        with open(path, 'rb') as handle:
+            stat = os.fstat(handle.fileno())
+            head = handle.readline(512).decode('utf-8', 'replace')
+            size = stat.st_size
+            handle.seek(max(len(head), size - tail_bytes))
+            tail = handle.read(tail_bytes).decode('utf-8', 'replace')
+    except OSError:
+        return None
+    if not head.startswith('# gpucluster-progress '):
+        return None
+    header = _words(head)
+    out = {'rank': _int(header.get('rank')), 'attempt': _int(header.get('attempt')) or 1,
+           'header_time': _float(header.get('time')), 'mtime': stat.st_mtime, 'step': None, 'step_time': None,
+           'done': None}
+    for line in tail.splitlines():
+        if line.startswith('step='):
+            words = _words(line)
+            out['step'], out['step_time'] = _int(words.get('step')), _float(words.get('time'))
+        elif line.startswith('# done '):
+            out['done'] = _int(_words(line).get('step'))
+    return out
+
+
+def _int(text):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(text):
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
 def _write_atomic(path, text):
     """Write text to path through a temporary file moved over it (os.replace): a crash leaves the
     old file or the new one, never half of one."""

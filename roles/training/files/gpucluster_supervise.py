@@ -20,8 +20,8 @@ all its state in its state directory on the supervisor host's own disk (settings
     events.jsonl               what it saw and did, one JSON object a line (mode 0644); every event of
                                an attempt of the job carries its number (attempt)
     supervisor.json            its heartbeat (mode 0644): pid, host, unit, doing, time, attempt, restarts,
-                               step, failed_reads, read_seconds, last_read, and blind/blind_since while
-                               it cannot read the job
+                               step, failed_reads, read_seconds, last_read, glance (on, none or off: why),
+                               glance_seconds, and blind/blind_since while it cannot read the job
     supervisor.prom            its figures in Prometheus' text format (mode 0644), written on every read
                                and heartbeat; also <metrics_dir>/gpucluster_supervisor_<job id>.prom when
                                settings.json names a node_exporter textfile directory (metrics_dir),
@@ -30,13 +30,14 @@ all its state in its state directory on the supervisor host's own disk (settings
 The quick health tier reports to settings.json's health_report_dir. The job's directory on the shared
 storage (job_dir) is only named to the playbooks; the supervisor writes nothing there.
 
-settings.json: job_id, job_dir, state_dir, unit, nodes, hosts (node: inventory host), addresses (node:
-address for the direct probe; else its host), restarts, min_nodes, seconds, interval, action_timeout,
-read_timeout (300), blind_reads (3), attempt (1), ssh_port (22), checkpoint_dir, ansible_playbook, ansible
-(default: the ansible beside ansible_playbook), inventory, train_playbook, health_playbook, vars_file,
-health_report_dir, metrics_dir (''), training_user (--probe, when vars.json names none), environment,
-launcher (''), spares (the inventory's spares group less the job's nodes), job_spares (the job's nodes of the
-spares group, from its start: every restart keeps them in its layout).
+settings.json: job_id, job_dir, state_dir, unit, nodes, hosts (node: inventory host), addresses (node: address
+for the direct probe; else its host), restarts, min_nodes, seconds, interval, action_timeout, read_timeout
+(300), blind_reads (3), attempt (1), ssh_port (22), checkpoint_dir, ansible_playbook, ansible (default: the
+ansible beside ansible_playbook), inventory, train_playbook, health_playbook, vars_file, health_report_dir,
+metrics_dir (''), training_user (--probe, when vars.json names none), environment, launcher (''),
+glance_seconds (2), stall_seconds (0: no quiet sign), spares (the inventory's spares group less the job's
+nodes), job_spares (the job's nodes of the spares group, from its start: every restart keeps them in its
+layout).
 
 With the slurm launcher the job heals the way Slurm does: the stop requeues and holds the Slurm job
 (training_slurm_hold: scontrol requeuehold), the health run drains the nodes that fail it (health_slurm_drain,
@@ -45,7 +46,14 @@ keeps (the left-out excluded; the ranks see SLURM_RESTART_COUNT + 1 as their att
 held job is cancelled.
 
 Every read and action is a run of the collection's own playbooks (train.yml status/stopped/started,
-health.yml quick tier), the same reads `status` and `watch` make. A node a read could not reach (and no
+health.yml quick tier), the same reads `status` and `watch` make. Between two reads (settings' interval) it
+glances every glance_seconds (2; 0: never) at the job's files on the shared storage, read only, in a thread
+bounded by GLANCE_TIMEOUT: every node's exit file (<job_dir>/exit/<node>) and the first line and end of every
+rank's progress file (gpucluster_progress.rank_file_marks). A sign (a node's part exited, ranks of the attempt
+wrote done, one wrote nothing for stall_seconds) ends the wait: the read comes at once and decides (a sign is
+never a fault by itself; the fault event keeps it: sign, sign_time). A sign a read judged is not read for again
+while it lasts. A glance that fails or hangs turns the glances off (a glance event, the heartbeat's glance)
+until one works again; the reads go on at their interval. A node a read could not reach (and no
 failed rank) is a fault only when a second read still cannot reach it and the direct probe fails: a TCP
 connect to its SSH port (5 s, said in the why) and an ansible ping of it (bounded), which decides; else it
 is one read_missed event. A node so confirmed lost is left out of the stop and of the health run (neither
@@ -59,7 +67,8 @@ is done or it gives up, it writes the job's report page (train.yml -e training_s
 that fails is an event (report_failed), never a crash.
 
 Events (each with time, event, attempt): supervising, read_missed {nodes}, blind {failed_reads},
-sighted {failed_reads}, fault {seen, nodes, step, last_step_time, step_read}, job_stopped, checked {nodes},
+sighted {failed_reads}, glance (off or on again), fault {seen, nodes, step, last_step_time, step_read, sign,
+sign_time}, job_stopped, checked {nodes},
 restart {nodes, left_out, resume_step, lost_steps}, restart_failed {nodes; why: the failing task's message
 from ansible.log}, training {step}, done {step}, gave_up {step}, stopped, report_failed, metrics_failed;
 each with its why.
@@ -80,6 +89,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 EVENTS = 'events.jsonl'
@@ -100,6 +110,8 @@ PROBE_TIMEOUT = 120    # each run of --probe
 BEAT_EVERY = 15        # the heartbeat is written again this often while a run goes on
 LOG_TAIL = 256 * 1024  # the most of a run's output read back for its error
 ERROR_CHARS = 400      # a run's error, cut to this
+GLANCE_EVERY = 2       # seconds between two glances at the job's files (settings' glance_seconds)
+GLANCE_TIMEOUT = 10    # a glance that takes longer says the shared storage does not answer
 
 
 # ----- what the job's state says ----------------------------------------------------------------
@@ -284,6 +296,113 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
         why = 'on all nodes (%s passed the check: a transient failure)' % (', '.join(recovered) or 'every node')
     return {'action': 'restart', 'nodes': remaining, 'left_out': left_out, 'recovered': recovered,
             'spares': spares, 'resume_step': checkpoint_step or 0, 'why': why}
+
+
+# ----- the glance: the job's files on the shared storage, between two reads ------------------------
+def read_exit_codes(job_dir, nodes):
+    """{node: {code, mtime}} of the nodes whose exit file (<job_dir>/exit/<node>, written by the part of the
+    job started there when it ends, removed by its start) holds a number."""
+    out = {}
+    for node in nodes:
+        path = os.path.join(job_dir, 'exit', node)
+        try:
+            with open(path, 'rb') as handle:
+                first = handle.readline(64).decode('ascii', 'replace').strip()
+                mtime = os.fstat(handle.fileno()).st_mtime
+        except OSError:
+            continue
+        if first.lstrip('-').isdigit():
+            out[node] = {'code': int(first), 'mtime': mtime}
+    return out
+
+
+def read_rank_marks(job_dir, marks_of):
+    """[rank_file_marks of each progress file under <job_dir>/progress]; marks_of reads one file."""
+    folder = os.path.join(job_dir, 'progress')
+    try:
+        names = sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return []
+    out = []
+    for name in names:
+        if re.match(r'^rank-\d+\.log$', name):
+            marks = marks_of(os.path.join(folder, name))
+            if marks is not None:
+                out.append(marks)
+    return out
+
+
+def glance_signs(exits, ranks, nodes, attempt, stall_seconds, now):
+    """What one glance at the job's files saw that a read should judge now rather than at its interval:
+    [{kind, nodes, why}], kind exit (the part of the job on a node ended, with its code), done (ranks of
+    this attempt wrote their done line) or quiet (a rank of this attempt wrote nothing for stall_seconds).
+    Only the job's nodes now and the ranks of its attempt count. A sign decides nothing: the read does."""
+    signs = []
+    ended = sorted(((exits[n]['mtime'], n) for n in nodes if n in exits))
+    failed = [n for _, n in ended if exits[n]['code'] != 0]
+    if failed:
+        signs.append({'kind': 'exit', 'nodes': failed, 'why': 'the job on %s exited with %s (its exit file%s)' % (
+            ', '.join(failed), ', '.join('code %d' % exits[n]['code'] for n in failed),
+            's' if len(failed) > 1 else '')})
+    elif ended:
+        signs.append({'kind': 'exit', 'nodes': [n for _, n in ended],
+                      'why': 'the job on %s ended with code 0' % ', '.join(n for _, n in ended)})
+    mine = [r for r in ranks if r.get('attempt') == attempt]
+    done = sorted(r['rank'] for r in mine if r.get('done') is not None)
+    if done:
+        signs.append({'kind': 'done', 'nodes': [], 'why': 'rank(s) %s wrote done' % ', '.join(map(str, done))})
+    if stall_seconds:
+        quiet = sorted(r['rank'] for r in mine if r.get('done') is None and now - r['mtime'] > stall_seconds)
+        if quiet:
+            signs.append({'kind': 'quiet', 'nodes': [],
+                          'why': 'rank(s) %s wrote nothing for more than %d s' % (
+                              ', '.join(map(str, quiet)), stall_seconds)})
+    return signs
+
+
+class Glance:
+    """The glance of one job's files on the shared storage, in a thread of its own so that a hung mount never
+    holds the supervisor: start() begins one (never while one still runs), result() is (signs, seconds) once it
+    ended, hung(now) the seconds the one in progress has run past its bound. off: why the glance cannot be
+    made (a job directory the supervisor host cannot read), None while it can."""
+
+    def __init__(self, job_dir, marks_of, timeout=GLANCE_TIMEOUT):
+        self.job_dir, self.marks_of, self.timeout = job_dir, marks_of, timeout
+        self.thread = None
+        self.began = None
+        self.done = None
+        self.off = None
+
+    def start(self, nodes, attempt, stall_seconds):
+        if self.thread is not None and self.thread.is_alive():
+            return False
+        self.done = None
+        self.began = time.time()
+
+        def run():
+            try:
+                os.stat(self.job_dir)
+                exits = read_exit_codes(self.job_dir, nodes)
+                ranks = read_rank_marks(self.job_dir, self.marks_of)
+                result = (glance_signs(exits, ranks, nodes, attempt, stall_seconds, time.time()), None)
+            except OSError as exc:
+                result = (None, '%s: %s' % (getattr(exc, 'filename', None) or self.job_dir, exc.strerror or exc))
+            self.done = result + (round(time.time() - self.began, 3),)
+
+        self.thread = threading.Thread(target=run, name='gpucluster-glance', daemon=True)
+        self.thread.start()
+        return True
+
+    def wait(self, seconds):
+        """The glance's (signs, error, seconds) once it ended within seconds, else None."""
+        if self.thread is not None:
+            self.thread.join(max(0.0, seconds))
+            if not self.thread.is_alive():
+                self.thread = None
+        return self.done
+
+    def running_for(self, now):
+        return now - self.began if self.thread is not None and self.thread.is_alive() else 0.0
 
 
 # ----- reads that fail: blind and sighted -------------------------------------------------------
@@ -493,6 +612,8 @@ METRICS = (
     ('restarts', 'Restarts of the job by its supervisor.'),
     ('attempt', 'The attempt of the job the supervisor follows (1: its first start).'),
     ('heartbeat_timestamp_seconds', 'Time of the supervisor\'s last heartbeat.'),
+    ('glance_seconds', 'Seconds the supervisor\'s last glance at the job\'s files on the shared storage took.'),
+    ('glance_off', '1 while the glances cannot be made (the job directory does not answer or cannot be read).'),
 )
 
 
@@ -760,6 +881,13 @@ class Supervisor:
         self.metrics_failed = False
         self.started = time.time()
         self.slurm = settings.get('launcher') == 'slurm'
+        # the glance at the job's files on the shared storage between two reads (glance_seconds: 0 is none)
+        self.glance_every = float(settings.get('glance_seconds', GLANCE_EVERY) or 0)
+        self.glance = None       # the Glance, made at the first wait
+        self.glance_off = None   # why the glances cannot be made now (None: they can)
+        self.glance_seconds = None
+        self.sign = None         # the sign that ended the last wait ({time, kind, nodes, why}), for the fault event
+        self.signs_read = set()  # the signs a read already judged: not read for again while they last
 
     def event(self, kind, **fields):
         """An event of the attempt in progress (fields may name another attempt)."""
@@ -1046,6 +1174,69 @@ class Supervisor:
         os.close(handle)
         self.fencing = (child, path, hosts, now)
 
+    def progress_module(self):
+        """gpucluster_progress, which sits beside this program: the progress and checkpoint formats."""
+        here = os.path.dirname(os.path.abspath(__file__))
+        if here not in sys.path:
+            sys.path.insert(0, here)
+        import gpucluster_progress  # pylint: disable=import-outside-toplevel
+        return gpucluster_progress
+
+    def glance_once(self, until):
+        """One glance at the job's files (begun now unless one still runs), waited for until `until`: the first
+        sign no read judged yet, else None. A glance that fails or runs past GLANCE_TIMEOUT turns the glances off
+        (a glance event with why; the reads go on at their interval), the next one that works on again."""
+        if self.glance is None:
+            self.glance = Glance(self.job_dir, self.progress_module().rank_file_marks)
+        stall = int(self.s.get('stall_seconds') or 0)
+        self.glance.start(list(self.state['nodes']), self.attempt, stall)
+        done = self.glance.wait(until - time.time())
+        if done is None:
+            late = self.glance.running_for(time.time())
+            if late > GLANCE_TIMEOUT and self.glance_off is None:
+                self.glance_off = 'the job directory %s did not answer within %g s' % (self.job_dir, GLANCE_TIMEOUT)
+                self.event('glance', why='glances off: %s (the reads go on every %s s)'
+                           % (self.glance_off, self.s['interval']))
+            return None
+        signs, error, seconds = done
+        self.glance.done = None
+        self.glance_seconds = seconds
+        if error is not None:
+            if self.glance_off is None:
+                self.glance_off = error
+                self.event('glance', why='glances off: %s (the reads go on every %s s)' % (error, self.s['interval']))
+            return None
+        if self.glance_off is not None:
+            self.event('glance', why='glances on again (they were off: %s)' % self.glance_off)
+            self.glance_off = None
+        keys = set((g['kind'], tuple(g['nodes'])) for g in signs)
+        self.signs_read &= keys  # a sign that went and comes again is read for again
+        for sign in signs:
+            key = (sign['kind'], tuple(sign['nodes']))
+            if key not in self.signs_read:
+                self.signs_read.add(key)
+                return dict(sign, time=time.time())
+        return None
+
+    def wait_next_read(self):
+        """Sleep until the next read (settings' interval); every glance_seconds of it, a glance at the job's
+        files: a sign no read judged yet ends the wait at once (returned; the read judges it)."""
+        end = time.time() + self.s['interval']
+        while True:
+            now = time.time()
+            if now >= end:
+                return None
+            if not self.glance_every:
+                time.sleep(end - now)
+                return None
+            step_end = min(end, now + self.glance_every)
+            sign = self.glance_once(step_end)
+            if sign is not None:
+                return sign
+            rest = step_end - time.time()
+            if rest > 0:
+                time.sleep(rest)
+
     def hang_verdict(self):
         """What the flight recorder's dumps of this attempt say of a stall (flight_recorder.stall_verdict, read
         from the collection the supervisor runs): the collective the ranks wait in and the rank that never
@@ -1085,9 +1276,7 @@ class Supervisor:
         directory = self.s.get('checkpoint_dir')
         if not directory:
             return None
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        import gpucluster_progress  # pylint: disable=import-outside-toplevel
-        tag, record, _ = gpucluster_progress.latest_complete_checkpoint(directory)
+        tag, record, _ = self.progress_module().latest_complete_checkpoint(directory)
         return None if tag is None else int((record or {}).get('step', 0))
 
     # ----- what it says of itself ---------------------------------------------------------------
@@ -1098,7 +1287,10 @@ class Supervisor:
         record = {'pid': os.getpid(), 'host': socket.gethostname(), 'unit': self.s.get('unit'), 'time': now,
                   'doing': what, 'nodes': self.state['nodes'], 'restarts': self.state['restarts'],
                   'attempt': self.attempt, 'step': self.seen_step, 'failed_reads': self.failed_reads,
-                  'read_seconds': self.read_seconds, 'last_read': self.last_good}
+                  'read_seconds': self.read_seconds, 'last_read': self.last_good,
+                  'glance': (('off: %s' % self.glance_off) if self.glance_off
+                             else ('on' if self.glance_every else 'none')),
+                  'glance_seconds': self.glance_seconds}
         if self.blind:
             record.update(blind=self.blind, blind_since=self.blind_since)
         write_file(os.path.join(self.dir, HEARTBEAT), json.dumps(record) + '\n', 0o644)
@@ -1120,7 +1312,8 @@ class Supervisor:
         text = metrics_text(self.job, {
             'last_read_timestamp_seconds': self.last_good, 'read_seconds': self.read_seconds,
             'failed_reads': self.failed_reads, 'blind': 1 if self.blind else 0, 'restarts': self.state['restarts'],
-            'attempt': self.attempt, 'heartbeat_timestamp_seconds': now})
+            'attempt': self.attempt, 'heartbeat_timestamp_seconds': now, 'glance_seconds': self.glance_seconds,
+            'glance_off': 1 if self.glance_off else 0})
         write_file(os.path.join(self.dir, PROM), text, 0o644)
         where = self.metrics_path()
         if where:
@@ -1174,9 +1367,10 @@ class Supervisor:
                     self.write_report()
                     return 1
                 self.seen_step = None  # the restarted job's steps start again from its checkpoint
+                self.sign, self.signs_read = None, set()
                 continue
             self.fence_step()
-            time.sleep(self.s['interval'])
+            self.sign = self.wait_next_read()
         self.event('stopped', why='training_supervise_seconds (%d) ended: the job runs on, unsupervised'
                    % self.s['seconds'])
         return 0
@@ -1197,9 +1391,11 @@ class Supervisor:
                 pass
 
     def recover(self, obs, act):
+        more = {'step_read': obs['step_read']} if obs.get('step_read') else {}
+        if self.sign:  # the glance that ended the wait for this read
+            more.update(sign=self.sign['why'], sign_time=self.sign['time'])
         self.event('fault', seen=act['seen'], nodes=act['nodes'], step=obs['step'],
-                   last_step_time=obs['last_step_time'], why=act['why'],
-                   **({'step_read': obs['step_read']} if obs.get('step_read') else {}))
+                   last_step_time=obs['last_step_time'], why=act['why'], **more)
         self.heartbeat('stopping')
         stalled = act['seen'] == 'stalled'
         # nodes that did not answer two reads and a direct probe: not stopped nor checked (each would wait out

@@ -373,14 +373,23 @@ def _script(base, **answers):
     return bin_dir
 
 
+def _listing(job):
+    return sorted(os.path.relpath(os.path.join(d, f), str(job)) for d, _, fs in os.walk(str(job)) for f in fs)
+
+
 def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_step=20, report=None, ping=None,
-               started=None, **more):
-    """Run the supervisor's loop against the fake playbooks: (rc, the runs it made, its events)."""
+               started=None, job_files=None, **more):
+    """Run the supervisor's loop against the fake playbooks: (rc, the runs it made, its events). job_files:
+    {path under the job directory: text} there from the start (what the job's nodes wrote on the shared storage)."""
     import gpucluster_progress as gp
     bin_dir = _script(tmp_path, status=statuses, health=healths, ping=ping or [], started=started or [],
                       **(report or {}))
     job = tmp_path / 'job'
     job.mkdir()
+    for name, text in (job_files or {}).items():
+        (job / name).parent.mkdir(parents=True, exist_ok=True)
+        (job / name).write_text(text)
+    before = _listing(job)
     state = tmp_path / 'state'
     state.mkdir()
     ckpt = tmp_path / 'ckpt'
@@ -397,7 +406,7 @@ def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_
     settings.update(more)
     rc = sv.Supervisor(settings).run()
     calls = [json.loads(line) for line in (bin_dir / 'calls.log').read_text().splitlines()]
-    assert os.listdir(str(job)) == []  # nothing is written on the shared storage
+    assert _listing(job) == before  # nothing is written on the shared storage
     return rc, calls, sv.read_events(str(state))
 
 
@@ -778,3 +787,117 @@ def test_other_launchers_neither_hold_nor_drain(tmp_path):
     statuses = [_failed('w1', 23), {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
     _supervise(tmp_path, statuses, [_healthy()], launcher='torchrun')
     assert not [x for x in _extras(tmp_path) if 'training_slurm_hold' in x or 'health_slurm_drain' in x]
+
+
+# ----- the glance: the job's files on the shared storage between two reads ------------------------
+def _rank_file(rank, attempt=1, steps=(), done=None, header_time=NOW):
+    lines = ['# gpucluster-progress rank=%d host=n pid=1 world=4 attempt=%d time=%.3f' % (rank, attempt, header_time)]
+    lines += ['step=%d loss=0.5 time=%.3f' % (step, NOW + step) for step in steps]
+    if done is not None:
+        lines.append('# done step=%d time=%.3f peak_rss_kib=1' % (done, NOW + 100))
+    return '\n'.join(lines) + '\n'
+
+
+def test_a_rank_file_is_read_from_its_first_line_and_its_end_only(tmp_path):
+    import gpucluster_progress as gp
+    path = tmp_path / 'rank-3.log'
+    path.write_text(_rank_file(3, attempt=2, steps=range(1, 2000)))
+    marks = gp.rank_file_marks(str(path), tail_bytes=256)
+    assert (marks['rank'], marks['attempt'], marks['step'], marks['step_time'], marks['done']) == (
+        3, 2, 1999, NOW + 1999, None)
+    path.write_text(_rank_file(3, steps=[5], done=5))
+    assert gp.rank_file_marks(str(path))['done'] == 5
+    path.write_text('step=5 loss=1 time=1\n')  # no header: not a progress file of the collection
+    assert gp.rank_file_marks(str(path)) is None
+    assert gp.rank_file_marks(str(tmp_path / 'gone.log')) is None
+
+
+def test_a_glance_names_a_node_whose_part_exited_non_zero_the_earliest_first_and_only_the_jobs_nodes_now():
+    exits = {'w2': {'code': 137, 'mtime': NOW + 2}, 'w1': {'code': 1, 'mtime': NOW + 1},
+             'old': {'code': 137, 'mtime': NOW}}  # a node a restart left out: its file stays, no sign
+    signs = sv.glance_signs(exits, [], NODES, 1, 60, NOW + 3)
+    why = 'the job on w1, w2 exited with code 1, code 137 (its exit files)'
+    assert signs == [{'kind': 'exit', 'nodes': ['w1', 'w2'], 'why': why}]
+    assert sv.glance_signs({'old': {'code': 137, 'mtime': NOW}}, [], NODES, 1, 60, NOW) == []
+    ended = sv.glance_signs({'head': {'code': 0, 'mtime': NOW}}, [], NODES, 1, 60, NOW)
+    assert ended[0]['why'] == 'the job on head ended with code 0'
+
+
+def test_a_glance_sees_ranks_done_or_quiet_of_this_attempt_only():
+    ranks = [{'rank': 0, 'attempt': 2, 'mtime': NOW - 5, 'done': None},
+             {'rank': 1, 'attempt': 2, 'mtime': NOW - 90, 'done': None},   # quiet for 90 s, the bound 60
+             {'rank': 2, 'attempt': 2, 'mtime': NOW - 90, 'done': 40},     # done: not quiet
+             {'rank': 3, 'attempt': 1, 'mtime': NOW - 900, 'done': None}]  # the attempt before: no sign
+    signs = sv.glance_signs({}, ranks, NODES, 2, 60, NOW)
+    assert [(s['kind'], s['why']) for s in signs] == [
+        ('done', 'rank(s) 2 wrote done'), ('quiet', 'rank(s) 1 wrote nothing for more than 60 s')]
+    assert [s['kind'] for s in sv.glance_signs({}, ranks, NODES, 2, 0, NOW)] == ['done']  # no stall bound: no quiet
+
+
+def test_a_killed_rank_is_read_at_once_when_the_glance_sees_its_exit_file_not_at_the_interval(tmp_path):
+    running = {'result': {'state': 'running'}, 'progress': _progress(12)}
+    finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
+    began = time.time()
+    rc, calls, events = _supervise(
+        tmp_path, [running, _failed('w1', 23), running, finished], [_healthy()], interval=25, glance_seconds=0.05,
+        job_files={'exit/w1': '137\n', 'progress/rank-2.log': _rank_file(2, steps=[23], header_time=time.time())})
+    took = time.time() - began
+    assert rc == 0
+    fault = [e for e in events if e['event'] == 'fault'][0]
+    assert fault['sign'] == 'the job on w1 exited with code 137 (its exit file)' and fault['sign_time'] >= began
+    # the read after the first one did not wait the 25 s interval; after the restart the sign (the same file:
+    # a real start removes it) counts again and the next read is at once too
+    assert took < 25, took
+    assert [c[0] for c in calls][:5] == ['status', 'status', 'stopped', 'health', 'started']
+
+
+def test_a_sign_a_read_judged_is_not_read_for_again_while_it_lasts(tmp_path):
+    running = {'result': {'state': 'running'}, 'progress': _progress(12)}
+    finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
+    began = time.time()
+    rc, calls, events = _supervise(tmp_path, [running, running, finished], [], interval=1.5, glance_seconds=0.05,
+                                   job_files={'exit/head': '0\n'})
+    assert rc == 0 and [c[0] for c in calls] == ['status', 'status', 'status', 'report']
+    # the sign made the second read at once; the third waited the interval: the same sign was read already
+    assert time.time() - began >= 1.5
+
+
+def test_a_job_directory_that_cannot_be_read_turns_the_glances_off_and_the_reads_go_on(tmp_path):
+    running = {'result': {'state': 'running'}, 'progress': _progress(12)}
+    finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
+    rc, calls, events = _supervise(tmp_path, [running, finished], [], interval=0.3, glance_seconds=0.05,
+                                   job_dir=str(tmp_path / 'not-mounted'))
+    assert rc == 0 and [c[0] for c in calls] == ['status', 'status', 'report']
+    glance = [e for e in events if e['event'] == 'glance']
+    off = 'glances off: %s: No such file or directory' % (tmp_path / 'not-mounted')
+    assert len(glance) == 1 and glance[0]['why'].startswith(off)
+    beat = json.loads((tmp_path / 'state' / 'supervisor.json').read_text())
+    assert beat['glance'].startswith('off: ')
+    assert 'gpucluster_supervisor_glance_off{job="j-1"} 1' in (tmp_path / 'state' / 'supervisor.prom').read_text()
+
+
+def test_a_glance_that_hangs_is_given_up_named_and_the_glances_come_back_when_it_returns(tmp_path, monkeypatch):
+    import threading
+    monkeypatch.setattr(sv, 'GLANCE_TIMEOUT', 0.2)
+    release = threading.Event()
+
+    def hung(path):  # a read of the shared storage that does not come back until released
+        release.wait(10)
+
+    (tmp_path / 'job' / 'progress').mkdir(parents=True)
+    (tmp_path / 'job' / 'progress' / 'rank-0.log').write_text(_rank_file(0))
+    (tmp_path / 'state').mkdir()
+    sup = sv.Supervisor({'job_id': 'j-1', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(tmp_path / 'state'),
+                         'nodes': NODES, 'interval': 5, 'glance_seconds': 0.05})
+    sup.glance = sv.Glance(str(tmp_path / 'job'), hung)
+    deadline = time.time() + 5
+    while sup.glance_off is None and time.time() < deadline:
+        assert sup.glance_once(time.time() + 0.1) is None
+    assert sup.glance_off == 'the job directory %s did not answer within 0.2 s' % (tmp_path / 'job')
+    assert not sup.glance.start(NODES, 1, 0)  # never a second glance beside the hung one
+    release.set()
+    sup.glance.thread.join(5)
+    sup.glance_once(time.time() + 1)
+    events = [e['why'] for e in sv.read_events(str(tmp_path / 'state')) if e['event'] == 'glance']
+    assert events[0].startswith('glances off: the job directory') and events[1].startswith('glances on again')
+    assert sup.glance_off is None
