@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# What the collection's runs cost as the cluster grows, on light lab nodes (benchmarks/scale-light.yml: one
+# rank a node, torchrun, one Python environment on the shared storage), one run each at every size of NODES:
+#   - site.yml on the bare nodes (timed, not a target), then site.yml again on the converged cluster;
+#   - the health quick tier (health.yml);
+#   - up to SUPERVISE_MAX nodes: a supervised torchrun job (train_tiny.py, a checkpoint every 5 steps). Its
+#     supervisor's reads (read_seconds in its heartbeat, sampled for READ_SECONDS: median and max), then the
+#     rank of the last worker killed: seconds to the supervisor's fault event and to training again;
+# and each figure's ratio to the smallest size. The targets (issue of the 64-node scale): at 64 nodes a read
+# within 3x its 4-node time and a killed rank seen within 30 s; quick health and converged site.yml within 3x.
+#   benchmarks/scale.sh                            # NODES="4 16 32 64" SUPERVISE_MAX=32 READ_SECONDS=90
+#   NODES="4 16" benchmarks/scale.sh
+# The lab (LAB_NAME, LAB_SUBNET) grows from one size to the next (sizes in rising order: a node the
+# last size set up is not set up again by hand, site.yml's first run at the next size does it) and is
+# removed at the end unless KEEP_LAB=1; `make lab-down` removes it too. The lab's nodes share this machine's
+# cores with the controller and the supervisor: the figures are this machine's, not a cluster's (the
+# load average is printed with each). Memory bounds the supervised job: each node's torchrun agent and rank
+# import torch (about 0.4 GB a node), so sizes above SUPERVISE_MAX skip it and say so. Many nodes need the
+# host's fs.inotify.max_user_instances raised (lab.yml says by how much).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/env.sh
+source scripts/env.sh
+export ANSIBLE_DEPRECATION_WARNINGS=false
+NODES=${NODES:-4 16 32 64}
+SUPERVISE_MAX=${SUPERVISE_MAX:-32}
+READ_SECONDS=${READ_SECONDS:-90}
+LAB_NAME=${LAB_NAME:-lab-scale}
+LAB_SUBNET=${LAB_SUBNET:-10.213.52.0/24}
+LAB_UP_TIMEOUT=${LAB_UP_TIMEOUT:-1800}
+SITE_TIMEOUT=${SITE_TIMEOUT:-5400}
+INV=inventories/$LAB_NAME
+HEAD=lab-head
+LOG=${LOG_DIR:-$(mktemp -d /tmp/scale-bench.XXXXXX)}
+mkdir -p "$LOG"
+RESULTS=$LOG/results.tsv
+printf 'nodes\tsite_first\tsite_converged\tsite_changed\thealth_quick\thealth_rc\tread_median\tread_max\treads\tseen\ttraining\tload\n' >"$RESULTS"
+
+lab() {
+  timeout "$LAB_UP_TIMEOUT" ansible-playbook lab/lab.yml -i lab/controller.yml -e lab_name="$LAB_NAME" \
+    -e lab_subnet="$LAB_SUBNET" -e lab_inventory_dir="$INV" \
+    -e @benchmarks/scale-light.yml "$@" >>"$LOG/lab.log" 2>&1
+}
+seconds() {  # SECONDS_OF <cmd...>: runs it, prints its wall seconds (and keeps its rc in $rc)
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$@"
+  rc=$?
+  t1=$(date +%s.%N)
+  elapsed=$(echo "$t1 - $t0" | bc)
+}
+load() { cut -d' ' -f1 /proc/loadavg; }
+on_head() { podman exec "$LAB_NAME-$HEAD" "$@"; }
+events_of() { on_head cat "/var/lib/gpucluster/supervise/$1/events.jsonl" 2>/dev/null; }
+changed_of() {  # the sum of changed= over the play recap of a log
+  awk '/PLAY RECAP/{r=1} r && /changed=/{for(i=1;i<=NF;i++) if($i ~ /^changed=/){split($i,a,"="); s+=a[2]}} END{print s+0}' "$1"
+}
+
+supervised() {  # N: start a supervised job, sample its reads, kill a rank; prints "median max count seen training"
+  local n=$1 job=scale-$1-$$ worker ckpt rank pid fault i
+  worker=lab-worker-$((n - 1))
+  ckpt=/shared/jobs/$job/checkpoints
+  if ! ansible-playbook playbooks/train.yml -i "$INV" -e training_job_id="$job" -e training_supervise=true \
+      -e training_restarts=1 -e training_wait_timeout=900 \
+      -e "{\"training_script_args\": [\"--steps\", \"100000\", \"--save-every\", \"5\", \"--step-delay\", \"1\",
+           \"--checkpoint-dir\", \"$ckpt\"]}" >"$LOG/train-$n.log" 2>&1; then
+    echo "- - 0 - -"; echo "  the supervised job did not start: $LOG/train-$n.log" >&2; return
+  fi
+  for i in $(seq 1 300); do events_of "$job" | grep -q '"event": "supervising"' && break; sleep 2; done
+  # the supervisor's own figure of each read: read_seconds of its heartbeat, one per last_read
+  for i in $(seq 1 $((READ_SECONDS / 2))); do
+    on_head cat "/var/lib/gpucluster/supervise/$job/supervisor.json" 2>/dev/null; echo
+    sleep 2
+  done >"$LOG/heartbeats-$n.jsonl"
+  for i in $(seq 1 300); do
+    [ "$(on_head cat "$ckpt/latest" 2>/dev/null | tr -dc 0-9)" -ge 10 ] 2>/dev/null && break
+    sleep 2
+  done
+  rank=$(on_head grep -l "host=$worker " -r "/shared/jobs/$job/progress/" | head -1)
+  pid=$(on_head head -1 "$rank" | sed -n 's/.* pid=\([0-9]*\).*/\1/p')
+  fault=$(date +%s.%N)
+  podman exec --user train "$LAB_NAME-$worker" kill -9 "$pid"
+  for i in $(seq 1 450); do events_of "$job" | grep -q '"event": "\(training\|gave_up\)"' && break; sleep 2; done
+  events_of "$job" >"$LOG/events-$n.jsonl"
+  ansible-playbook playbooks/train.yml -i "$INV" -e training_state=stopped -e training_job_id="$job" \
+    >"$LOG/stop-$n.log" 2>&1 || echo "  the job's stop failed: $LOG/stop-$n.log" >&2
+  python3 - "$LOG/heartbeats-$n.jsonl" "$LOG/events-$n.jsonl" "$fault" <<'PY'
+import json, statistics, sys
+reads = {}
+for line in open(sys.argv[1]):
+    try:
+        beat = json.loads(line)
+    except ValueError:
+        continue
+    if beat.get('last_read') and beat.get('read_seconds') is not None:
+        reads[beat['last_read']] = beat['read_seconds']
+events = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+t0 = float(sys.argv[3])
+first = lambda kind: next((e['time'] - t0 for e in events if e['event'] == kind and e['time'] >= t0), None)
+seen, again = first('fault'), first('training')
+values = sorted(reads.values())
+print('%s %s %d %s %s' % ('%.1f' % statistics.median(values) if values else '-', '%.1f' % values[-1] if values else '-',
+                          len(values), '%.1f' % seen if seen is not None else '-',
+                          '%.1f' % again if again is not None else '-'))
+PY
+}
+
+for n in $NODES; do
+  echo "=== $n node(s), $(date -u +%FT%TZ), load $(load): lab up (log $LOG/lab.log)"
+  if ! lab -e lab_nodes="$n"; then
+    echo "the lab of $n node(s) could not be made within $LAB_UP_TIMEOUT s; stopping here (see $LOG/lab.log)"
+    break
+  fi
+  seconds timeout "$SITE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" >"$LOG/site-first-$n.log" 2>&1
+  first=$elapsed
+  if [ "$rc" -ne 0 ]; then echo "site.yml failed on $n node(s) (rc $rc): $LOG/site-first-$n.log"; break; fi
+  seconds timeout "$SITE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" >"$LOG/site-again-$n.log" 2>&1
+  again=$elapsed
+  changed=$(changed_of "$LOG/site-again-$n.log")
+  [ "$rc" -eq 0 ] || echo "  the converged site.yml failed (rc $rc): $LOG/site-again-$n.log"
+  seconds ansible-playbook playbooks/health.yml -i "$INV" -e health_report_dir=/var/lib/gpucluster/health-scale \
+    >"$LOG/health-$n.log" 2>&1
+  health=$elapsed health_rc=$rc
+  if [ "$n" -le "$SUPERVISE_MAX" ]; then
+    read -r med max count seen training < <(supervised "$n")
+  else
+    med=- max=- count=0 seen=- training=-
+    echo "  no supervised job above SUPERVISE_MAX=$SUPERVISE_MAX nodes (memory: a torchrun agent and a rank a node)"
+  fi
+  printf '%s\t%.0f\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$first" "$again" "$changed" "$health" "$health_rc" \
+    "$med" "$max" "$count" "$seen" "$training" "$(load)" >>"$RESULTS"
+  printf '%3d node(s): site.yml %.0f s bare, %.0f s converged (%s changed); health quick %.0f s (rc %s); supervisor read median %s s, max %s s (%s reads); killed rank seen %s s, training again %s s; load %s\n' \
+    "$n" "$first" "$again" "$changed" "$health" "$health_rc" "$med" "$max" "$count" "$seen" "$training" "$(load)"
+done
+[ -n "${KEEP_LAB:-}" ] || lab -e lab_state=absent
+python3 - "$RESULTS" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1]), delimiter='\t'))
+if len(rows) < 2:
+    sys.exit(0)
+base = rows[0]
+print('ratio to %s nodes (targets at 64: read, health quick and converged site.yml within 3x; a killed rank seen '
+      'within 30 s):' % base['nodes'])
+for row in rows[1:]:
+    def ratio(key):
+        try:
+            return '%.2f' % (float(row[key]) / float(base[key]))
+        except (ValueError, ZeroDivisionError):
+            return '-'
+    print('  %3s node(s): site.yml converged %s, health quick %s, supervisor read (median) %s, killed rank seen %s s'
+          % (row['nodes'], ratio('site_converged'), ratio('health_quick'), ratio('read_median'), row['seen']))
+PY
+echo "logs and results.tsv: $LOG"
