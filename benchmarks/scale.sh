@@ -22,6 +22,9 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
 source scripts/env.sh
 export ANSIBLE_DEPRECATION_WARNINGS=false
+# The lab's nodes share this machine's 2 cores with the controller: at 32 or 64 nodes sudo on a node
+# may take more than ansible.cfg's 20 s to answer (`Timeout (22s) waiting for privilege escalation prompt`).
+export ANSIBLE_TIMEOUT=${ANSIBLE_TIMEOUT:-60}
 NODES=${NODES:-4 16 32 64}
 SUPERVISE_MAX=${SUPERVISE_MAX:-32}
 READ_SECONDS=${READ_SECONDS:-90}
@@ -34,7 +37,7 @@ HEAD=lab-head
 LOG=${LOG_DIR:-$(mktemp -d /tmp/scale-bench.XXXXXX)}
 mkdir -p "$LOG"
 RESULTS=$LOG/results.tsv
-printf 'nodes\tsite_first\tsite_converged\tsite_changed\thealth_quick\thealth_rc\tread_median\tread_max\treads\tseen\ttraining\tload\n' >"$RESULTS"
+printf 'nodes\tsite_first\tsite_converged\tsite_changed\thealth_quick\thealth_rc\tread_median\tread_max\treads\tsign\tseen\ttraining\tload\n' >"$RESULTS"
 
 lab() {
   timeout "$LAB_UP_TIMEOUT" ansible-playbook lab/lab.yml -i lab/controller.yml -e lab_name="$LAB_NAME" \
@@ -64,7 +67,7 @@ supervised() {  # N: start a supervised job, sample its reads, kill a rank; prin
       -e training_restarts=1 -e training_wait_timeout=900 \
       -e "{\"training_script_args\": [\"--steps\", \"100000\", \"--save-every\", \"5\", \"--step-delay\", \"1\",
            \"--checkpoint-dir\", \"$ckpt\"]}" >"$LOG/train-$n.log" 2>&1; then
-    echo "- - 0 - -"; echo "  the supervised job did not start: $LOG/train-$n.log" >&2; return
+    echo "- - 0 - - -"; echo "  the supervised job did not start: $LOG/train-$n.log" >&2; return
   fi
   for i in $(seq 1 300); do events_of "$job" | grep -q '"event": "supervising"' && break; sleep 2; done
   # the supervisor's own figure of each read: read_seconds of its heartbeat, one per last_read
@@ -96,12 +99,13 @@ for line in open(sys.argv[1]):
         reads[beat['last_read']] = beat['read_seconds']
 events = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 t0 = float(sys.argv[3])
-first = lambda kind: next((e['time'] - t0 for e in events if e['event'] == kind and e['time'] >= t0), None)
-seen, again = first('fault'), first('training')
+first = lambda kind: next((e for e in events if e['event'] == kind and e['time'] >= t0), None)
+fault, again = first('fault'), first('training')
 values = sorted(reads.values())
-print('%s %s %d %s %s' % ('%.1f' % statistics.median(values) if values else '-', '%.1f' % values[-1] if values else '-',
-                          len(values), '%.1f' % seen if seen is not None else '-',
-                          '%.1f' % again if again is not None else '-'))
+figure = lambda value: '-' if value is None else '%.1f' % value
+print('%s %s %d %s %s %s' % (figure(statistics.median(values) if values else None), figure(values[-1] if values else None),
+                             len(values), figure(fault['sign_time'] - t0 if fault and fault.get('sign_time') else None),
+                             figure(fault['time'] - t0 if fault else None), figure(again['time'] - t0 if again else None)))
 PY
 }
 
@@ -122,15 +126,15 @@ for n in $NODES; do
     >"$LOG/health-$n.log" 2>&1
   health=$elapsed health_rc=$rc
   if [ "$n" -le "$SUPERVISE_MAX" ]; then
-    read -r med max count seen training < <(supervised "$n")
+    read -r med max count sign seen training < <(supervised "$n")
   else
-    med=- max=- count=0 seen=- training=-
+    med=- max=- count=0 sign=- seen=- training=-
     echo "  no supervised job above SUPERVISE_MAX=$SUPERVISE_MAX nodes (memory: a torchrun agent and a rank a node)"
   fi
-  printf '%s\t%.0f\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$first" "$again" "$changed" "$health" "$health_rc" \
-    "$med" "$max" "$count" "$seen" "$training" "$(load)" >>"$RESULTS"
-  printf '%3d node(s): site.yml %.0f s bare, %.0f s converged (%s changed); health quick %.0f s (rc %s); supervisor read median %s s, max %s s (%s reads); killed rank seen %s s, training again %s s; load %s\n' \
-    "$n" "$first" "$again" "$changed" "$health" "$health_rc" "$med" "$max" "$count" "$seen" "$training" "$(load)"
+  printf '%s\t%.0f\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$first" "$again" "$changed" "$health" \
+    "$health_rc" "$med" "$max" "$count" "$sign" "$seen" "$training" "$(load)" >>"$RESULTS"
+  printf '%3d node(s): site.yml %.0f s bare, %.0f s converged (%s changed); health quick %.0f s (rc %s); supervisor read median %s s, max %s s (%s reads); killed rank: glance sign %s s, fault %s s, training again %s s; load %s\n' \
+    "$n" "$first" "$again" "$changed" "$health" "$health_rc" "$med" "$max" "$count" "$sign" "$seen" "$training" "$(load)"
 done
 [ -n "${KEEP_LAB:-}" ] || lab -e lab_state=absent
 python3 - "$RESULTS" <<'PY'
