@@ -3,13 +3,14 @@
 # rank a node, torchrun, one Python environment on the shared storage), one run each at every size of NODES:
 #   - site.yml on the bare nodes (timed, not a target), then site.yml again on the converged cluster;
 #   - the health quick tier (health.yml);
-#   - up to SUPERVISE_MAX nodes: a supervised torchrun job (train_tiny.py, a checkpoint every 5 steps). Its
+#   - up to SUPERVISE_MAX nodes: a supervised torchrun job (train_tiny.py --engine ddp, a step a second). Its
 #     supervisor's reads (read_seconds in its heartbeat, sampled for READ_SECONDS: median and max), then the
 #     rank of the last worker killed: seconds to the supervisor's fault event and to training again;
 # and each figure's ratio to the smallest size. The targets (issue of the 64-node scale): at 64 nodes a read
 # within 3x its 4-node time and a killed rank seen within 30 s; quick health and converged site.yml within 3x.
 #   benchmarks/scale.sh                            # NODES="4 16 32 64" SUPERVISE_MAX=32 READ_SECONDS=90
 #   NODES="4 16" benchmarks/scale.sh
+#   NODES=16 KEEP_LAB=1 PARTS=supervise benchmarks/scale.sh   # again on the lab a run kept (site.yml ran on it)
 # The lab (LAB_NAME, LAB_SUBNET) grows from one size to the next (sizes in rising order: a node the
 # last size set up is not set up again by hand, site.yml's first run at the next size does it) and is
 # removed at the end unless KEEP_LAB=1; `make lab-down` removes it too. The lab's nodes share this machine's
@@ -27,6 +28,7 @@ export ANSIBLE_DEPRECATION_WARNINGS=false
 export ANSIBLE_TIMEOUT=${ANSIBLE_TIMEOUT:-60}
 NODES=${NODES:-4 16 32 64}
 SUPERVISE_MAX=${SUPERVISE_MAX:-32}
+PARTS=${PARTS:-site health supervise}  # what is run at each size (site: both site.yml runs); on a kept lab, fewer
 READ_SECONDS=${READ_SECONDS:-90}
 LAB_NAME=${LAB_NAME:-lab-scale}
 LAB_SUBNET=${LAB_SUBNET:-10.213.52.0/24}
@@ -60,13 +62,14 @@ changed_of() {  # the sum of changed= over the play recap of a log
 }
 
 supervised() {  # N: start a supervised job, sample its reads, kill a rank; prints "median max count seen training"
-  local n=$1 job=scale-$1-$$ worker ckpt rank pid fault i
+  local n=$1 job=scale-$1-$$ worker rank pid fault i
   worker=lab-worker-$((n - 1))
-  ckpt=/shared/jobs/$job/checkpoints
+  # DDP (torch alone: no DeepSpeed op to build on nodes without compilers, less memory a rank), no checkpoint:
+  # the restart starts from step 0, and says so
   if ! ansible-playbook playbooks/train.yml -i "$INV" -e training_job_id="$job" -e training_supervise=true \
       -e training_restarts=1 -e training_wait_timeout=900 \
-      -e "{\"training_script_args\": [\"--steps\", \"100000\", \"--save-every\", \"5\", \"--step-delay\", \"1\",
-           \"--checkpoint-dir\", \"$ckpt\"]}" >"$LOG/train-$n.log" 2>&1; then
+      -e '{"training_script_args": ["--engine", "ddp", "--steps", "100000", "--step-delay", "1"]}' \
+      >"$LOG/train-$n.log" 2>&1; then
     echo "- - 0 - - -"; echo "  the supervised job did not start: $LOG/train-$n.log" >&2; return
   fi
   for i in $(seq 1 300); do events_of "$job" | grep -q '"event": "supervising"' && break; sleep 2; done
@@ -75,10 +78,6 @@ supervised() {  # N: start a supervised job, sample its reads, kill a rank; prin
     on_head cat "/var/lib/gpucluster/supervise/$job/supervisor.json" 2>/dev/null; echo
     sleep 2
   done >"$LOG/heartbeats-$n.jsonl"
-  for i in $(seq 1 300); do
-    [ "$(on_head cat "$ckpt/latest" 2>/dev/null | tr -dc 0-9)" -ge 10 ] 2>/dev/null && break
-    sleep 2
-  done
   rank=$(on_head grep -l "host=$worker " -r "/shared/jobs/$job/progress/" | head -1)
   pid=$(on_head head -1 "$rank" | sed -n 's/.* pid=\([0-9]*\).*/\1/p')
   fault=$(date +%s.%N)
@@ -115,17 +114,24 @@ for n in $NODES; do
     echo "the lab of $n node(s) could not be made within $LAB_UP_TIMEOUT s; stopping here (see $LOG/lab.log)"
     break
   fi
-  seconds timeout "$SITE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" >"$LOG/site-first-$n.log" 2>&1
-  first=$elapsed
-  if [ "$rc" -ne 0 ]; then echo "site.yml failed on $n node(s) (rc $rc): $LOG/site-first-$n.log"; break; fi
-  seconds timeout "$SITE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" >"$LOG/site-again-$n.log" 2>&1
-  again=$elapsed
-  changed=$(changed_of "$LOG/site-again-$n.log")
-  [ "$rc" -eq 0 ] || echo "  the converged site.yml failed (rc $rc): $LOG/site-again-$n.log"
-  seconds ansible-playbook playbooks/health.yml -i "$INV" -e health_report_dir=/var/lib/gpucluster/health-scale \
-    >"$LOG/health-$n.log" 2>&1
-  health=$elapsed health_rc=$rc
-  if [ "$n" -le "$SUPERVISE_MAX" ]; then
+  first=0 again=0 changed=- health=0 health_rc=-
+  if [[ " $PARTS " == *" site "* ]]; then
+    seconds timeout "$SITE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" >"$LOG/site-first-$n.log" 2>&1
+    first=$elapsed
+    if [ "$rc" -ne 0 ]; then echo "site.yml failed on $n node(s) (rc $rc): $LOG/site-first-$n.log"; break; fi
+    seconds timeout "$SITE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" >"$LOG/site-again-$n.log" 2>&1
+    again=$elapsed
+    changed=$(changed_of "$LOG/site-again-$n.log")
+    [ "$rc" -eq 0 ] || echo "  the converged site.yml failed (rc $rc): $LOG/site-again-$n.log"
+  fi
+  if [[ " $PARTS " == *" health "* ]]; then
+    seconds ansible-playbook playbooks/health.yml -i "$INV" -e health_report_dir=/var/lib/gpucluster/health-scale \
+      >"$LOG/health-$n.log" 2>&1
+    health=$elapsed health_rc=$rc
+  fi
+  if [[ " $PARTS " != *" supervise "* ]]; then
+    med=- max=- count=0 sign=- seen=- training=-
+  elif [ "$n" -le "$SUPERVISE_MAX" ]; then
     read -r med max count sign seen training < <(supervised "$n")
   else
     med=- max=- count=0 sign=- seen=- training=-
