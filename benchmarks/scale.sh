@@ -111,7 +111,8 @@ PY
 for n in $NODES; do
   echo "=== $n node(s), $(date -u +%FT%TZ), load $(load): lab up (log $LOG/lab.log)"
   if ! lab -e lab_nodes="$n"; then
-    echo "the lab of $n node(s) could not be made within $LAB_UP_TIMEOUT s; stopping here (see $LOG/lab.log)"
+    echo "the lab of $n node(s) could not be made; stopping here (see $LOG/lab.log):"
+    grep -o 'lab [^"]*Nothing was started\.\|lab: [^"]*' "$LOG/lab.log" | tail -1
     break
   fi
   first=0 again=0 changed=- health=0 health_rc=-
