@@ -237,7 +237,6 @@ def heartbeat_line(phase, step=None, now=None, since=None):
     return '%s time=%.3f' % (words, time.time() if now is None else now)
 
 
-PROGRESS_FILE_RE = re.compile(r'^rank-(\d+)\.log$')
 _WORD_RE = re.compile(r'(\w+)=(\S+)')
 
 
