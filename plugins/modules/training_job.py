@@ -511,6 +511,8 @@ versions:
   sample: {python: 3.11.2, torch: 2.13.0+cpu, torch_cuda: null, torch_nccl: null, nccl_wheel: null, deepspeed: 0.19.8}
 '''
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
@@ -583,6 +585,11 @@ def main():
         elif state == 'started':
             result = job.start()
         elif state == 'status':
+            if not os.path.isdir(module.params['job_dir']):
+                # a node without the job's directory cannot be read (its shared storage is not mounted): the
+                # job's state there is unknown, never stopped
+                job.fail('node %s: the job directory %s does not exist here (is the shared storage of '
+                         'training_jobs_dir mounted?)' % (job.me, module.params['job_dir']))
             result = job.status()
         elif state in ('first_step', 'finished'):
             if not job.is_head:

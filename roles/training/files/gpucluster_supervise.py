@@ -334,29 +334,33 @@ def read_rank_marks(job_dir, marks_of):
 
 def glance_signs(exits, ranks, nodes, attempt, stall_seconds, now):
     """What one glance at the job's files saw that a read should judge now rather than at its interval:
-    [{kind, nodes, why}], kind exit (the part of the job on a node ended, with its code), done (ranks of
-    this attempt wrote their done line) or quiet (a rank of this attempt wrote nothing for stall_seconds).
-    Only the job's nodes now and the ranks of its attempt count. A sign decides nothing: the read does."""
+    [{kind, nodes, since, why}], kind exit (the part of the job on a node ended, with its code), done (ranks of
+    this attempt wrote their done line) or quiet (a rank of this attempt wrote nothing for stall_seconds);
+    since: when what it shows began (the file's time; for quiet, its last write and stall_seconds). Only the
+    job's nodes now and the ranks of its attempt count. A sign decides nothing: the read does."""
     signs = []
     ended = sorted(((exits[n]['mtime'], n) for n in nodes if n in exits))
     failed = [n for _, n in ended if exits[n]['code'] != 0]
     if failed:
-        signs.append({'kind': 'exit', 'nodes': failed, 'why': 'the job on %s exited with %s (its exit file%s)' % (
-            ', '.join(failed), ', '.join('code %d' % exits[n]['code'] for n in failed),
-            's' if len(failed) > 1 else '')})
+        signs.append({'kind': 'exit', 'nodes': failed, 'since': min(exits[n]['mtime'] for n in failed),
+                      'why': 'the job on %s exited with %s (its exit file%s)' % (
+                          ', '.join(failed), ', '.join('code %d' % exits[n]['code'] for n in failed),
+                          's' if len(failed) > 1 else '')})
     elif ended:
-        signs.append({'kind': 'exit', 'nodes': [n for _, n in ended],
+        signs.append({'kind': 'exit', 'nodes': [n for _, n in ended], 'since': ended[0][0],
                       'why': 'the job on %s ended with code 0' % ', '.join(n for _, n in ended)})
     mine = [r for r in ranks if r.get('attempt') == attempt]
-    done = sorted(r['rank'] for r in mine if r.get('done') is not None)
+    done = sorted((r['rank'], r['mtime']) for r in mine if r.get('done') is not None)
     if done:
-        signs.append({'kind': 'done', 'nodes': [], 'why': 'rank(s) %s wrote done' % ', '.join(map(str, done))})
+        signs.append({'kind': 'done', 'nodes': [], 'since': min(t for _, t in done),
+                      'why': 'rank(s) %s wrote done' % ', '.join(str(r) for r, _ in done)})
     if stall_seconds:
-        quiet = sorted(r['rank'] for r in mine if r.get('done') is None and now - r['mtime'] > stall_seconds)
+        quiet = sorted((r['rank'], r['mtime']) for r in mine
+                       if r.get('done') is None and now - r['mtime'] > stall_seconds)
         if quiet:
-            signs.append({'kind': 'quiet', 'nodes': [],
+            signs.append({'kind': 'quiet', 'nodes': [], 'since': min(t for _, t in quiet) + stall_seconds,
                           'why': 'rank(s) %s wrote nothing for more than %d s' % (
-                              ', '.join(map(str, quiet)), stall_seconds)})
+                              ', '.join(str(r) for r, _ in quiet), stall_seconds)})
     return signs
 
 
@@ -894,9 +898,10 @@ class Supervisor:
         return event(self.dir, kind, **dict({'attempt': self.attempt}, **fields))
 
     # ----- runs of ansible ----------------------------------------------------------------------
-    def command(self, cmd, timeout):
+    def command(self, cmd, timeout, watch=None):
         """rc of cmd, its output appended to ansible.log, bounded by timeout (rc 124 past it); the heartbeat
-        is written again every BEAT_EVERY s while it runs."""
+        is written again every BEAT_EVERY s while it runs. watch (a read's): called every glance_seconds while
+        the run goes on; when it returns something, the run is ended and that is returned instead of an rc."""
         log = self.open_log()
         try:
             log.write('\n# %s %s\n' % (time.strftime('%Y-%m-%dT%H:%M:%S'), ' '.join(cmd)))
@@ -907,26 +912,34 @@ class Supervisor:
             self.child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           start_new_session=True, env=run_env(self.s))
             deadline = time.time() + timeout
+            beat = time.time() + BEAT_EVERY
+            step = min(BEAT_EVERY, self.glance_every) if watch else BEAT_EVERY
             while True:
                 try:
-                    return self.child.wait(timeout=max(0.0, min(BEAT_EVERY, deadline - time.time())))
+                    return self.child.wait(timeout=max(0.0, min(step, deadline - time.time())))
                 except subprocess.TimeoutExpired:
                     if time.time() >= deadline:
                         self.end_child()
                         return 124
-                    self.refresh()
+                    if time.time() >= beat:
+                        beat = time.time() + BEAT_EVERY
+                        self.refresh()
+                    seen = watch() if watch else None
+                    if seen:
+                        self.end_child()
+                        return seen
         finally:
             self.child = None
             log.close()
 
-    def playbook(self, playbook, extra, limit=None, timeout=None):
+    def playbook(self, playbook, extra, limit=None, timeout=None, watch=None):
         cmd = [self.s['ansible_playbook'], '-i', self.s['inventory'], playbook, '-e', '@' + self.s['vars_file']]
         for key, value in extra.items():
             cmd += ['-e', json.dumps({key: value})]
         if limit:
             # node names (as the job's results say them) to inventory hosts
             cmd += ['--limit', ','.join(self.host_of(n) for n in limit)]
-        return self.command(cmd, timeout or self.s['action_timeout'])
+        return self.command(cmd, timeout or self.s['action_timeout'], watch=watch)
 
     def run_output(self):
         """The output of the last run (its end, at most LOG_TAIL bytes)."""
@@ -958,23 +971,36 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 continue
 
-    def train(self, state, limit=None, timeout=None, **extra):
+    def train(self, state, limit=None, timeout=None, watch=None, **extra):
         # training_supervisor_acting: stopped.yml leaves this supervisor's own unit alone
         return self.playbook(self.s['train_playbook'], dict(extra, training_state=state, training_job_id=self.job,
                                                             training_supervisor_acting=True), limit=limit,
-                             timeout=timeout)
+                             timeout=timeout, watch=watch)
 
     # ----- reads --------------------------------------------------------------------------------
     def read(self):
-        """The status the job's read wrote (None when the run wrote none); its rc and seconds are kept."""
+        """The status the job's read wrote (None when the run wrote none); its rc and seconds are kept. While
+        it runs the glances go on: a sign of what began after the read began (the read may have passed that
+        node already) ends it, and the job is read again at once, without waiting for the rest of the read
+        that began before the fault (the sign is kept for the fault event); one such end a read."""
         path = os.path.join(self.dir, STATUS)
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-        began = time.time()
-        self.read_rc = self.train('status', timeout=self.s.get('read_timeout', 300), training_status_file=path,
-                                  training_progress_report=True)
+        watch = self.sign_during_read if self.glance_every else None
+        while True:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            began = time.time()
+            rc = self.train('status', timeout=self.s.get('read_timeout', 300), training_status_file=path,
+                            training_progress_report=True, training_progress_sample_seconds=0,
+                            watch=(lambda: watch(began)) if watch else None)
+            if isinstance(rc, dict):  # a sign ended it: read again, this time to its end
+                self.sign, watch = rc, None
+                self.log_text('# %s the read was ended: %s, after it began; the job is read again\n'
+                              % (time.strftime('%Y-%m-%dT%H:%M:%S'), rc['why']))
+                continue
+            break
+        self.read_rc = rc
         self.read_seconds = round(time.time() - began, 3)
         try:
             with open(path) as handle:
@@ -1182,9 +1208,9 @@ class Supervisor:
         import gpucluster_progress  # pylint: disable=import-outside-toplevel
         return gpucluster_progress
 
-    def glance_once(self, until):
+    def glance_once(self, until, wanted=None):
         """One glance at the job's files (begun now unless one still runs), waited for until `until`: the first
-        sign no read judged yet, else None. A glance that fails or runs past GLANCE_TIMEOUT turns the glances off
+        sign no read judged yet (and that wanted(sign) takes, where given), else None. A glance that fails or runs past GLANCE_TIMEOUT turns the glances off
         (a glance event with why; the reads go on at their interval), the next one that works on again."""
         if self.glance is None:
             self.glance = Glance(self.job_dir, self.progress_module().rank_file_marks)
@@ -1213,10 +1239,17 @@ class Supervisor:
         self.signs_read &= keys  # a sign that went and comes again is read for again
         for sign in signs:
             key = (sign['kind'], tuple(sign['nodes']))
-            if key not in self.signs_read:
+            if key not in self.signs_read and (wanted is None or wanted(sign)):
                 self.signs_read.add(key)
                 return dict(sign, time=time.time())
         return None
+
+    def sign_during_read(self, began):
+        """A glance while a read runs: a sign no read judged yet of what began after `began` (the read in
+        progress may not see it), else None. A sign of what began before the read is left to the wait after
+        it (a read at once if this one did not judge it a fault)."""
+        return self.glance_once(time.time() + min(1.0, self.glance_every),
+                                wanted=lambda sign: sign.get('since', 0) > began)
 
     def wait_next_read(self):
         """Sleep until the next read (settings' interval); every glance_seconds of it, a glance at the job's

@@ -74,6 +74,14 @@ def test_start_status_stop_of_a_torchrun_job_and_no_secret_in_any_result(tmp_pat
     assert status['running'] is False
 
 
+def test_status_on_a_node_without_the_job_directory_fails_naming_it_never_stopped(tmp_path, base):
+    # the shared storage of the jobs is not mounted on this node: its state cannot be read
+    out, _ = run(tmp_path, state='status', **base)
+    assert out['failed'] is True and 'running' not in out
+    assert out['msg'] == ('node solo: the job directory %s does not exist here (is the shared storage of '
+                          'training_jobs_dir mounted?)' % base['job_dir'])
+
+
 def test_bad_input_is_refused_naming_the_node_and_option(tmp_path, base):
     out, _ = run(tmp_path, state='started', **dict(base, launcher='slurm', slurm_time='1:00\n#SBATCH --uid=0'))
     assert out['failed'] is True and out['msg'].startswith('node solo: slurm_time')

@@ -289,7 +289,8 @@ with open(os.path.join(here, 'script.json'), 'w') as handle:
     json.dump(script, handle)
 lock.close()
 if kind in ('status', 'health'):
-    time.sleep(script.get('sleep_' + kind, 0))
+    # _sleep: this answer's run takes so long (else sleep_<kind>, every such run)
+    time.sleep(answer.pop('_sleep') if isinstance(answer, dict) and '_sleep' in answer else script.get('sleep_' + kind, 0))
     if answer is None:
         print('ERROR! the script of answers ran out')
         sys.exit(2)  # a run that failed before it wrote anything
@@ -378,9 +379,10 @@ def _listing(job):
 
 
 def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_step=20, report=None, ping=None,
-               started=None, job_files=None, **more):
+               started=None, job_files=None, meanwhile=None, **more):
     """Run the supervisor's loop against the fake playbooks: (rc, the runs it made, its events). job_files:
-    {path under the job directory: text} there from the start (what the job's nodes wrote on the shared storage)."""
+    {path under the job directory: text} there from the start (what the job's nodes wrote on the shared storage);
+    meanwhile(job directory): what the job's nodes do while it runs (a thread), [paths it wrote there]."""
     import gpucluster_progress as gp
     bin_dir = _script(tmp_path, status=statuses, health=healths, ping=ping or [], started=started or [],
                       **(report or {}))
@@ -390,6 +392,10 @@ def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_
         (job / name).parent.mkdir(parents=True, exist_ok=True)
         (job / name).write_text(text)
     before = _listing(job)
+    written = []
+    if meanwhile is not None:
+        import threading
+        threading.Thread(target=lambda: written.extend(meanwhile(job)), daemon=True).start()
     state = tmp_path / 'state'
     state.mkdir()
     ckpt = tmp_path / 'ckpt'
@@ -406,7 +412,7 @@ def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_
     settings.update(more)
     rc = sv.Supervisor(settings).run()
     calls = [json.loads(line) for line in (bin_dir / 'calls.log').read_text().splitlines()]
-    assert _listing(job) == before  # nothing is written on the shared storage
+    assert _listing(job) == sorted(before + written)  # the supervisor writes nothing on the shared storage
     return rc, calls, sv.read_events(str(state))
 
 
@@ -817,7 +823,8 @@ def test_a_glance_names_a_node_whose_part_exited_non_zero_the_earliest_first_and
              'old': {'code': 137, 'mtime': NOW}}  # a node a restart left out: its file stays, no sign
     signs = sv.glance_signs(exits, [], NODES, 1, 60, NOW + 3)
     why = 'the job on w1, w2 exited with code 1, code 137 (its exit files)'
-    assert signs == [{'kind': 'exit', 'nodes': ['w1', 'w2'], 'why': why}]
+    # since: the first of them ended (a read that began before it is ended by the sign)
+    assert signs == [{'kind': 'exit', 'nodes': ['w1', 'w2'], 'since': NOW + 1, 'why': why}]
     assert sv.glance_signs({'old': {'code': 137, 'mtime': NOW}}, [], NODES, 1, 60, NOW) == []
     ended = sv.glance_signs({'head': {'code': 0, 'mtime': NOW}}, [], NODES, 1, 60, NOW)
     assert ended[0]['why'] == 'the job on head ended with code 0'
@@ -829,8 +836,8 @@ def test_a_glance_sees_ranks_done_or_quiet_of_this_attempt_only():
              {'rank': 2, 'attempt': 2, 'mtime': NOW - 90, 'done': 40},     # done: not quiet
              {'rank': 3, 'attempt': 1, 'mtime': NOW - 900, 'done': None}]  # the attempt before: no sign
     signs = sv.glance_signs({}, ranks, NODES, 2, 60, NOW)
-    assert [(s['kind'], s['why']) for s in signs] == [
-        ('done', 'rank(s) 2 wrote done'), ('quiet', 'rank(s) 1 wrote nothing for more than 60 s')]
+    assert [(s['kind'], s['why'], s['since']) for s in signs] == [
+        ('done', 'rank(s) 2 wrote done', NOW - 90), ('quiet', 'rank(s) 1 wrote nothing for more than 60 s', NOW - 30)]
     assert [s['kind'] for s in sv.glance_signs({}, ranks, NODES, 2, 0, NOW)] == ['done']  # no stall bound: no quiet
 
 
@@ -849,6 +856,45 @@ def test_a_killed_rank_is_read_at_once_when_the_glance_sees_its_exit_file_not_at
     # a real start removes it) counts again and the next read is at once too
     assert took < 25, took
     assert [c[0] for c in calls][:5] == ['status', 'status', 'stopped', 'health', 'started']
+
+
+def test_a_read_that_began_before_a_rank_was_killed_is_ended_by_its_sign_and_the_job_read_again(tmp_path):
+    running = {'result': {'state': 'running'}, 'progress': _progress(12)}
+    finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
+    # each read takes 4 s; the rank is killed (its node's exit file written) 0.5 s into the first one
+    statuses = [dict(running, _sleep=4), dict(_failed('w1', 23), _sleep=4), dict(running, _sleep=0), finished]
+    killed = []
+
+    def kill(job):
+        time.sleep(0.5)
+        (job / 'exit').mkdir(parents=True, exist_ok=True)
+        (job / 'exit' / 'w1').write_text('137\n')
+        killed.append(time.time())
+        return ['exit/w1']
+
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy()], interval=30, glance_seconds=0.1, meanwhile=kill)
+    assert rc == 0
+    fault = [e for e in events if e['event'] == 'fault'][0]
+    # the first read was ended by the sign and the second read, 4 s, saw the fault: not the rest of the
+    # first read and then a whole second one (8 s)
+    assert fault['sign'] == 'the job on w1 exited with code 137 (its exit file)'
+    assert fault['time'] - killed[0] < 7, fault['time'] - killed[0]
+    assert [c[0] for c in calls][:5] == ['status', 'status', 'stopped', 'health', 'started']
+    log = (tmp_path / 'state' / 'ansible.log').read_text()
+    assert 'the read was ended: the job on w1 exited with code 137 (its exit file), after it began' in log
+
+
+def test_a_sign_of_what_began_before_the_read_leaves_the_read_to_its_end(tmp_path):
+    running = {'result': {'state': 'running'}, 'progress': _progress(12)}
+    finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
+    # the exit file is there before the first read begins: that read sees it, it is not ended
+    rc, calls, events = _supervise(tmp_path, [dict(_failed('w1', 23), _sleep=1.5), running, finished],
+                                   [_healthy()], interval=0.2, glance_seconds=0.1, job_files={'exit/w1': '137\n'})
+    assert rc == 0
+    assert [c[0] for c in calls][:4] == ['status', 'stopped', 'health', 'started']
+    assert 'the read was ended' not in (tmp_path / 'state' / 'ansible.log').read_text()
+    fault = [e for e in events if e['event'] == 'fault'][0]
+    assert 'sign' not in fault  # the read saw the fault itself
 
 
 def test_a_sign_a_read_judged_is_not_read_for_again_while_it_lasts(tmp_path):
