@@ -39,20 +39,32 @@ HEAD=lab-head
 LOG=${LOG_DIR:-$(mktemp -d /tmp/scale-bench.XXXXXX)}
 mkdir -p "$LOG"
 RESULTS=$LOG/results.tsv
-printf 'nodes\tsite_first\tsite_converged\tsite_changed\thealth_quick\thealth_rc\tread_median\tread_max\treads\tsign\tseen\ttraining\tload\n' >"$RESULTS"
+printf 'nodes\tsite_first\tsite_converged\tsite_changed\tsite_cpu\thealth_quick\thealth_rc\thealth_cpu\tread_median\tread_max\treads\tsign\tseen\ttraining\tload\n' >"$RESULTS"
 
 lab() {
   timeout "$LAB_UP_TIMEOUT" ansible-playbook lab/lab.yml -i lab/controller.yml -e lab_name="$LAB_NAME" \
     -e lab_subnet="$LAB_SUBNET" -e lab_inventory_dir="$INV" \
     -e @benchmarks/scale-light.yml "$@" >>"$LOG/lab.log" 2>&1
 }
-seconds() {  # SECONDS_OF <cmd...>: runs it, prints its wall seconds (and keeps its rc in $rc)
-  local t0 t1
+children_cpu() {  # the CPU seconds (user and system) of this shell's children that ended, so far, in $children
+  # (times runs in this shell, not in a pipe's subshell, whose children are not these)
+  times >"$LOG/.times"
+  children=$(awk 'NR == 2 {s = 0; for (i = 1; i <= 2; i++) {split($i, a, "m"); sub("s", "", a[2]); s += a[1] * 60 + a[2]}
+                           printf "%.2f\n", s}' "$LOG/.times")
+}
+seconds() {  # <cmd...>: runs it; its wall seconds in $elapsed, the controller's CPU seconds in $cpu, its rc in $rc
+  local t0 t1 c0
+  children_cpu
+  c0=$children
   t0=$(date +%s.%N)
   "$@"
   rc=$?
   t1=$(date +%s.%N)
+  children_cpu
   elapsed=$(echo "$t1 - $t0" | bc)
+  # ansible-playbook, its forks and their ssh clients: the controller's work (the nodes' own work runs in
+  # their containers, outside this process tree)
+  cpu=$(echo "$children - $c0" | bc)
 }
 load() { cut -d' ' -f1 /proc/loadavg; }
 on_head() { podman exec "$LAB_NAME-$HEAD" "$@"; }
@@ -115,20 +127,20 @@ for n in $NODES; do
     grep -o 'lab [^"]*Nothing was started\.\|lab: [^"]*' "$LOG/lab.log" | tail -1
     break
   fi
-  first=0 again=0 changed=- health=0 health_rc=-
+  first=0 again=0 changed=- health=0 health_rc=- site_cpu=- health_cpu=-
   if [[ " $PARTS " == *" site "* ]]; then
     seconds timeout "$SITE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" >"$LOG/site-first-$n.log" 2>&1
     first=$elapsed
     if [ "$rc" -ne 0 ]; then echo "site.yml failed on $n node(s) (rc $rc): $LOG/site-first-$n.log"; break; fi
     seconds timeout "$SITE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" >"$LOG/site-again-$n.log" 2>&1
-    again=$elapsed
+    again=$elapsed site_cpu=$cpu
     changed=$(changed_of "$LOG/site-again-$n.log")
     [ "$rc" -eq 0 ] || echo "  the converged site.yml failed (rc $rc): $LOG/site-again-$n.log"
   fi
   if [[ " $PARTS " == *" health "* ]]; then
     seconds ansible-playbook playbooks/health.yml -i "$INV" -e health_report_dir=/var/lib/gpucluster/health-scale \
       >"$LOG/health-$n.log" 2>&1
-    health=$elapsed health_rc=$rc
+    health=$elapsed health_rc=$rc health_cpu=$cpu
   fi
   if [[ " $PARTS " != *" supervise "* ]]; then
     med=- max=- count=0 sign=- seen=- training=-
@@ -138,10 +150,12 @@ for n in $NODES; do
     med=- max=- count=0 sign=- seen=- training=-
     echo "  no supervised job above SUPERVISE_MAX=$SUPERVISE_MAX nodes (memory: a torchrun agent and a rank a node)"
   fi
-  printf '%s\t%.0f\t%.0f\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$first" "$again" "$changed" "$health" \
-    "$health_rc" "$med" "$max" "$count" "$sign" "$seen" "$training" "$(load)" >>"$RESULTS"
-  printf '%3d node(s): site.yml %.0f s bare, %.0f s converged (%s changed); health quick %.0f s (rc %s); supervisor read median %s s, max %s s (%s reads); killed rank: glance sign %s s, fault %s s, training again %s s; load %s\n' \
-    "$n" "$first" "$again" "$changed" "$health" "$health_rc" "$med" "$max" "$count" "$sign" "$seen" "$training" "$(load)"
+  printf '%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$first" "$again" "$changed" \
+    "$site_cpu" "$health" "$health_rc" "$health_cpu" "$med" "$max" "$count" "$sign" "$seen" "$training" "$(load)" \
+    >>"$RESULTS"
+  printf '%3d node(s): site.yml %.0f s bare, %.0f s converged (%s changed, controller CPU %s s); health quick %.0f s (rc %s, controller CPU %s s); supervisor read median %s s, max %s s (%s reads); killed rank: glance sign %s s, fault %s s, training again %s s; load %s\n' \
+    "$n" "$first" "$again" "$changed" "$site_cpu" "$health" "$health_rc" "$health_cpu" "$med" "$max" "$count" "$sign" \
+    "$seen" "$training" "$(load)"
 done
 [ -n "${KEEP_LAB:-}" ] || lab -e lab_state=absent
 python3 - "$RESULTS" <<'PY'
@@ -158,7 +172,9 @@ for row in rows[1:]:
             return '%.2f' % (float(row[key]) / float(base[key]))
         except (ValueError, ZeroDivisionError):
             return '-'
-    print('  %3s node(s): site.yml converged %s, health quick %s, supervisor read (median) %s, killed rank seen %s s'
-          % (row['nodes'], ratio('site_converged'), ratio('health_quick'), ratio('read_median'), row['seen']))
+    print('  %3s node(s): site.yml converged %s (controller CPU %s), health quick %s (controller CPU %s), supervisor '
+          'read (median) %s, killed rank seen %s s' % (row['nodes'], ratio('site_converged'), ratio('site_cpu'),
+                                                      ratio('health_quick'), ratio('health_cpu'), ratio('read_median'),
+                                                      row['seen']))
 PY
 echo "logs and results.tsv: $LOG"

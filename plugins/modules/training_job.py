@@ -189,6 +189,44 @@ options:
     description: Seconds O(flight_dump) waits at most for the ranks' dumps, all ranks together (0 to 600).
     type: int
     default: 20
+  progress:
+    description:
+      - With O(state=status), also read what the job's ranks do on this node in the same pass, as
+        M(gpucluster.multinode.training_progress) reads it with these options (its O(job_id), O(node) and
+        O(job_dir) are this module's); the read is returned as RV(progress). One task on every node where a
+        read of the state and of the figures would take two (a supervisor's read of a large cluster).
+    type: dict
+    suboptions:
+      owner:
+        description: Account whose processes are the job's ranks (default the account the module runs as).
+        type: str
+      sample_seconds:
+        description: Seconds of CPU use sampled per rank (0 to 30; 0 samples none).
+        type: float
+        default: 1.0
+      window:
+        description: Seconds over which the step rate is taken.
+        type: float
+        default: 60.0
+      step_regex:
+        description: Steps in the node's log for a script that writes no progress file.
+        type: str
+        default: ''
+      nvidia_smi:
+        description: The nvidia-smi to read the GPUs with.
+        type: str
+        default: nvidia-smi
+      textfile:
+        description: node_exporter textfile of the job's figures on this node (removed once no rank runs here).
+        type: path
+      logs:
+        description: Also return the last lines of the node's logs.
+        type: bool
+        default: false
+      log_lines:
+        description: Lines of each log with O(progress.logs).
+        type: int
+        default: 20
   container:
     description:
       - Run every node's part of the job in a container image (C(runtime=none), the default, runs on the host).
@@ -437,6 +475,10 @@ errors:
        lines: ["Traceback (most recent call last):", "  File \"/shared/jobs/train.py\", line 13, in save_checkpoint",
                "    os.makedirs(path, exist_ok=True)",
                "PermissionError: [Errno 13] Permission denied: '/shared/checkpoints/run/step-3'"]}
+progress:
+  description: What the job's ranks do on this node (M(gpucluster.multinode.training_progress)'s result), with O(progress).
+  returned: state is status and progress is set
+  type: dict
 log_tail:
   description: Last lines of this node's log.
   returned: state is status
@@ -516,6 +558,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
+from ansible_collections.gpucluster.multinode.plugins.module_utils import job_ranks
 from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training
 
@@ -559,6 +602,7 @@ def main():
             stop_timeout=dict(type='int', default=10),
             flight_dump=dict(type='bool', default=False),
             flight_dump_timeout=dict(type='int', default=20),
+            progress=dict(type='dict', options=job_ranks.READ_OPTIONS),
             container=dict(type='dict', options=dict(
                 runtime=dict(type='str', default='none', choices=['none', 'podman', 'apptainer', 'singularity', 'enroot']),
                 image=dict(type='str', default=''),
@@ -591,6 +635,9 @@ def main():
                 job.fail('node %s: the job directory %s does not exist here (is the shared storage of '
                          'training_jobs_dir mounted?)' % (job.me, module.params['job_dir']))
             result = job.status()
+            if module.params['progress'] is not None:
+                result['progress'] = job_ranks.read(module, dict(module.params['progress'], job_id=job.job_id,
+                                                                 node=job.me, job_dir=module.params['job_dir']))
         elif state in ('first_step', 'finished'):
             if not job.is_head:
                 job.fail('node %s: state=%s runs on the head (%s) only' % (job.me, state, job.nodes[0]['name']))

@@ -187,188 +187,22 @@ errors:
                "PermissionError: [Errno 13] Permission denied: '/shared/checkpoints/run/step-3'"]}
 '''
 
-import glob
-import os
-import pwd
-import re
-import socket
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import flight_recorder as fr
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
-from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi as ns
-from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
-from ansible_collections.gpucluster.multinode.plugins.module_utils import rank_errors as re_
+from ansible_collections.gpucluster.multinode.plugins.module_utils import job_ranks as jr
 
 
 ARGUMENT_SPEC = dict(
     job_id=dict(type='str', required=True),
     node=dict(type='str', required=True),
     job_dir=dict(type='path', required=True),
-    owner=dict(type='str'),
-    sample_seconds=dict(type='float', default=1.0),
-    window=dict(type='float', default=60.0),
-    step_regex=dict(type='str', default=''),
-    nvidia_smi=dict(type='str', default='nvidia-smi'),
-    textfile=dict(type='path'),
-    logs=dict(type='bool', default=False),
-    log_lines=dict(type='int', default=20),
+    **jr.READ_OPTIONS
 )
-
-
-def read_gpus(module, binary):
-    """({index: figures}, note) from nvidia-smi; note says why there are none."""
-    path = binary if os.sep in binary else module.get_bin_path(binary, opt_dirs=['/usr/bin', '/usr/local/bin'])
-    if not path or not os.access(path, os.X_OK):
-        return {}, 'no GPU: nvidia-smi not found'
-    reader = ns.Reader(module, path, 20)
-    try:
-        rows, _dropped, error = reader.query(jm.GPU_FIELDS)
-    except ns.ParseError as exc:
-        return {}, 'no GPU figures: %s' % exc
-    if rows is None:
-        return {}, 'no GPU figures: %s' % error
-    return jm.gpu_rows_by_index(rows), ''
-
-
-def write_textfile(module, path, text):
-    try:
-        with open(path) as handle:
-            if handle.read() == text:
-                return False
-    except (IOError, OSError):
-        pass
-    if module.check_mode:
-        return True
-    folder = os.path.dirname(path) or '.'
-    if not os.path.isdir(folder):
-        module.fail_json(msg='textfile %s: its directory %s does not exist (node_exporter\'s '
-                             '--collector.textfile.directory)' % (path, folder))
-    tmp = '%s.%d.tmp' % (path, os.getpid())
-    with open(tmp, 'w') as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o644)
-    os.rename(tmp, path)
-    return True
-
-
-def remove_textfile(module, path):
-    """Remove the textfile of a job that no longer runs here; True when there was one."""
-    if not os.path.lexists(path):
-        return False
-    if not module.check_mode:
-        try:
-            os.unlink(path)
-        except OSError as exc:
-            module.fail_json(msg='textfile %s: cannot remove it: %s' % (path, exc))
-    return True
-
-
-def log_tails(job_dir, node, hostname, ranks, lines):
-    """({path: last lines}, errors) of the node's launcher log, its ranks' progress files and torchrun's
-    per-rank logs; errors: the tracebacks of the launcher and per-rank logs (rank_errors, bounded)."""
-    out = {}
-    paths = [os.path.join(job_dir, 'logs', '%s.log' % node)]
-    paths += [os.path.join(job_dir, jm.PROGRESS_DIR, 'rank-%d.log' % r['rank']) for r in ranks]
-    for name in sorted({node, hostname}):
-        paths += sorted(glob.glob(os.path.join(job_dir, 'logs', 'ranks', name, '*', 'attempt_*', '*', '*.log')))
-    for path in paths:
-        if os.path.isfile(path) and path not in out:
-            out[path] = pr.tail(path, lines)
-    progress = os.path.join(job_dir, jm.PROGRESS_DIR) + os.sep
-    errors = re_.log_errors([path for path in out if not path.startswith(progress)], hosts=[node, hostname])
-    return out, errors
-
-
-LOG_READ_BYTES = 4 * 1024 * 1024
-
-
-def read_node_log(job_dir, node, regex):
-    """The steps of this node's ranks for a script that writes no progress file, None without a regex.
-
-    The node's own log (<job dir>/logs/<node>.log) when it holds steps. Otherwise the job's other logs:
-    first the lines of one prefixed with this node's name (the deepspeed launcher's log on the head holds
-    every node's lines as '<node>: ...'), else the log with the latest step - in synchronous training one
-    rank's steps are every rank's (a script that prints on rank 0 only). source says whose log it was."""
-    if not regex:
-        return None
-    folder = os.path.join(job_dir, 'logs')
-    read = pr.tail_text(os.path.join(folder, '%s.log' % node), LOG_READ_BYTES)
-    own = jm.parse_log(read[0], regex, read[1]) if read else None
-    if own and (own['steps'] or own['heartbeats']):
-        return own
-    prefix = '%s: ' % node
-    latest = None
-    for path in sorted(glob.glob(os.path.join(folder, '*.log'))):
-        name = os.path.basename(path)[:-len('.log')]
-        read = pr.tail_text(path, LOG_READ_BYTES) if name != node else None
-        if not read:
-            continue
-        text, mtime = read
-        mine = jm.parse_log('\n'.join(line for line in text.splitlines() if line.startswith(prefix)), regex, mtime)
-        if mine['steps']:
-            return dict(mine, source='log of %s' % name)
-        parsed = jm.parse_log(text, regex, mtime)
-        if parsed['steps'] and (latest is None or parsed['steps'][-1]['time'] > latest['steps'][-1]['time']):
-            latest = dict(parsed, source='log of %s' % name)
-    return latest or own
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    p = module.params
-    uid = os.geteuid()
-    if p['owner']:
-        try:
-            uid = pwd.getpwnam(p['owner']).pw_uid
-        except KeyError:
-            module.fail_json(msg='node %s: owner %s is not an account here' % (p['node'], p['owner']))
-    if not os.path.isdir(p['job_dir']):
-        module.fail_json(msg='node %s: job_dir %s does not exist (is job %s on this cluster, and the shared '
-                             'storage mounted here?)' % (p['node'], p['job_dir'], p['job_id']))
-    if p['sample_seconds'] < 0 or p['sample_seconds'] > 30:
-        module.fail_json(msg='node %s: sample_seconds must be 0 to 30, got %s' % (p['node'], p['sample_seconds']))
-    if p['window'] <= 0:
-        module.fail_json(msg='node %s: window must be above 0, got %s' % (p['node'], p['window']))
-    try:
-        re.compile(p['step_regex'] or '')
-    except re.error as exc:
-        module.fail_json(msg='node %s: step_regex %r is not a regular expression: %s' % (p['node'], p['step_regex'], exc))
-    hostname = socket.gethostname()
-    ticks = os.sysconf('SC_CLK_TCK')
-    procs = jm.rank_processes(p['job_id'], uid, booted=jm.boot_time(), ticks_per_s=ticks)
-    pids = [item['pid'] for item in procs.values()]
-    cpu = {}
-    if p['sample_seconds'] > 0 and pids:
-        cpu = jm.cpu_sample(pids, sleep=time.sleep, interval=p['sample_seconds'], ticks_per_s=ticks)
-    mem = {pid: jm.memory(pid) for pid in pids}
-    gpus, gpu_note = read_gpus(module, p['nvidia_smi'])
-    now = time.time()
-    progress = {rank: jm.parse_progress(text) for rank, text in jm.read_progress_files(p['job_dir']).items()}
-    # only the newest attempt's files and processes are the job's ranks; an older one's are reported as stale
-    fenced = jm.fence_attempts(progress, procs, host=p['node'])
-    progress, procs = fenced['progress'], fenced['procs']
-    log = read_node_log(p['job_dir'], p['node'], p['step_regex']) if set(procs) - set(progress) else None
-    rows = jm.node_ranks(p['node'], hostname, procs, progress, cpu, mem, gpus, now, p['window'], gpu_note, log)
-    result = dict(changed=False, ranks=rows, gpu_note=gpu_note, hostname=hostname, read_at=now, textfile='',
-                  step_regex=p['step_regex'], attempt=fenced['attempt'], stale=fenced['stale'])
-    if p['textfile'] and jm.ended_here(rows):
-        # no rank runs here any more (finished, failed, stopped): the job's series end with it
-        result['changed'] = remove_textfile(module, p['textfile'])
-        result['textfile'] = ''
-        result['textfile_removed'] = p['textfile'] if result['changed'] else ''
-    elif p['textfile']:
-        text = jm.textfile_records(rows, p['job_id'], now, node=p['node'], world=jm.world_size(progress))
-        result['changed'] = write_textfile(module, p['textfile'], text)
-        result['textfile'] = p['textfile']
-    # the NCCL flight recorder's dumps of the attempt read (<job_dir>/flight/, attempt N: flight/attempt-N/),
-    # where a collective timed out or the stop asked for them
-    result['flight'] = fr.read_job(p['job_dir'], fenced['attempt'])
-    if p['logs']:
-        result['log_tails'], result['errors'] = log_tails(p['job_dir'], p['node'], hostname, rows, p['log_lines'])
-    module.exit_json(**result)
+    module.exit_json(**jr.read(module, module.params))
 
 
 if __name__ == '__main__':

@@ -47,8 +47,12 @@ PAYLOAD_MAX = {
     'ray_status': (1, 400),
     'slurm_drain': (1, 240),  # slurm.py also reads a requeued, held job (the supervised Slurm path)
     'smoke': (5, 1100),
-    'training_job': (11, 4400),  # rank_errors: the tracebacks of the status read; slurm requeue and release
-    'training_progress': (7, 2550),  # rank_errors: the logs' tracebacks; flight_recorder: the stall verdict, the dump request
+    # rank_errors: the tracebacks of the status read; slurm requeue and release; job_ranks (training_progress's
+    # read): a status read takes the figures in the same pass, one payload on every node where there were two
+    'training_job': (16, 5900),
+    # rank_errors: the logs' tracebacks; flight_recorder: the stall verdict, the dump request; job_ranks: the
+    # module's own read, which training_job's status makes too
+    'training_progress': (8, 2700),
     'training_report': (7, 2500),
 }
 

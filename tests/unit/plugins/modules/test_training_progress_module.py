@@ -181,3 +181,31 @@ def test_bad_window_and_regex_are_refused_naming_them(tmp_path, job):
     assert out['failed'] and out['msg'] == 'node node-a: window must be above 0, got 0.0'
     out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), step_regex='step (')
     assert out['failed'] and 'step_regex' in out['msg'] and 'not a regular expression' in out['msg']
+
+
+def test_training_jobs_status_with_progress_reads_the_figures_as_this_module_does_in_the_same_pass(tmp_path, job):
+    """The supervisor's read: one task on every node (training_job state=status, progress=...) gives the
+    state and the same figures as this module."""
+    job_dir, pid = job
+    (tmp_path / 'train.py').write_text('print(1)\n')
+    (tmp_path / 'env' / 'bin').mkdir(parents=True)
+    alone = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), sample_seconds=0, nvidia_smi='/nonexistent')
+    args = {'ANSIBLE_MODULE_ARGS': {
+        'state': 'status', 'job_id': 't-1', 'launcher': 'torchrun', 'node': 'node-a',
+        'nodes': [{'name': 'node-a', 'address': '127.0.0.1', 'slots': 1}], 'script': str(tmp_path / 'train.py'),
+        'env_path': str(tmp_path / 'env'), 'master_addr': '127.0.0.1', 'job_dir': str(job_dir),
+        'state_dir': str(tmp_path / 'state'), 'progress': {'sample_seconds': 0, 'nvidia_smi': '/nonexistent'},
+        '_ansible_tmpdir': str(tmp_path)}}
+    (tmp_path / 'status.json').write_text(json.dumps(args))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([COLLECTIONS, os.environ.get('PYTHONPATH', '')]))
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, 'plugins', 'modules', 'training_job.py'),
+                           str(tmp_path / 'status.json')], capture_output=True, text=True, env=env, check=False)
+    status = json.loads(proc.stdout)
+    assert status.get('failed') is not True, status
+    assert 'running' in status and 'exit_code' in status  # the state, as a status without progress has it
+    both = status['progress']
+    assert [r['rank'] for r in both['ranks']] == [r['rank'] for r in alone['ranks']] == [0]
+    for key in ('pid', 'alive', 'last_step', 'attempt', 'gpu'):
+        assert both['ranks'][0].get(key) == alone['ranks'][0].get(key), key
+    assert both['ranks'][0]['pid'] == pid and both['ranks'][0]['last_step'] == 60
+    assert both['gpu_note'] == alone['gpu_note'] == 'no GPU: nvidia-smi not found'
