@@ -26,6 +26,8 @@ export ANSIBLE_DEPRECATION_WARNINGS=false
 # The lab's nodes share this machine's 2 cores with the controller: at 32 or 64 nodes sudo on a node
 # may take more than ansible.cfg's 20 s to answer (`Timeout (22s) waiting for privilege escalation prompt`).
 export ANSIBLE_TIMEOUT=${ANSIBLE_TIMEOUT:-60}
+# Each run's slowest tasks at the end of its log (what grows with the cluster)
+export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=${PROFILE_TASKS_TASK_OUTPUT_LIMIT:-25}
 NODES=${NODES:-4 16 32 64}
 SUPERVISE_MAX=${SUPERVISE_MAX:-32}
 PARTS=${PARTS:-site health supervise}  # what is run at each size (site: both site.yml runs); on a kept lab, fewer
