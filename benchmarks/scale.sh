@@ -78,6 +78,12 @@ changed_of() {  # the sum of changed= over the play recap of a log
 supervised() {  # N: start a supervised job, sample its reads, kill a rank; prints "median max count seen training"
   local n=$1 job=scale-$1-$$ worker rank pid fault i
   worker=lab-worker-$((n - 1))
+  if [[ " $PARTS " != *" site "* ]]; then
+    # a kept lab, set up by an earlier run: its supervisor host gets this tree's copy of the collection
+    # (a supervised start refuses a supervisor host that runs another)
+    ansible-playbook playbooks/site.yml -i "$INV" --tags supervisor >"$LOG/supervisor-$n.log" 2>&1 \
+      || echo "  site.yml --tags supervisor failed: $LOG/supervisor-$n.log" >&2
+  fi
   # DDP (torch alone: no DeepSpeed op to build on nodes without compilers, less memory a rank), no checkpoint:
   # the restart starts from step 0, and says so
   if ! ansible-playbook playbooks/train.yml -i "$INV" -e training_job_id="$job" -e training_supervise=true \
