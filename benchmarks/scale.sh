@@ -11,6 +11,8 @@
 #   benchmarks/scale.sh                            # NODES="4 16 32 64" SUPERVISE_MAX=32 READ_SECONDS=90
 #   NODES="4 16" benchmarks/scale.sh
 #   NODES=16 KEEP_LAB=1 PARTS=supervise benchmarks/scale.sh   # again on the lab a run kept (site.yml ran on it)
+#   NODES=64 KEEP_LAB=1 LAB_AS_IS=1 benchmarks/scale.sh       # a kept lab of 64 nodes, not made again (its loops
+#                                                             # over the nodes take minutes at 64)
 # The lab (LAB_NAME, LAB_SUBNET) grows from one size to the next (sizes in rising order: a node the
 # last size set up is not set up again by hand, site.yml's first run at the next size does it) and is
 # removed at the end unless KEEP_LAB=1; `make lab-down` removes it too. The lab's nodes share this machine's
@@ -25,7 +27,10 @@ source scripts/env.sh
 export ANSIBLE_DEPRECATION_WARNINGS=false
 # The lab's nodes share this machine's 2 cores with the controller: at 32 or 64 nodes sudo on a node
 # may take more than ansible.cfg's 20 s to answer (`Timeout (22s) waiting for privilege escalation prompt`).
+# At 64 nodes, the first sudo on 32 nodes at once (forks) took more than 62 s: each starts root's session on
+# its node (logind, the user manager), all on the same 2 cores. SITE_ANSIBLE_TIMEOUT bounds site.yml's.
 export ANSIBLE_TIMEOUT=${ANSIBLE_TIMEOUT:-60}
+SITE_ANSIBLE_TIMEOUT=${SITE_ANSIBLE_TIMEOUT:-240}
 # Each run's slowest tasks at the end of its log (what grows with the cluster)
 export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=${PROFILE_TASKS_TASK_OUTPUT_LIMIT:-25}
 NODES=${NODES:-4 16 32 64}
@@ -130,17 +135,21 @@ PY
 
 for n in $NODES; do
   echo "=== $n node(s), $(date -u +%FT%TZ), load $(load): lab up (log $LOG/lab.log)"
-  if ! lab -e lab_nodes="$n"; then
+  if [ -n "${LAB_AS_IS:-}" ]; then
+    echo "  LAB_AS_IS: the kept lab and its inventory $INV as they are (a lab of $n node(s) made by an earlier run)"
+  elif ! lab -e lab_nodes="$n"; then
     echo "the lab of $n node(s) could not be made; stopping here (see $LOG/lab.log):"
     grep -o 'lab [^"]*Nothing was started\.\|lab: [^"]*' "$LOG/lab.log" | tail -1
     break
   fi
   first=0 again=0 changed=- health=0 health_rc=- site_cpu=- health_cpu=-
   if [[ " $PARTS " == *" site "* ]]; then
-    seconds timeout "$SITE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" >"$LOG/site-first-$n.log" 2>&1
+    seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml \
+      -i "$INV" >"$LOG/site-first-$n.log" 2>&1
     first=$elapsed
     if [ "$rc" -ne 0 ]; then echo "site.yml failed on $n node(s) (rc $rc): $LOG/site-first-$n.log"; break; fi
-    seconds timeout "$SITE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" >"$LOG/site-again-$n.log" 2>&1
+    seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml \
+      -i "$INV" >"$LOG/site-again-$n.log" 2>&1
     again=$elapsed site_cpu=$cpu
     changed=$(changed_of "$LOG/site-again-$n.log")
     [ "$rc" -eq 0 ] || echo "  the converged site.yml failed (rc $rc): $LOG/site-again-$n.log"
