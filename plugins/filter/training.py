@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""Turn the per-node results of training_job (state=status) into one verdict for the job."""
+"""The training role's filters: the job's verdict (decided in plugin_utils/job_state.py), its layout, the
+versions its nodes must share, what a stop did."""
 
 from __future__ import annotations
 
@@ -14,127 +15,20 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import contai
 from ansible_collections.gpucluster.multinode.plugins.module_utils import deepspeed_ops
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state as js
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import rank_failure as rfail
-
-
-def _rank_failure_node(result):
-    """The node a result's rank failure report names: the one deepspeed's head log names, the report's own
-    host under Slurm (one log holds every node's report), else the node that read it (torchrun)."""
-    failure = result['rank_failure']
-    return failure.get('node') or (failure['host'] if result.get('slurm_job_id') else result.get('node'))
 
 
 def training_verdict(results, nodes=None):
-    """{state: running|succeeded|failed|stopped|unknown, failed_nodes, exit_codes, first_failure, lines}.
-
-    results: the per-node return values of training_job with state=status, head first.
-    A node counts as failed when its own launcher or agent exited non-zero, or when the deepspeed
-    launcher on the head saw its ranks exit non-zero (pdsh). A job with a failed node is failed even
-    while ranks still run elsewhere (they may hang in a collective until stopped)."""
-    results = [r for r in results if r]
-    order = nodes or [r.get('node') for r in results]
-    codes = {}
-    running = []
-    for r in results:
-        node = r.get('node')
-        if r.get('running'):
-            running.append(node)
-        if r.get('slurm_job_id'):
-            # Slurm: the batch script's status is the job's; srun names the nodes whose task failed
-            if r.get('exit_code') and not r.get('node_exit_codes') and not str(r.get('slurm_state')).startswith('CANCELLED'):
-                codes[node] = r['exit_code']
-        elif r.get('exit_code') is not None:
-            codes[node] = r['exit_code']
-        cancelled = str(r.get('slurm_state') or '').startswith('CANCELLED')
-        for other, code in ({} if cancelled else (r.get('node_exit_codes') or {})).items():
-            # pdsh names hosts as the hostfile does; map addresses back to node names where we can
-            codes[other] = code
-    failed = [n for n in order if codes.get(n)]
-    failed += [n for n in codes if codes[n] and n not in failed]
-    # The launcher on the head (pdsh, mpirun, srun) names the nodes whose ranks failed: those come
-    # before the head, whose launcher only exits non-zero because of them.
-    named = [n for n in ((results[0] if results else {}).get('node_exit_codes') or {}) if n in failed]
-    failed = named + [n for n in failed if n not in named]
-    # torchrun: every agent exits non-zero once one rank dies; the culprit is the node whose rank
-    # failed first (a signal such as SIGKILL breaks a tie), as torchrun's own reports say.
-    # (Under Slurm one log holds every node's report: the report's own host is the node.)
-    # DeepSpeed: the head's pdsh lines hold every node's launcher report, each naming its node.
-    reports = [(r['rank_failure']['time'], 0 if (r['rank_failure'].get('exit_code') or 0) < 0 else 1,
-                _rank_failure_node(r)) for r in results if r.get('rank_failure')]
-    reports = [rep for rep in reports if rep[2] in failed]
-    if reports:
-        culprit = min(reports)[2]
-        failed = [culprit] + [n for n in failed if n != culprit]
-    head = results[0] if results else {}
-    slurm_state = str(head.get('slurm_state') or '')
-    if failed:
-        state = 'failed'
-    elif running:
-        state = 'running'
-    elif head.get('exit_code') == 0 or slurm_state == 'COMPLETED':
-        state = 'succeeded'
-    elif slurm_state.startswith('CANCELLED'):
-        state = 'stopped'
-    elif not any(r.get('exit_code') is not None for r in results):
-        state = 'stopped' if results else 'unknown'
-    else:
-        state = 'succeeded' if all(c == 0 for c in codes.values()) else 'failed'
-    first = None
-    if failed:
-        by_node = {r.get('node'): r for r in results}
-        culprit = failed[0]
-        source = by_node.get(culprit) or head
-        tail = source.get('log_tail') or []
-        log = source.get('log')
-        pdsh_tail = (head.get('node_log_tails') or {}).get(culprit)
-        if pdsh_tail and (source.get('role') == 'ranks' or not tail):
-            tail, log = pdsh_tail, '%s (lines from %s)' % (head.get('log'), culprit)
-        first = {'node': culprit, 'exit_code': codes.get(culprit), 'log': log, 'log_tail': tail}
-        # the first failing rank's own error (a root error before the follow-ons of the ranks left waiting)
-        reported = [r['rank_failure'] for r in results if r.get('rank_failure') and _rank_failure_node(r) == culprit]
-        first['error'] = rfail.first_error(rfail.node_errors(results), failed, order, reported[0] if reported else None)
-    last = None
-    for r in results:
-        for line in r.get('log_tail') or []:
-            if 'final loss' in line or (last is None or 'final loss' not in last) and ' loss ' in line:
-                last = line.strip()
-    lines = ['job %s: %s' % (head.get('job_id', '?'), state)]
-    if first:
-        lines.extend(rfail.failure_lines(first['error'], codes, first['node']))
-    if last:
-        lines.append('last loss line: %s' % last)
-    if head.get('world_size'):
-        lines.append('world %s' % head['world_size'])
-    for r in results:
-        ranks = r.get('ranks') or []
-        span = '-' if not ranks else ('%d' % ranks[0] if ranks[0] == ranks[1] else '%d-%d' % tuple(ranks))
-        lines.append('  %-20s %-8s ranks=%-6s running=%-5s exit=%s' % (r.get('node'), r.get('role', ''), span,
-                                                                       bool(r.get('running')), codes.get(r.get('node'), '-')))
-    lines.extend(container_lines(results))
-    if first:
-        lines.append('first failure: %s (exit %s); last lines of %s:' % (first['node'], first['exit_code'], first['log']))
-        lines.extend('  | ' + line for line in first['log_tail'])
-    return {'state': state, 'failed_nodes': failed, 'running_nodes': running, 'exit_codes': codes,
-            'first_failure': first, 'last_loss_line': last, 'lines': lines}
+    """The job's verdict from the per-node results of training_job state=status, head first
+    (plugin_utils/job_state.launch_verdict)."""
+    return js.launch_verdict(results, nodes)
 
 
-def container_lines(results):
-    """Each node's containers of the job (podman: name, image id, state, exit code), for a job run in
-    containers (the results carry 'containers'); a node that has none says so."""
-    lines = []
-    for r in results:
-        if 'containers' not in r:
-            continue
-        boxes = r.get('containers') or []
-        if not boxes:
-            lines.append('  %-20s containers: none' % r.get('node'))
-        for box in boxes:
-            code = box.get('exit_code')
-            lines.append('  %-20s container %s image %s %s exit=%s' % (
-                r.get('node'), box.get('name') or box.get('id'), box.get('image_id') or box.get('image') or '?',
-                box.get('state') or '?', '-' if code is None else code))
-    return lines
+def training_job_state(results, hosts, nodes=None, job_id=None):
+    """The job's verdict from the status read registered on every host (in the order of hosts): unknown,
+    naming the nodes that could not be read, else training_verdict's (plugin_utils/job_state.job_verdict)."""
+    return js.job_verdict(results, hosts, nodes, job_id)
 
 
 def training_stopped_lines(results, job_id):
@@ -231,7 +125,8 @@ def training_layout_nodes(nodes, layout, job_id=''):
 
 class FilterModule:
     def filters(self):
-        return {'training_verdict': training_verdict, 'json_object_or_none': json_object_or_none,
+        return {'training_verdict': training_verdict, 'training_job_state': training_job_state,
+                'json_object_or_none': json_object_or_none,
                 'latest_checkpoint': latest_checkpoint, 'training_layout': training_layout,
                 'training_launch_mismatches': training_launch_mismatches,
                 'training_layout_nodes': training_layout_nodes,

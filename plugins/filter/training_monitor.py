@@ -7,29 +7,9 @@ from __future__ import annotations
 
 import time
 
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state as js
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_view as jv
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import rank_failure as rfail
-
-
-def training_read_errors(results, hosts):
-    """{host: why} of the hosts whose read (a task result registered on every host) failed, was
-    unreachable or gave no answer, in the order of hosts."""
-    errors = {}
-    for host, result in zip(hosts, results):
-        result = result or {}
-        if not result or result.get('failed') or result.get('unreachable'):
-            errors[host] = str(result.get('msg') or 'no answer (the node could not be read)').strip()
-    return errors
-
-
-def training_unknown_result(errors, job_id):
-    """The job's verdict (training_verdict's keys) when some nodes could not be read: unknown,
-    never stopped, naming each node with its error."""
-    nodes = sorted(errors)
-    lines = ['job %s: unknown (its state could not be read on %s)' % (job_id, ', '.join(nodes))]
-    lines += ['%s: read failed: %s' % (node, errors[node]) for node in nodes]
-    return {'state': 'unknown', 'failed_nodes': [], 'running_nodes': [], 'exit_codes': {}, 'first_failure': None,
-            'last_loss_line': None, 'unknown_nodes': nodes, 'lines': lines}
 
 
 def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_regex=None, checkpoint_seconds=None):
@@ -41,7 +21,7 @@ def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_
     heartbeats still coming, may save before it is stalled; None (or '') judges it by stall_seconds."""
     rows, flight, stale, attempts, flight_attempt = [], None, [], [], 1
     results = [r or {} for r in results]
-    errors = training_read_errors(results, hosts)
+    errors = js.read_errors(results, hosts)
     for host, result in zip(hosts, results):
         if host in errors:
             continue
@@ -63,8 +43,8 @@ def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_
         checkpoint_seconds = float(checkpoint_seconds)
     else:
         checkpoint_seconds = None
-    view = jv.verdict(rows, float(stall_seconds), errors, step_regex, flight, checkpoint_seconds, stale, attempts)
-    view['nodes'] = jv.node_states(view['ranks'], list(hosts), errors)
+    view = js.progress_verdict(rows, float(stall_seconds), errors, step_regex, flight, checkpoint_seconds, stale, attempts)
+    view['nodes'] = js.node_states(view['ranks'], list(hosts), errors)
     view['summary'] = jv.summary(view['ranks'], job_id, view['state'], view['slowest_node'], time.time())
     return view
 
@@ -97,5 +77,4 @@ def training_rank_line(row):
 class FilterModule:
     def filters(self):
         return {'training_progress_view': training_progress_view, 'training_rank_line': training_rank_line,
-                'training_read_errors': training_read_errors, 'training_unknown_result': training_unknown_result,
                 'training_first_failure': training_first_failure, 'training_watch_outcome': training_watch_outcome}

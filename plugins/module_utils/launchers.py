@@ -131,6 +131,29 @@ class Launcher:
         """The log the head watches for the first step."""
         return self.job.log
 
+    # ----- what one node's status result says of the job (plugin_utils/job_state.py decides with these) -----
+    @classmethod
+    def exit_codes(cls, result):
+        """{node: exit code} one node's status result gives: its own part's exit code, and the nodes the
+        launcher on the head names (pdsh's and mpirun's lines: node_exit_codes)."""
+        codes = {}
+        if result.get('exit_code') is not None:
+            codes[result.get('node')] = result['exit_code']
+        codes.update(result.get('node_exit_codes') or {})
+        return codes
+
+    @classmethod
+    def failure_node(cls, result):
+        """The node a result's rank_failure report names: the one deepspeed's head log names (pdsh's line),
+        else the node that read it (each torchrun agent reads its own)."""
+        return result['rank_failure'].get('node') or result.get('node')
+
+    @classmethod
+    def ended(cls, head):
+        """The job's state once nothing runs and no node failed, from the head's result (succeeded when
+        the head's part exited 0); None when the nodes' exit codes decide."""
+        return 'succeeded' if head.get('exit_code') == 0 else None
+
 
 class DeepSpeed(Launcher):
     name = 'deepspeed'
@@ -203,22 +226,29 @@ class DeepSpeed(Launcher):
         if not j.is_head:
             return
         text = '\n'.join(pr.tail(j.log, BIG))
-        out['node_exit_codes'] = tr.pdsh_exit_codes(text)
+        # pdsh names a host as the hostfile does (name or address): each is named as its node
+        out['node_exit_codes'] = dict((self.node_name(host), code) for host, code in tr.pdsh_exit_codes(text).items())
         failure = tr.deepspeed_rank_failure(text)
         if failure:
-            # pdsh names a host as the hostfile does (name or address): the node's name
-            failure['node'] = next((n['name'] for n in j.nodes if failure['host'] in (n['name'], n['address'])),
-                                   failure['host'])
+            failure['node'] = self.node_name(failure['host'])
         out['rank_failure'] = failure
-        out['node_log_tails'] = tr.pdsh_node_tails(text, [n['name'] for n in j.nodes], j.p['log_lines'])
+        tails = {}
+        hosts = [n['name'] for n in j.nodes] + [n['address'] for n in j.nodes]
+        for host, lines in tr.pdsh_node_tails(text, hosts, j.p['log_lines']).items():
+            tails.setdefault(self.node_name(host), []).extend(lines)
+        out['node_log_tails'] = dict((node, lines[-j.p['log_lines']:]) for node, lines in tails.items())
         out['unreachable'] = lf.unreachable_nodes(text, j.nodes)
+
+    def node_name(self, host):
+        """The name of the node pdsh names host (its name or its address), host itself when no node is."""
+        return next((n['name'] for n in self.job.nodes if host in (n['name'], n['address'])), host)
 
     def failures(self, text):
         found = [dict(node=u['node'], cause=self.job.unreachable_cause(u)) for u in lf.unreachable_nodes(text, self.job.nodes)]
         seen = {f['node'] for f in found}
-        for node, code in tr.pdsh_exit_codes(text).items():
-            if code and node not in seen:
-                found.append({'node': node, 'cause': 'its ranks exited with code %d' % code})
+        for host, code in tr.pdsh_exit_codes(text).items():
+            if code and self.node_name(host) not in seen:
+                found.append({'node': self.node_name(host), 'cause': 'its ranks exited with code %d' % code})
         return found
 
 
@@ -291,6 +321,38 @@ class Mpirun(Launcher):
 class Slurm(Launcher):
     name = 'slurm'
     options = ('slurm_partition', 'slurm_time', 'slurm_gpus_per_node', 'slurm_cpus_per_task')
+
+    @staticmethod
+    def cancelled(result):
+        return str(result.get('slurm_state') or '').startswith('CANCELLED')
+
+    @classmethod
+    def exit_codes(cls, result):
+        """The batch script's status is the job's (the head's result); srun names the nodes whose task
+        failed, and those are the failed nodes. A cancelled job (scancel) failed nowhere: srun's lines
+        name the tasks it killed."""
+        if cls.cancelled(result):
+            return {}
+        codes = {}
+        if result.get('exit_code') and not result.get('node_exit_codes'):
+            codes[result.get('node')] = result['exit_code']
+        codes.update(result.get('node_exit_codes') or {})
+        return codes
+
+    @classmethod
+    def failure_node(cls, result):
+        """One log holds every node's torchrun report: the report's own host is the node."""
+        failure = result['rank_failure']
+        return failure.get('node') or failure.get('host') or result.get('node')
+
+    @classmethod
+    def ended(cls, head):
+        """Slurm's own state decides: CANCELLED (scancel, or a stop) stopped, COMPLETED succeeded."""
+        if cls.cancelled(head):
+            return 'stopped'
+        if str(head.get('slurm_state') or '') == 'COMPLETED':
+            return 'succeeded'
+        return super().ended(head)
 
     def binary(self):
         return self.job.runner.which('sbatch') or 'sbatch'
@@ -540,8 +602,8 @@ class Job:
         self.launcher = LAUNCHERS[p['launcher']](self)
 
     def result(self, **kw):
-        base = dict(job_id=self.job_id, node=self.me, role=self.launcher.role(), log=self.log,
-                    rank_log_dir=self.rank_log_dir, slots=self.slots, world_size=hf.world_size(self.nodes),
+        base = dict(job_id=self.job_id, node=self.me, launcher=self.launcher.name, role=self.launcher.role(),
+                    log=self.log, rank_log_dir=self.rank_log_dir, slots=self.slots, world_size=hf.world_size(self.nodes),
                     ranks=hf.rank_layout(self.nodes).get(self.me))
         if self.warnings:
             base['warnings'] = list(self.warnings)

@@ -346,6 +346,12 @@ job_id:
   returned: always
   type: str
   sample: tiny-001
+launcher:
+  description: The job's launcher; its rules read this result on the controller (what the exit codes and the
+    rank failure report say of the job).
+  returned: always
+  type: str
+  sample: deepspeed
 role:
   description: What this node does in the job (C(launcher), C(agent), C(ranks)).
   returned: always

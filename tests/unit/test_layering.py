@@ -48,8 +48,10 @@ PAYLOAD_MAX = {
     'slurm_drain': (1, 240),  # slurm.py also reads a requeued, held job (the supervised Slurm path)
     'smoke': (5, 1100),
     # rank_errors: the tracebacks of the status read; slurm requeue and release; job_ranks (training_progress's
-    # read): a status read takes the figures in the same pass, one payload on every node where there were two
-    'training_job': (16, 5900),
+    # read): a status read takes the figures in the same pass, one payload on every node where there were two;
+    # launchers.py: each launcher's rules of what its status result says (exit_codes, failure_node, ended),
+    # which the controller's job_state reads
+    'training_job': (16, 5980),
     # rank_errors: the logs' tracebacks; flight_recorder: the stall verdict, the dump request; job_ranks: the
     # module's own read, which training_job's status makes too
     'training_progress': (8, 2700),

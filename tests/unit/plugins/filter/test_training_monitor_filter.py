@@ -1,7 +1,7 @@
-"""training_progress_view and the read-error filters on results as Ansible registers them."""
+"""training_progress_view and training_job_state on results as Ansible registers them."""
 
-from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import (
-    training_progress_view, training_read_errors, training_unknown_result)
+from ansible_collections.gpucluster.multinode.plugins.filter.training import training_job_state
+from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import training_progress_view
 
 ROW = {'node': 'head', 'rank': 0, 'alive': True, 'held': None, 'tracked': 'progress file', 'last_step': 10,
        'last_step_time': 1.0, 'seconds_since_step': 1.0, 'steps_per_s': 2.0}
@@ -30,9 +30,8 @@ def test_every_node_read_gives_the_state_and_no_errors():
 
 
 def test_the_status_read_errors_give_an_unknown_verdict():
-    errors = training_read_errors([{'node': 'head', 'running': False}, {'failed': True, 'msg': 'boom'}], ['head', 'w1'])
-    assert errors == {'w1': 'boom'}
-    result = training_unknown_result(errors, 'j-1')
+    result = training_job_state([{'node': 'head', 'running': False}, {'failed': True, 'msg': 'boom'}], ['head', 'w1'],
+                                ['head', 'w1'], 'j-1')
     assert result['state'] == 'unknown' and result['unknown_nodes'] == ['w1']
     assert result['lines'] == ['job j-1: unknown (its state could not be read on w1)', 'w1: read failed: boom']
 

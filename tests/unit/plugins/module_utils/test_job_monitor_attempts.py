@@ -7,7 +7,7 @@ import os
 from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import training_progress_view
 from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
 from ansible_collections.gpucluster.multinode.plugins.module_utils import job_report as jr
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_view as jv
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state as js
 
 NOW = 1795600000.0
 # attempt 1 ran 4 ranks on head, w1, w2 and died two hours ago; attempt 2 runs 3 ranks (w2 was left out)
@@ -94,10 +94,10 @@ def test_without_the_fence_the_same_files_made_the_job_look_failed(tmp_path):
         rows += jm.node_ranks(node, node, procs_of(node, ATTEMPT_2, 2), progress, {}, {}, {}, NOW)
     assert [r['rank'] for r in rows] == [0, 1, 2, 3]
     # the rows of a node that read without the fence say their attempt: the view leaves rank 3 out
-    view = jv.verdict(rows, 600)
+    view = js.progress_verdict(rows, 600)
     assert view['state'] == 'running' and [r['rank'] for r in view['ranks']] == [0, 1, 2]
     assert view['stale'] == [{'rank': 3, 'attempt': 1, 'kind': 'progress file', 'host': 'w2'}]
-    unfenced = jv.verdict([dict(r, attempt=None) for r in rows], 600)
+    unfenced = js.progress_verdict([dict(r, attempt=None) for r in rows], 600)
     assert unfenced['state'] == 'failed'  # the same rows without attempts: the fixture would show the bug
 
 
@@ -119,7 +119,7 @@ def test_a_new_attempt_still_loading_is_not_stalled_by_the_old_attempt_s_steps(t
     assert [(s['rank'], s['attempt']) for s in view['stale']] == [(0, 1), (1, 1), (2, 1), (3, 1)]
     # read without the fence, attempt 1's old steps would have been taken for attempt 2's: stalled
     old = jm.node_ranks('head', 'head', procs_of('head', ATTEMPT_2, 2), progress, {}, {}, {}, NOW)
-    assert jv.verdict([dict(r, attempt=None) for r in old], 600)['state'] == 'stalled'
+    assert js.progress_verdict([dict(r, attempt=None) for r in old], 600)['state'] == 'stalled'
 
 
 def test_one_attempt_and_headers_without_attempt_keep_the_old_behaviour(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
 from ansible_collections.gpucluster.multinode.plugins.module_utils import job_report as jr
 from ansible_collections.gpucluster.multinode.plugins.module_utils import report_html as rh
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_view
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report_fixtures as rf  # noqa: E402
@@ -64,9 +64,9 @@ def test_the_slowest_node_is_the_one_the_others_wait_for(tmp_path):
     assert '<b id="slowest-node">lab-worker-1</b>' in page
 
 
-def test_the_page_and_the_job_view_name_the_slowest_node_by_one_rule():
-    # one rule, in module_utils (the page is made on the head), which the job view on the controller imports
-    assert job_view.slowest_node is jm.slowest_node
+def test_the_page_and_the_job_state_name_the_slowest_node_by_one_rule():
+    # one rule, in module_utils (the page is made on the head), which the job state on the controller imports
+    assert job_state.slowest_node is jm.slowest_node
 
 
 def test_downsampling_keeps_the_first_and_last_and_bounds_the_count():

@@ -199,7 +199,7 @@ def test_deepspeed_status_names_the_node_whose_launcher_reported_a_rank_exit_fir
     write_log(lab, 'alpha', text)
     out = job(lab, 'deepspeed', 'alpha').status()
     assert out['rank_failure']['node'] == 'bravo-2' and out['rank_failure']['signal'] == 'SIGKILL'
-    assert out['node_exit_codes'] == {'10.99.0.12': 247, 'charlie': 1, 'alpha': 1}
+    assert out['node_exit_codes'] == {'bravo-2': 247, 'charlie': 1, 'alpha': 1}   # pdsh's address named as its node
 
 
 def test_deepspeed_status_names_the_worker_pdsh_could_not_reach(lab):

@@ -249,7 +249,7 @@ def test_mpirun_ranks_get_torch_rank_variables_and_node_env_files(tmp_path):
 
 def test_verdict_of_slurm_jobs_reads_slurms_state():
     nodes = ['h', 'w']
-    done = [{'node': 'h', 'role': 'launcher', 'running': False, 'exit_code': 0, 'slurm_job_id': '5',
+    done = [{'node': 'h', 'launcher': 'slurm', 'role': 'launcher', 'running': False, 'exit_code': 0, 'slurm_job_id': '5',
              'slurm_state': 'COMPLETED', 'node_exit_codes': {}}, {'node': 'w', 'role': 'ranks', 'running': False}]
     assert training_verdict(done, nodes)['state'] == 'succeeded'
     # scancel: srun reports the tasks it killed, but the job was stopped, not failed

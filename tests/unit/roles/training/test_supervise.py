@@ -1,17 +1,16 @@
 """The supervisor's decisions (roles/training/files/gpucluster_supervise.py): what a status read says,
 whom to blame, where to restart, when to give up; its event log and summary.
 
-The status reads are built with the filters status.yml itself uses (training_verdict on training_job
-results, training_unknown_result, training_progress_view on training_progress results)."""
+The status reads are built with the filters status.yml itself uses (training_job_state on training_job
+results, training_progress_view on training_progress results)."""
 
 import json
 import os
 import sys
 import time
 
-from ansible_collections.gpucluster.multinode.plugins.filter.training import training_verdict
-from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import (
-    training_progress_view, training_read_errors, training_unknown_result)
+from ansible_collections.gpucluster.multinode.plugins.filter.training import training_job_state
+from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import training_progress_view
 
 FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'training', 'files')
 sys.path.insert(0, FILES)
@@ -31,10 +30,7 @@ def _row(node, rank, step, alive=True, since=2.0, **kw):
 
 
 def _status(job_results, progress_results, stall_seconds=60):
-    errors = training_read_errors(job_results, NODES)
-    result = (training_unknown_result(errors, 'j-1') if errors
-              else training_verdict(job_results, NODES))
-    out = {'result': result}
+    out = {'result': training_job_state(job_results, NODES, NODES, 'j-1')}
     if progress_results is not None:
         out['progress'] = training_progress_view(progress_results, NODES, stall_seconds, 'j-1')
     return out

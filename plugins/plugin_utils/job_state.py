@@ -1,0 +1,365 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""Where a training job's state is decided: every node's read in, the job's state out. Controller only.
+
+Two reads of the job, each with its verdict:
+- the launchers' (training_job state=status on every node): job_verdict() - running, succeeded, failed,
+  stopped or unknown, the failed nodes with the culprit first, every node's exit code and the first
+  failure. What a result says is its launcher's rule (module_utils/launchers.py: exit_codes,
+  failure_node, ended); a node whose read failed makes the job unknown, never stopped.
+- the ranks' figures (training_progress, or training_job's progress): progress_verdict() - running,
+  stalled, finished, failed, not running or unknown, the stall and the ranks that stopped first, the
+  rows of the newest attempt only (fence_rows).
+
+The training filters (training_verdict, training_progress_view), and through the status file they write
+status, watch and the supervisor, read these; plugin_utils/job_view.py prints them."""
+
+from __future__ import annotations
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils.job_monitor import slowest_node
+from ansible_collections.gpucluster.multinode.plugins.module_utils.launchers import LAUNCHERS, Launcher
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_view as jv
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import rank_failure as rfail
+
+
+# ----- the launchers' read ---------------------------------------------------------------------
+def launcher_of(result):
+    """The launcher class whose rules read a node's status result (its 'launcher'; the common rules when
+    it names none)."""
+    return LAUNCHERS.get((result or {}).get('launcher'), Launcher)
+
+
+def job_verdict(results, hosts, nodes=None, job_id=None):
+    """The job's verdict from every node's status result (results in the order of hosts, a task result
+    registered on every host): unknown_verdict naming the nodes that could not be read, else
+    launch_verdict of the others (nodes: the job's node names, head first)."""
+    errors = read_errors(results, hosts)
+    if errors:
+        return unknown_verdict(errors, job_id)
+    return launch_verdict(results, nodes)
+
+
+def read_errors(results, hosts):
+    """{host: why} of the hosts whose read (a task result registered on every host) failed, was
+    unreachable or gave no answer, in the order of hosts."""
+    errors = {}
+    for host, result in zip(hosts, results):
+        result = result or {}
+        if not result or result.get('failed') or result.get('unreachable'):
+            errors[host] = str(result.get('msg') or 'no answer (the node could not be read)').strip()
+    return errors
+
+
+def unknown_verdict(errors, job_id):
+    """The job's verdict (launch_verdict's keys) when some nodes could not be read: unknown,
+    never stopped, naming each node with its error."""
+    nodes = sorted(errors)
+    lines = ['job %s: unknown (its state could not be read on %s)' % (job_id, ', '.join(nodes))]
+    lines += ['%s: read failed: %s' % (node, errors[node]) for node in nodes]
+    return {'state': 'unknown', 'failed_nodes': [], 'running_nodes': [], 'exit_codes': {}, 'first_failure': None,
+            'last_loss_line': None, 'unknown_nodes': nodes, 'lines': lines}
+
+
+def launch_verdict(results, nodes=None):
+    """{state: running|succeeded|failed|stopped|unknown, failed_nodes, exit_codes, first_failure, lines}.
+
+    results: the per-node return values of training_job with state=status, head first.
+    A node counts as failed when its own launcher or agent exited non-zero, or when the deepspeed
+    launcher on the head saw its ranks exit non-zero (pdsh). A job with a failed node is failed even
+    while ranks still run elsewhere (they may hang in a collective until stopped). What one result says
+    (its exit codes, the node its rank failure report names, the state once nothing runs) is its
+    launcher's rule (module_utils/launchers.py: exit_codes, failure_node, ended)."""
+    results = [r for r in results if r]
+    order = nodes or [r.get('node') for r in results]
+    codes = {}
+    running = []
+    for r in results:
+        if r.get('running'):
+            running.append(r.get('node'))
+        # each launcher says what its node's result tells: its part's exit code, the nodes its head names
+        codes.update(launcher_of(r).exit_codes(r))
+    failed = [n for n in order if codes.get(n)]
+    failed += [n for n in codes if codes[n] and n not in failed]
+    # The launcher on the head (pdsh, mpirun, srun) names the nodes whose ranks failed: those come
+    # before the head, whose launcher only exits non-zero because of them.
+    named = [n for n in ((results[0] if results else {}).get('node_exit_codes') or {}) if n in failed]
+    failed = named + [n for n in failed if n not in named]
+    # torchrun: every agent exits non-zero once one rank dies; the culprit is the node whose rank
+    # failed first (a signal such as SIGKILL breaks a tie), as torchrun's own reports say.
+    # (Under Slurm one log holds every node's report: the report's own host is the node.)
+    # DeepSpeed: the head's pdsh lines hold every node's launcher report, each naming its node.
+    reports = [(r['rank_failure']['time'], 0 if (r['rank_failure'].get('exit_code') or 0) < 0 else 1,
+                launcher_of(r).failure_node(r)) for r in results if r.get('rank_failure')]
+    reports = [rep for rep in reports if rep[2] in failed]
+    if reports:
+        culprit = min(reports)[2]
+        failed = [culprit] + [n for n in failed if n != culprit]
+    head = results[0] if results else {}
+    if failed:
+        state = 'failed'
+    elif running:
+        state = 'running'
+    elif launcher_of(head).ended(head):
+        state = launcher_of(head).ended(head)
+    elif not any(r.get('exit_code') is not None for r in results):
+        state = 'stopped' if results else 'unknown'
+    else:
+        state = 'succeeded' if all(c == 0 for c in codes.values()) else 'failed'
+    first = None
+    if failed:
+        by_node = {r.get('node'): r for r in results}
+        culprit = failed[0]
+        source = by_node.get(culprit) or head
+        tail = source.get('log_tail') or []
+        log = source.get('log')
+        pdsh_tail = (head.get('node_log_tails') or {}).get(culprit)
+        if pdsh_tail and (source.get('role') == 'ranks' or not tail):
+            tail, log = pdsh_tail, '%s (lines from %s)' % (head.get('log'), culprit)
+        first = {'node': culprit, 'exit_code': codes.get(culprit), 'log': log, 'log_tail': tail}
+        # the first failing rank's own error (a root error before the follow-ons of the ranks left waiting)
+        reported = [r['rank_failure'] for r in results
+                    if r.get('rank_failure') and launcher_of(r).failure_node(r) == culprit]
+        first['error'] = rfail.first_error(rfail.node_errors(results), failed, order, reported[0] if reported else None)
+    last = None
+    for r in results:
+        for line in r.get('log_tail') or []:
+            if 'final loss' in line or (last is None or 'final loss' not in last) and ' loss ' in line:
+                last = line.strip()
+    lines = ['job %s: %s' % (head.get('job_id', '?'), state)]
+    if first:
+        lines.extend(rfail.failure_lines(first['error'], codes, first['node']))
+    if last:
+        lines.append('last loss line: %s' % last)
+    if head.get('world_size'):
+        lines.append('world %s' % head['world_size'])
+    for r in results:
+        ranks = r.get('ranks') or []
+        span = '-' if not ranks else ('%d' % ranks[0] if ranks[0] == ranks[1] else '%d-%d' % tuple(ranks))
+        lines.append('  %-20s %-8s ranks=%-6s running=%-5s exit=%s' % (r.get('node'), r.get('role', ''), span,
+                                                                       bool(r.get('running')), codes.get(r.get('node'), '-')))
+    lines.extend(jv.container_lines(results))
+    if first:
+        lines.append('first failure: %s (exit %s); last lines of %s:' % (first['node'], first['exit_code'], first['log']))
+        lines.extend('  | ' + line for line in first['log_tail'])
+    return {'state': state, 'failed_nodes': failed, 'running_nodes': running, 'exit_codes': codes,
+            'first_failure': first, 'last_loss_line': last, 'lines': lines}
+
+
+# ----- the ranks' figures ------------------------------------------------------------------------
+def activity_age(row):
+    """Seconds since the rank last showed life: its last step or heartbeat, and before its first
+    step the time since it started (its progress header, else its process start); None when
+    nothing tracks it."""
+    if not row.get('tracked'):
+        return None
+    ages = [row.get('seconds_since_step'), row.get('seconds_since_heartbeat')]
+    if row.get('last_step') is None:
+        ages.append(row.get('seconds_since_start'))
+    ages = [a for a in ages if isinstance(a, (int, float))]
+    return min(ages) if ages else None
+
+
+SAVE_PHASES = ('checkpoint',)
+
+
+def saving_age(row):
+    """Seconds a rank has been saving a checkpoint (its latest heartbeat's phase is checkpoint: since
+    the save began), None when it is not saving."""
+    if row.get('phase') not in SAVE_PHASES:
+        return None
+    age = row.get('phase_s')
+    return age if isinstance(age, (int, float)) else 0.0
+
+
+def _quiet(row, stall_seconds, checkpoint_seconds):
+    """(quiet, overlong) of a tracked rank: quiet when it showed no life for stall_seconds; with
+    checkpoint_seconds, a rank saving a checkpoint whose heartbeats still come is quiet (overlong)
+    only once its save began checkpoint_seconds ago or more."""
+    age = activity_age(row)
+    if checkpoint_seconds is None or saving_age(row) is None:
+        return age >= stall_seconds, False
+    beat = row.get('seconds_since_heartbeat')
+    if not isinstance(beat, (int, float)) or beat >= stall_seconds:
+        return age >= stall_seconds, False  # its heartbeats stopped: judged as any rank
+    return saving_age(row) >= checkpoint_seconds, saving_age(row) >= checkpoint_seconds
+
+
+def stall(rows, stall_seconds, checkpoint_seconds=None):
+    """{stalled, off, ranks: [...first to stop...], nodes, why, collectives} of a job.
+
+    Stalled: every rank alive and none of the tracked ones showed life (a step, a heartbeat, or
+    before the first step its start) for stall_seconds. With checkpoint_seconds, a rank whose latest
+    heartbeat says it saves a checkpoint (phase checkpoint, its heartbeats still coming) is judged by
+    the save's age instead: it shows no life once its save began checkpoint_seconds ago or more (a
+    heartbeat thread beats on while the main thread hangs in the save); a rank whose heartbeats
+    stopped for stall_seconds is judged as before. None keeps every rank on stall_seconds.
+
+    The ranks named are the ones held by the kernel (stopped, traced) when any is, else those in a
+    save past checkpoint_seconds, else those without a step (a start-up hang), else those with the
+    lowest last step, earliest first. When every rank stopped at the same step (a collective that
+    never completed: the usual NCCL hang) all are named; collectives is left for a reader of the
+    collectives in flight (NCCL's flight recorder) to fill: a list of lines.
+    off: nothing tracks the job's steps (no progress file, no log line matching the regex)."""
+    out = {'stalled': False, 'off': False, 'ranks': [], 'nodes': [], 'why': '', 'collectives': None}
+    if rows and not any(r.get('tracked') for r in rows):
+        out.update(off=True, why='no steps tracked')
+        return out
+    alive = [r for r in rows if r.get('alive')]
+    if not alive or len(alive) != len(rows):
+        return out
+    tracked = [r for r in alive if activity_age(r) is not None]
+    if not tracked:
+        return out
+    judged = [(r,) + _quiet(r, stall_seconds, checkpoint_seconds) for r in tracked]
+    if not all(quiet for _, quiet, _ in judged):
+        return out
+    overlong = sorted([r for r, _, long in judged if long], key=lambda r: -saving_age(r))
+    others = [r for r, _, long in judged if not long]
+    held = [r for r in alive if r.get('held')]
+    no_step = [r for r in tracked if r.get('last_step') is None]
+    if held:
+        first = held
+        why = ', '.join('rank %d on %s is %s' % (r['rank'], r['node'], r['held']) for r in held)
+    elif overlong:
+        first = overlong
+        why = ''
+    elif no_step:
+        first = no_step
+        why = ('no rank logged a first step since it started: a start-up hang (rendezvous, NCCL '
+               'initialisation, loading)' if len(no_step) == len(tracked) else
+               '%s logged no step since it started' % ', '.join('rank %d' % r['rank'] for r in no_step))
+    else:
+        low = min(r['last_step'] for r in tracked)
+        first = sorted([r for r in tracked if r['last_step'] == low], key=lambda r: r['last_step_time'])
+        if len(first) == len(tracked) and len(tracked) > 1:
+            why = ('every rank stopped after step %d: they wait in the same collective (a rank, GPU or '
+                   'link that never joined it; the steps cannot tell which)' % low)
+        else:
+            why = 'lowest last step %d' % low
+    phases = ['rank %d on %s has been %s' % (r['rank'], r['node'], jv.phase_text(r).replace(' since ', ' for '))
+              for r in others if r.get('phase')]
+    if phases:
+        why += ('; ' if why else '') + ', '.join(phases)
+    if overlong:
+        saves = 'a checkpoint save running for %d s (training_checkpoint_seconds %d) on %s' % (
+            int(saving_age(overlong[0])), int(checkpoint_seconds),
+            ', '.join('rank %d on %s' % (r['rank'], r['node']) for r in overlong))
+        if others:
+            saves += '; no other rank logged a step or heartbeat for %d s or more' % int(
+                min(activity_age(r) for r in others))
+        why = '%s%s' % (saves, ' (%s)' % why if why else '')
+    else:
+        why = 'no rank logged a step or heartbeat for %d s or more (%s)' % (
+            int(min(activity_age(r) for r in tracked)), why)
+    out.update(stalled=True, ranks=[r['rank'] for r in first], nodes=sorted({r['node'] for r in first}), why=why)
+    return out
+
+
+def fence_rows(rows, attempt=None, stale=()):
+    """(rows, stale, attempt) of the job's newest attempt: attempt is the newest that a row or a node's
+    read (attempt: each training_progress result's) names, None when none does; rows keeps the rows of
+    that attempt (and those that name none); stale is every node's stale list (training_progress's, the
+    same files are read by every node: listed once) with the rows of older attempts added (a node that
+    read before the new attempt's ranks started there), sorted by rank."""
+    numbers = [r['attempt'] for r in rows if _whole(r.get('attempt'))]
+    numbers += [a for a in (attempt if isinstance(attempt, (list, tuple)) else [attempt]) if _whole(a)]
+    newest = max(numbers) if numbers else None
+    kept, out, seen = [], [], set()
+    for item in list(stale or []):
+        key = (item.get('kind'), item.get('rank'), item.get('attempt'), item.get('host'), item.get('pid'))
+        if key not in seen:
+            seen.add(key)
+            out.append(dict(item))
+    for row in rows:
+        if newest is None or not _whole(row.get('attempt')) or row['attempt'] >= newest:
+            kept.append(row)
+            continue
+        item = {'rank': row['rank'], 'attempt': row['attempt'], 'kind': 'process' if row.get('alive') else 'progress file',
+                'host': row.get('node')}
+        if row.get('alive'):
+            item['pid'] = row.get('pid')
+        key = (item['kind'], item['rank'], item['attempt'], item['host'], item.get('pid'))
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    out.sort(key=lambda i: (i.get('rank', -1), str(i.get('kind')), i.get('attempt') or 0, str(i.get('host'))))
+    return kept, out, newest
+
+
+def _whole(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def node_states(rows, hosts, node_errors):
+    """{node: running|finished|exited|no ranks|unknown} per host: unknown where its read failed."""
+    out = {}
+    for host in hosts:
+        mine = [r for r in rows if r.get('node') == host]
+        if host in node_errors:
+            out[host] = 'unknown'
+        elif any(r.get('alive') for r in mine):
+            out[host] = 'running'
+        elif mine and all(r.get('exit') == 'finished' for r in mine):
+            out[host] = 'finished'
+        else:
+            out[host] = 'exited' if mine else 'no ranks'
+    return out
+
+
+def progress_verdict(rows, stall_seconds, node_errors=None, step_regex=None, collectives=None, checkpoint_seconds=None,
+            stale=None, attempt=None):
+    """state (running, stalled, finished, failed, not running, unknown), slowest node, stall and the
+    lines to print, from every node's rows. A node whose read failed (node_errors: {node: why})
+    makes the state unknown: what the other nodes show says nothing of it. collectives: the lines
+    of the NCCL flight recorder's dumps (flight_recorder.analyse), named with a stall.
+    checkpoint_seconds: the bound of a checkpoint save whose heartbeats still come (stall).
+    stale, attempt: what the nodes' reads left out of older attempts, and the attempts they read
+    (one or a list): only the rows of the newest attempt are the job's (fence_rows); the others never
+    make it stalled or failed, and a line names them."""
+    node_errors = node_errors or {}
+    rows, stale, attempt = fence_rows(rows, attempt, stale)
+    rows = sorted(rows, key=lambda r: r['rank'])
+    alive = [r for r in rows if r.get('alive')]
+    exited = [r for r in rows if not r.get('alive') and r.get('exit') != 'finished']
+    st = stall(rows, stall_seconds, checkpoint_seconds)
+    if st['stalled'] and collectives:
+        st['collectives'] = list(collectives)
+    slow, slow_why = slowest_node(rows)
+    if node_errors:
+        state = 'unknown'
+    elif st['stalled']:
+        state = 'stalled'
+    elif alive and exited:
+        state = 'failed'
+    elif alive:
+        state = 'running'
+    elif rows and not exited:
+        state = 'finished'
+    elif rows:
+        state = 'failed'
+    else:
+        state = 'not running'
+    if node_errors:
+        lines = ['state: unknown (the read failed on %s: what the other nodes show cannot tell the job\'s state)'
+                 % ', '.join(sorted(node_errors))]
+    else:
+        lines = ['state: %s' % state]
+    for node, error in sorted(node_errors.items()):
+        lines.append('%s: read failed: %s' % (node, error))
+    if stale:
+        lines.append(jv.stale_line(stale, attempt))
+    if st['stalled']:
+        lines.append('stalled: %s; first to stop: %s' % (st['why'], ', '.join(
+            'rank %d on %s' % (r, n) for r, n in ((r['rank'], r['node']) for r in rows if r['rank'] in st['ranks']))))
+        for item in st.get('collectives') or []:
+            lines.append('  collective: %s' % (item.get('line', item) if isinstance(item, dict) else item))
+    if st['off'] and alive:
+        lines.append('no steps tracked: the script writes no progress file and no log line matches '
+                     'training_progress_regex (%s); stall detection is off for this job' % (step_regex or 'none set'))
+    if slow:
+        lines.append('slowest node: %s' % slow_why)
+    for r in rows:
+        lines.append(jv.rank_line(r))
+    return {'state': state, 'slowest_node': slow, 'slowest_why': slow_why, 'stall': st, 'lines': lines,
+            'ranks': rows, 'node_errors': dict(node_errors), 'attempt': attempt, 'stale': stale}
