@@ -25,6 +25,12 @@ def training_verdict(results, nodes=None):
     return js.launch_verdict(results, nodes)
 
 
+def training_status_record(result, progress=None):
+    """The status file's record for the job's supervisor: the verdicts and the job's one state
+    (plugin_utils/job_state.status_record)."""
+    return js.status_record(result, progress)
+
+
 def training_job_state(results, hosts, nodes=None, job_id=None):
     """The job's verdict from the status read registered on every host (in the order of hosts): unknown,
     naming the nodes that could not be read, else training_verdict's (plugin_utils/job_state.job_verdict)."""
@@ -126,6 +132,7 @@ def training_layout_nodes(nodes, layout, job_id=''):
 class FilterModule:
     def filters(self):
         return {'training_verdict': training_verdict, 'training_job_state': training_job_state,
+                'training_status_record': training_status_record,
                 'json_object_or_none': json_object_or_none,
                 'latest_checkpoint': latest_checkpoint, 'training_layout': training_layout,
                 'training_launch_mismatches': training_launch_mismatches,

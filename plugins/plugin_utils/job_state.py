@@ -12,8 +12,13 @@ Two reads of the job, each with its verdict:
   stalled, finished, failed, not running or unknown, the stall and the ranks that stopped first, the
   rows of the newest attempt only (fence_rows).
 
-The training filters (training_verdict, training_progress_view), and through the status file they write
-status, watch and the supervisor, read these; plugin_utils/job_view.py prints them."""
+and the job's one state from both: job_state() - running, succeeded, stopped, failed, unreachable, stalled or
+unknown, with the nodes to blame in order (the node whose rank failed first, those that could not be read,
+the stalled), the step and the attempt read. It is the `job` of the status file (status_record()) that the
+supervisor reads: a fault is what job_state() says, the supervisor only decides what to do about it.
+
+The training filters (training_verdict, training_job_state, training_progress_view, training_status_record)
+read these for status, watch and the supervisor; plugin_utils/job_view.py prints them."""
 
 from __future__ import annotations
 
@@ -363,3 +368,62 @@ def progress_verdict(rows, stall_seconds, node_errors=None, step_regex=None, col
         lines.append(jv.rank_line(r))
     return {'state': state, 'slowest_node': slow, 'slowest_why': slow_why, 'stall': st, 'lines': lines,
             'ranks': rows, 'node_errors': dict(node_errors), 'attempt': attempt, 'stale': stale}
+
+
+# ----- the job's one state ---------------------------------------------------------------------------
+def _whole_list(values):
+    return [v for v in values if _whole(v)]
+
+
+def job_state(result, progress):
+    """The job's one state from the launchers' verdict (launch_verdict's or unknown_verdict's keys) and the
+    ranks' (progress_verdict's), either may be missing: {state, failed_nodes, unreachable_nodes,
+    stalled_nodes, step, last_step_time, attempt, why}.
+
+    state: failed (a rank or launcher exited non-zero: failed_nodes, the culprit first), unreachable (a node
+    could not be read; a rank that failed as well is in failed_nodes and said in why), stalled (no rank
+    logged a step or heartbeat for training_stall_seconds: stalled_nodes, the nodes of the ranks that
+    stopped first), else the launchers' running, succeeded or stopped, else unknown (nothing read).
+    A failure wins over a stall: the ranks left waiting by a dead one look stalled too. step and
+    last_step_time: the highest of the ranks' rows; attempt: the lowest attempt either verdict names
+    (a read that still shows an earlier attempt is of that one)."""
+    result = result if isinstance(result, dict) else {}
+    progress = progress if isinstance(progress, dict) else {}
+    ranks = progress.get('ranks') or []
+    steps = [r.get('last_step') for r in ranks if _whole(r.get('last_step'))]
+    times = [r.get('last_step_time') for r in ranks if isinstance(r.get('last_step_time'), (int, float))]
+    attempts = _whole_list([result.get('attempt'), progress.get('attempt')])
+    out = {'state': 'unknown', 'failed_nodes': [], 'unreachable_nodes': [], 'stalled_nodes': [],
+           'step': max(steps) if steps else None, 'last_step_time': max(times) if times else None,
+           'attempt': min(attempts) if attempts else None, 'why': ''}
+    unknown = list(result.get('unknown_nodes') or [])
+    unreachable = unknown + [n for n in sorted(progress.get('node_errors') or {}) if n not in unknown]
+    stalled = progress.get('stall') or {}
+    failed_why = None
+    if result.get('state') == 'failed':
+        first = result.get('first_failure') or {}
+        failed = list(result.get('failed_nodes') or [])
+        out['failed_nodes'] = failed
+        failed_why = 'a rank failed first on %s (exit %s)' % (first.get('node') or ', '.join(failed or ['?']),
+                                                              first.get('exit_code'))
+    if unreachable:
+        out.update(state='unreachable', unreachable_nodes=unreachable,
+                   why='%s could not be read' % ', '.join(unreachable) + ('; %s' % failed_why if failed_why else ''))
+    elif failed_why:
+        out.update(state='failed', why=failed_why)
+    elif progress.get('state') == 'stalled' or stalled.get('stalled'):
+        out.update(state='stalled', stalled_nodes=list(stalled.get('nodes') or []), why=stalled.get('why') or 'stalled')
+    elif result.get('state') in ('running', 'succeeded', 'stopped'):
+        out['state'] = result['state']
+    elif not result and not progress:
+        out['why'] = 'the status read gave nothing'
+    return out
+
+
+def status_record(result, progress=None):
+    """What a status read writes for the job's supervisor (training_status_file): the two verdicts and the
+    job's one state (job_state) as `job`."""
+    record = {'result': result if isinstance(result, dict) else {}, 'job': job_state(result, progress)}
+    if progress is not None:
+        record['progress'] = progress
+    return record

@@ -73,7 +73,9 @@ restart {nodes, left_out, resume_step, lost_steps}, restart_failed {nodes; why: 
 from ansible.log}, training {step}, done {step}, gave_up {step}, stopped, report_failed, metrics_failed;
 each with its why.
 
-Decisions are the pure functions observe(), decide(), confirm_unreachable() and plan_restart();
+The job's state is decided on the controller, where the status read runs (plugins/plugin_utils/job_state.py:
+the status file's job); the supervisor decides what to do about it. Its decisions are the pure functions
+observe(), decide(), confirm_unreachable() and plan_restart();
 summarize() counts restarts, steps lost and time lost from the events; run_error() and parse_adhoc() read
 ansible's output.
 """
@@ -115,60 +117,33 @@ GLANCE_TIMEOUT = 10    # a glance that takes longer says the shared storage does
 
 
 # ----- what the job's state says ----------------------------------------------------------------
-def named_attempt(status):
-    """The lowest attempt a status read names (its result's or its progress' attempt), None when none."""
-    named = []
-    for part in ('result', 'progress'):
-        value = ((status or {}).get(part) or {}).get('attempt')
-        if isinstance(value, int) and not isinstance(value, bool):
-            named.append(value)
-    return min(named) if named else None
+JOB_KEYS = ('state', 'failed_nodes', 'unreachable_nodes', 'stalled_nodes', 'step', 'last_step_time', 'why')
 
 
 def observe(status, now=None, attempt=None):
     """The supervisor's view of one status read: {state, failed_nodes, unreachable_nodes, stalled_nodes,
     step, last_step_time, why, time} (and stale: true for a read of an earlier attempt).
 
-    status: what train.yml -e training_state=status wrote (training_status_file): result (the job's
-    verdict) and progress (every node's ranks), either may be missing. state is running, succeeded,
-    stopped, failed (a rank or launcher exited non-zero), unreachable (a node could not be read; a rank
-    that failed as well is in failed_nodes), stalled (no rank logged a step or heartbeat for
-    training_stall_seconds) or unknown (no read at all, or a read of an attempt before attempt: the
-    restarted job has not written yet)."""
+    status: what train.yml -e training_state=status wrote (training_status_file). Its `job` is the job's one
+    state, decided on the controller (plugins/plugin_utils/job_state.py, job_state()): running, succeeded,
+    stopped, failed (a rank or launcher exited non-zero), unreachable (a node could not be read; a rank that
+    failed as well is in failed_nodes), stalled (no rank logged a step or heartbeat for
+    training_stall_seconds) or unknown; the supervisor takes it as it is. Its own: a read of an attempt
+    before attempt is stale (the restarted job has not written yet), and a read without a job state is
+    unknown."""
     now = time.time() if now is None else now
-    result = (status or {}).get('result') or {}
-    progress = (status or {}).get('progress') or {}
-    ranks = progress.get('ranks') or []
-    steps = [r.get('last_step') for r in ranks if isinstance(r.get('last_step'), int)]
-    times = [r.get('last_step_time') for r in ranks if isinstance(r.get('last_step_time'), (int, float))]
     obs = {'time': now, 'state': 'unknown', 'failed_nodes': [], 'unreachable_nodes': [], 'stalled_nodes': [],
-           'step': max(steps) if steps else None, 'last_step_time': max(times) if times else None, 'why': ''}
-    read_attempt = named_attempt(status)
-    if attempt is not None and read_attempt is not None and read_attempt < attempt:
-        obs.update(stale=True, step=None, last_step_time=None,
-                   why='the read is of attempt %d: attempt %d has not written yet' % (read_attempt, attempt))
+           'step': None, 'last_step_time': None, 'why': ''}
+    job = (status or {}).get('job')
+    if not isinstance(job, dict):
+        obs['why'] = 'the status read gave nothing' if not status else 'the status read holds no job state'
         return obs
-    unreachable = list(result.get('unknown_nodes') or []) + [n for n in sorted(progress.get('node_errors') or {})
-                                                             if n not in (result.get('unknown_nodes') or [])]
-    stall = progress.get('stall') or {}
-    failed_why = None
-    if result.get('state') == 'failed':
-        first = result.get('first_failure') or {}
-        failed = list(result.get('failed_nodes') or [])
-        culprit = first.get('node') or ', '.join(failed or ['?'])
-        obs['failed_nodes'] = failed
-        failed_why = 'a rank failed first on %s (exit %s)' % (culprit, first.get('exit_code'))
-    if unreachable:
-        obs.update(state='unreachable', unreachable_nodes=unreachable,
-                   why='%s could not be read' % ', '.join(unreachable) + ('; %s' % failed_why if failed_why else ''))
-    elif failed_why:
-        obs.update(state='failed', why=failed_why)
-    elif progress.get('state') == 'stalled' or stall.get('stalled'):
-        obs.update(state='stalled', stalled_nodes=list(stall.get('nodes') or []), why=stall.get('why') or 'stalled')
-    elif result.get('state') in ('running', 'succeeded', 'stopped'):
-        obs['state'] = result['state']
-    elif not result and not progress:
-        obs['why'] = 'the status read gave nothing'
+    obs.update((key, job[key]) for key in JOB_KEYS if job.get(key) is not None)
+    read_attempt = job.get('attempt')
+    if attempt is not None and isinstance(read_attempt, int) and read_attempt < attempt:
+        obs.update(state='unknown', stale=True, step=None, last_step_time=None, failed_nodes=[], unreachable_nodes=[],
+                   stalled_nodes=[], why='the read is of attempt %d: attempt %d has not written yet' % (read_attempt,
+                                                                                                       attempt))
     return obs
 
 

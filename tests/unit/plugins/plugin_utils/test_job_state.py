@@ -248,3 +248,33 @@ def test_without_a_checkpoint_bound_a_save_that_beats_is_never_stalled_as_before
     rows = [live_row(text, 10000.0, rank=r) for r in (0, 1)]
     assert not js.stall(rows, 600)['stalled']
     assert js.progress_verdict(rows, 600)['state'] == 'running'
+
+
+# ----- the job's one state (what the supervisor reads) ---------------------------------------------
+def test_a_failed_rank_wins_over_the_stall_of_the_ranks_it_left_waiting():
+    result = {'state': 'failed', 'failed_nodes': ['w1', 'head'], 'first_failure': {'node': 'w1', 'exit_code': -9}}
+    progress = {'state': 'stalled', 'stall': {'stalled': True, 'nodes': ['head', 'w2'], 'why': 'no step'},
+                'ranks': [{'last_step': 23, 'last_step_time': 5.0}, {'last_step': 22, 'last_step_time': 4.0}]}
+    state = js.job_state(result, progress)
+    assert state['state'] == 'failed' and state['failed_nodes'] == ['w1', 'head'] and state['stalled_nodes'] == []
+    assert state['why'] == 'a rank failed first on w1 (exit -9)' and (state['step'], state['last_step_time']) == (23, 5.0)
+    assert js.job_state({'state': 'running'}, progress)['state'] == 'stalled'
+    assert js.job_state({'state': 'running'}, progress)['stalled_nodes'] == ['head', 'w2']
+
+
+def test_a_node_not_read_makes_it_unreachable_and_a_failure_read_elsewhere_is_kept():
+    result = {'state': 'failed', 'failed_nodes': ['w1'], 'first_failure': {'node': 'w1', 'exit_code': 1}}
+    state = js.job_state(result, {'node_errors': {'w2': 'ssh: timed out'}, 'ranks': []})
+    assert state['state'] == 'unreachable' and state['unreachable_nodes'] == ['w2'] and state['failed_nodes'] == ['w1']
+    assert state['why'] == 'w2 could not be read; a rank failed first on w1 (exit 1)'
+    unknown = js.unknown_verdict({'w2': 'boom', 'head': 'gone'}, 'j')
+    assert js.job_state(unknown, None)['unreachable_nodes'] == ['head', 'w2']
+
+
+def test_the_state_names_the_lowest_attempt_read_and_nothing_read_is_unknown():
+    assert js.job_state({'state': 'running', 'attempt': 2}, {'attempt': 1, 'ranks': []})['attempt'] == 1
+    assert js.job_state({'state': 'succeeded'}, None)['state'] == 'succeeded'
+    nothing = js.job_state(None, None)
+    assert nothing['state'] == 'unknown' and nothing['why'] == 'the status read gave nothing'
+    record = js.status_record({'state': 'stopped'})
+    assert record['job']['state'] == 'stopped' and 'progress' not in record

@@ -9,13 +9,23 @@ import os
 import sys
 import time
 
-from ansible_collections.gpucluster.multinode.plugins.filter.training import training_job_state
+from ansible_collections.gpucluster.multinode.plugins.filter.training import training_job_state, training_status_record
 from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import training_progress_view
 
 FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'training', 'files')
 sys.path.insert(0, FILES)
 
 import gpucluster_supervise as sv  # noqa: E402
+
+
+def _rec(status):
+    """A status read as status.yml writes it (training_status_record): its verdicts and the job's one state."""
+    if isinstance(status, dict) and 'job' not in status and '_fail' not in status:
+        record = training_status_record(status.get('result'), status.get('progress'))
+        record.update((key, value) for key, value in status.items() if key.startswith('_'))  # the fake's own
+        return record
+    return status
+
 
 NODES = ['head', 'w1', 'w2']
 NOW = 1764000000.0
@@ -30,10 +40,10 @@ def _row(node, rank, step, alive=True, since=2.0, **kw):
 
 
 def _status(job_results, progress_results, stall_seconds=60):
-    out = {'result': training_job_state(job_results, NODES, NODES, 'j-1')}
-    if progress_results is not None:
-        out['progress'] = training_progress_view(progress_results, NODES, stall_seconds, 'j-1')
-    return out
+    result = training_job_state(job_results, NODES, NODES, 'j-1')
+    progress = (training_progress_view(progress_results, NODES, stall_seconds, 'j-1')
+                if progress_results is not None else None)
+    return training_status_record(result, progress)
 
 
 def _running(node, ranks):
@@ -45,7 +55,7 @@ def test_a_running_job_is_left_alone():
     status = _status([_running('head', [0, 1]), _running('w1', [2, 2]), _running('w2', [3, 3])],
                      [{'ranks': [_row('head', 0, 17), _row('head', 1, 17)]}, {'ranks': [_row('w1', 2, 17)]},
                       {'ranks': [_row('w2', 3, 17)]}])
-    obs = sv.observe(status, NOW)
+    obs = sv.observe(_rec(status), NOW)
     assert (obs['state'], obs['step']) == ('running', 17)
     assert sv.decide(obs)['action'] == 'wait'
 
@@ -57,7 +67,7 @@ def test_a_killed_rank_stops_the_job_naming_the_node_whose_rank_failed_first():
     status = _status([head, dict(_running('w1', [2, 2]), running=False), _running('w2', [3, 3])],
                      [{'ranks': [_row('head', 0, 23, alive=False, exit='exit 1')]},
                       {'ranks': [_row('w1', 2, 23, alive=False, exit='signal 9')]}, {'ranks': [_row('w2', 3, 23)]}])
-    obs = sv.observe(status, NOW)
+    obs = sv.observe(_rec(status), NOW)
     assert obs['state'] == 'failed' and obs['failed_nodes'][0] == 'w1' and obs['step'] == 23
     act = sv.decide(obs)
     assert act == {'action': 'stop', 'seen': 'failed', 'nodes': ['w1'], 'why': 'a rank failed first on w1 (exit -9)'}
@@ -66,7 +76,7 @@ def test_a_killed_rank_stops_the_job_naming_the_node_whose_rank_failed_first():
 def test_a_node_that_does_not_answer_is_named_and_the_job_stopped():
     status = _status([_running('head', [0, 1]), {'unreachable': True, 'msg': 'ssh: Connection timed out during banner'},
                       _running('w2', [3, 3])], None)
-    obs = sv.observe(status, NOW)
+    obs = sv.observe(_rec(status), NOW)
     assert obs['state'] == 'unreachable' and obs['unreachable_nodes'] == ['w1']
     assert sv.decide(obs) == {'action': 'stop', 'seen': 'unreachable', 'nodes': ['w1'], 'why': 'w1 could not be read'}
 
@@ -77,7 +87,7 @@ def test_a_stall_names_the_ranks_that_stopped_first():
                 {'ranks': [_row('w1', 2, 30, since=95.0)]},
                 {'ranks': [_row('w2', 3, 29, since=100.0, held='stopped (SIGSTOP)')]}]
     status = _status([_running('head', [0, 1]), _running('w1', [2, 2]), _running('w2', [3, 3])], progress, 60)
-    obs = sv.observe(status, NOW)
+    obs = sv.observe(_rec(status), NOW)
     assert obs['state'] == 'stalled', status['progress']['lines']
     assert 'w2' in obs['stalled_nodes']
     assert sv.decide(obs)['action'] == 'stop' and sv.decide(obs)['seen'] == 'stalled'
@@ -85,11 +95,11 @@ def test_a_stall_names_the_ranks_that_stopped_first():
 
 def test_a_finished_or_stopped_job_ends_the_supervision():
     done = _status([dict(_running('head', [0, 1]), running=False, exit_code=0)], None)
-    assert sv.decide(sv.observe(done, NOW)) == {'action': 'done', 'why': 'the job finished'}
-    stopped = sv.observe({'result': {'state': 'stopped'}}, NOW)
+    assert sv.decide(sv.observe(_rec(done), NOW)) == {'action': 'done', 'why': 'the job finished'}
+    stopped = sv.observe(_rec({'result': {'state': 'stopped'}}), NOW)
     assert sv.decide(stopped)['action'] == 'done' and 'not by its supervisor' in sv.decide(stopped)['why']
     # a read that said nothing (the playbook could not run) is waited out, not taken for a fault
-    assert sv.decide(sv.observe(None, NOW)) == {'action': 'wait', 'why': 'the status read gave nothing'}
+    assert sv.decide(sv.observe(_rec(None), NOW)) == {'action': 'wait', 'why': 'the status read gave nothing'}
 
 
 def _state(nodes=None, restarts=0, failures=None):
@@ -380,7 +390,7 @@ def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_
     {path under the job directory: text} there from the start (what the job's nodes wrote on the shared storage);
     meanwhile(job directory): what the job's nodes do while it runs (a thread), [paths it wrote there]."""
     import gpucluster_progress as gp
-    bin_dir = _script(tmp_path, status=statuses, health=healths, ping=ping or [], started=started or [],
+    bin_dir = _script(tmp_path, status=[_rec(s) for s in statuses], health=healths, ping=ping or [], started=started or [],
                       **(report or {}))
     job = tmp_path / 'job'
     job.mkdir()
@@ -726,7 +736,7 @@ def test_a_restart_that_fails_says_the_failing_tasks_message(tmp_path):
 def test_the_program_holds_the_lock_in_its_state_dir_and_a_stop_ends_its_run_and_its_figures(tmp_path):
     import signal
     import subprocess
-    bin_dir = _script(tmp_path, status=[{'result': {'state': 'running'}, 'progress': _progress(12)}], health=[],
+    bin_dir = _script(tmp_path, status=[_rec({'result': {'state': 'running'}, 'progress': _progress(12)})], health=[],
                       sleep_status=60)
     state = tmp_path / 'state'
     state.mkdir()

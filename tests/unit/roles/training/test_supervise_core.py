@@ -11,10 +11,22 @@ import os
 import sys
 import time
 
+from ansible_collections.gpucluster.multinode.plugins.filter.training import training_status_record
+
 FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'training', 'files')
 sys.path.insert(0, FILES)
 
 import gpucluster_supervise as sv  # noqa: E402
+
+
+def _rec(status):
+    """A status read as status.yml writes it (training_status_record): its verdicts and the job's one state."""
+    if isinstance(status, dict) and 'job' not in status and '_fail' not in status:
+        record = training_status_record(status.get('result'), status.get('progress'))
+        record.update((key, value) for key, value in status.items() if key.startswith('_'))  # the fake's own
+        return record
+    return status
+
 
 NOW = 1764000000.0
 
@@ -44,15 +56,15 @@ def test_only_a_node_missed_by_two_reads_whose_direct_probe_failed_is_confirmed(
 
 
 def test_a_read_that_missed_a_node_asks_for_confirming_only_when_no_rank_failed():
-    missed = sv.observe({'result': {'state': 'unknown', 'unknown_nodes': ['w2']}}, NOW)
+    missed = sv.observe(_rec({'result': {'state': 'unknown', 'unknown_nodes': ['w2']}}), NOW)
     assert sv.needs_confirming(missed) and sv.decide(missed)['action'] == 'stop'
     # a rank failed too: the stop needs no second read
     failed = {'state': 'failed', 'failed_nodes': ['w1'], 'first_failure': {'node': 'w1', 'exit_code': 1}}
-    both = sv.observe({'result': failed, 'progress': {'node_errors': {'w2': 'timed out'}}}, NOW)
+    both = sv.observe(_rec({'result': failed, 'progress': {'node_errors': {'w2': 'timed out'}}}), NOW)
     assert both['state'] == 'unreachable' and both['failed_nodes'] == ['w1'] and not sv.needs_confirming(both)
     assert sv.decide(both)['nodes'] == ['w1', 'w2']
     assert both['why'] == 'w2 could not be read; a rank failed first on w1 (exit 1)'
-    assert not sv.needs_confirming(sv.observe({'result': {'state': 'running'}}, NOW))
+    assert not sv.needs_confirming(sv.observe(_rec({'result': {'state': 'running'}}), NOW))
 
 
 def test_the_read_missed_event_says_for_each_node_why_it_is_no_fault():
@@ -84,25 +96,32 @@ def test_a_tcp_probe_names_the_port_and_why():
 def test_a_read_of_an_earlier_attempt_is_stale_and_asks_for_nothing():
     failed = {'result': {'state': 'failed', 'failed_nodes': ['w1'], 'first_failure': {'node': 'w1'}, 'attempt': 1},
               'progress': {'ranks': [{'last_step': 23}], 'attempt': 1}}
-    obs = sv.observe(failed, NOW, attempt=2)
+    obs = sv.observe(_rec(failed), NOW, attempt=2)
     assert obs['state'] == 'unknown' and obs['stale'] and obs['step'] is None
     assert obs['why'] == 'the read is of attempt 1: attempt 2 has not written yet'
     assert sv.decide(obs)['action'] == 'wait'
     # the same read is the fault while attempt 1 runs; a read that names no attempt is taken as it is
-    assert sv.observe(failed, NOW, attempt=1)['state'] == 'failed'
-    assert sv.observe({'result': {'state': 'failed', 'failed_nodes': ['w1']}}, NOW, attempt=2)['state'] == 'failed'
+    assert sv.observe(_rec(failed), NOW, attempt=1)['state'] == 'failed'
+    assert sv.observe(_rec({'result': {'state': 'failed', 'failed_nodes': ['w1']}}), NOW, attempt=2)['state'] == 'failed'
     # either part naming an earlier attempt makes the read stale
     partly = dict(failed, result=dict(failed['result'], attempt=2))
-    assert sv.observe(partly, NOW, attempt=2).get('stale')
+    assert sv.observe(_rec(partly), NOW, attempt=2).get('stale')
+
+
+def test_a_status_without_the_job_state_is_unknown_never_taken_for_a_fault():
+    # the job's state is the controller's (the status file's job): a file without it decides nothing
+    obs = sv.observe({'result': {'state': 'failed', 'failed_nodes': ['w1']}}, NOW)
+    assert obs['state'] == 'unknown' and obs['why'] == 'the status read holds no job state'
+    assert sv.decide(obs)['action'] == 'wait'
 
 
 def test_a_failed_read_and_the_blind_why_say_the_rc_the_error_and_the_last_good_read():
-    nothing = sv.observe(None, NOW)
+    nothing = sv.observe(_rec(None), NOW)
     assert sv.read_failure(4, None, nothing, 'w1: unreachable: no route') == (
         'train.yml status ended with rc 4 and wrote no status: w1: unreachable: no route')
     assert sv.read_failure(124, None, nothing, '', 300) == (
         'train.yml status did not end within 300 s (read_timeout) and wrote no status')
-    unknown = sv.observe({'result': {'state': 'unknown'}}, NOW)
+    unknown = sv.observe(_rec({'result': {'state': 'unknown'}}), NOW)
     assert sv.read_failure(2, {'result': {'state': 'unknown'}}, unknown) == (
         'train.yml status ended with rc 2; its status named no state of the job (unknown)')
     assert sv.blind_why(3, 'train.yml status ended with rc 4', NOW - 95, NOW - 500, NOW) == (
