@@ -66,7 +66,7 @@ def training_first_failure(result, progress_results=None, hosts=None):
 
 def training_watch_outcome(progress_state, verdict_state=None):
     """{fail, why} of a watch that ended (the last view's state, the job's verdict where it was read)."""
-    return rfail.watch_outcome(progress_state, verdict_state)
+    return js.watch_outcome(progress_state, verdict_state)
 
 
 def training_rank_line(row):

@@ -12,10 +12,11 @@ Two reads of the job, each with its verdict:
   stalled, finished, failed, not running or unknown, the stall and the ranks that stopped first, the
   rows of the newest attempt only (fence_rows).
 
-and the job's one state from both: job_state() - running, succeeded, stopped, failed, unreachable, stalled or
+the job's one state from both: job_state() - running, succeeded, stopped, failed, unreachable, stalled or
 unknown, with the nodes to blame in order (the node whose rank failed first, those that could not be read,
 the stalled), the step and the attempt read. It is the `job` of the status file (status_record()) that the
-supervisor reads: a fault is what job_state() says, the supervisor only decides what to do about it.
+supervisor reads: a fault is what job_state() says, the supervisor only decides what to do about it; and
+whether a watch that ended failed: watch_outcome().
 
 The training filters (training_verdict, training_job_state, training_progress_view, training_status_record)
 read these for status, watch and the supervisor; plugin_utils/job_view.py prints them."""
@@ -313,7 +314,7 @@ def node_states(rows, hosts, node_errors):
 
 
 def progress_verdict(rows, stall_seconds, node_errors=None, step_regex=None, collectives=None, checkpoint_seconds=None,
-            stale=None, attempt=None):
+                     stale=None, attempt=None):
     """state (running, stalled, finished, failed, not running, unknown), slowest node, stall and the
     lines to print, from every node's rows. A node whose read failed (node_errors: {node: why})
     makes the state unknown: what the other nodes show says nothing of it. collectives: the lines
@@ -427,3 +428,14 @@ def status_record(result, progress=None):
     if progress is not None:
         record['progress'] = progress
     return record
+
+
+def watch_outcome(progress_state, verdict_state=None):
+    """{fail, why} of a watch that ended: it fails when the job failed (its ranks' view or its verdict),
+    stalled or could not be read; finished, stopped, not running or still running at the end of the
+    watch's bound end it cleanly."""
+    if progress_state in ('failed', 'stalled', 'unknown'):
+        return {'fail': True, 'why': 'the job is %s' % progress_state}
+    if verdict_state in ('failed', 'unknown'):
+        return {'fail': True, 'why': 'the job is %s' % verdict_state}
+    return {'fail': False, 'why': 'the job is %s' % (progress_state or verdict_state or 'not running')}

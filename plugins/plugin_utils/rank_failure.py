@@ -78,14 +78,3 @@ def failure_lines(error, exit_codes=None, culprit=None):
     tail = [line for line in error.get('lines') or [] if line.strip()]
     lines.extend('  ! ' + line for line in tail[-TAIL_LINES:])
     return lines
-
-
-def watch_outcome(progress_state, verdict_state=None):
-    """{fail, why} of a watch that ended: it fails when the job failed (its ranks' view or its verdict),
-    stalled or could not be read; finished, stopped, not running or still running at the end of the
-    watch's bound end it cleanly."""
-    if progress_state in ('failed', 'stalled', 'unknown'):
-        return {'fail': True, 'why': 'the job is %s' % progress_state}
-    if verdict_state in ('failed', 'unknown'):
-        return {'fail': True, 'why': 'the job is %s' % verdict_state}
-    return {'fail': False, 'why': 'the job is %s' % (progress_state or verdict_state or 'not running')}

@@ -141,9 +141,9 @@ def observe(status, now=None, attempt=None):
     obs.update((key, job[key]) for key in JOB_KEYS if job.get(key) is not None)
     read_attempt = job.get('attempt')
     if attempt is not None and isinstance(read_attempt, int) and read_attempt < attempt:
+        why = 'the read is of attempt %d: attempt %d has not written yet' % (read_attempt, attempt)
         obs.update(state='unknown', stale=True, step=None, last_step_time=None, failed_nodes=[], unreachable_nodes=[],
-                   stalled_nodes=[], why='the read is of attempt %d: attempt %d has not written yet' % (read_attempt,
-                                                                                                       attempt))
+                   stalled_nodes=[], why=why)
     return obs
 
 

@@ -278,3 +278,13 @@ def test_the_state_names_the_lowest_attempt_read_and_nothing_read_is_unknown():
     assert nothing['state'] == 'unknown' and nothing['why'] == 'the status read gave nothing'
     record = js.status_record({'state': 'stopped'})
     assert record['job']['state'] == 'stopped' and 'progress' not in record
+
+
+@pytest.mark.parametrize('progress, verdict, fail', [
+    ('failed', 'failed', True), ('failed', None, True), ('not running', 'failed', True),
+    ('stalled', None, True), ('unknown', None, True), ('not running', 'unknown', True),
+    ('finished', None, False), ('running', None, False), ('not running', 'stopped', False),
+    ('not running', 'succeeded', False),
+])
+def test_a_watch_fails_on_a_job_that_failed_or_stalled_and_ends_cleanly_otherwise(progress, verdict, fail):
+    assert js.watch_outcome(progress, verdict)['fail'] is fail

@@ -1,9 +1,7 @@
 """rank_failure: the first failing rank's own error among every node's tracebacks (read with rank_errors
-from the recorded logs of tests/unit/fixtures/rank_errors), its lines, and how a watch ends."""
+from the recorded logs of tests/unit/fixtures/rank_errors) and its lines."""
 
 import os
-
-import pytest
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import rank_errors as re_
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import rank_failure as rfail
@@ -58,13 +56,3 @@ def test_no_traceback_at_all_names_the_culprit_and_says_so():
     assert rfail.first_error([], ['w1']) is None
     assert rfail.failure_lines(None, {'w1': -9}, 'w1') == ['first failure: w1 (exit -9): no Python traceback in its log']
     assert rfail.failure_lines(None, {}) == []
-
-
-@pytest.mark.parametrize('progress, verdict, fail', [
-    ('failed', 'failed', True), ('failed', None, True), ('not running', 'failed', True),
-    ('stalled', None, True), ('unknown', None, True), ('not running', 'unknown', True),
-    ('finished', None, False), ('running', None, False), ('not running', 'stopped', False),
-    ('not running', 'succeeded', False),
-])
-def test_a_watch_fails_on_a_job_that_failed_or_stalled_and_ends_cleanly_otherwise(progress, verdict, fail):
-    assert rfail.watch_outcome(progress, verdict)['fail'] is fail
