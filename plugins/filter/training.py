@@ -31,10 +31,11 @@ def training_status_record(result, progress=None):
     return js.status_record(result, progress)
 
 
-def training_job_state(results, hosts, nodes=None, job_id=None):
+def training_job_state(results, hosts, nodes=None, job_id=None, left_out=None):
     """The job's verdict from the status read registered on every host (in the order of hosts): unknown,
-    naming the nodes that could not be read, else training_verdict's (plugin_utils/job_state.job_verdict)."""
-    return js.job_verdict(results, hosts, nodes, job_id)
+    naming the nodes that could not be read, else training_verdict's; left_out: the job's nodes a status of
+    training_status_nodes did not read (plugin_utils/job_state.job_verdict)."""
+    return js.job_verdict(results, hosts, nodes, job_id, left_out)
 
 
 def training_stopped_lines(results, job_id):

@@ -36,14 +36,19 @@ def launcher_of(result):
     return LAUNCHERS.get((result or {}).get('launcher'), Launcher)
 
 
-def job_verdict(results, hosts, nodes=None, job_id=None):
+def job_verdict(results, hosts, nodes=None, job_id=None, left_out=None):
     """The job's verdict from every node's status result (results in the order of hosts, a task result
     registered on every host): unknown_verdict naming the nodes that could not be read, else
-    launch_verdict of the others (nodes: the job's node names, head first)."""
+    launch_verdict of the others (nodes: the job's node names, head first). left_out: the job's nodes this
+    read did not read (a status of training_status_nodes): the verdict says so (left_out, a line) and is
+    of the nodes read only - job_state() takes from it a failure, never that the job runs or ended."""
     errors = read_errors(results, hosts)
-    if errors:
-        return unknown_verdict(errors, job_id)
-    return launch_verdict(results, nodes)
+    verdict = unknown_verdict(errors, job_id) if errors else launch_verdict(results, nodes)
+    if left_out:
+        verdict['left_out'] = list(left_out)
+        verdict['lines'].insert(1, 'a read of part of the job: %s read, %s left out (training_status_nodes)'
+                                % (', '.join(nodes or hosts), ', '.join(left_out)))
+    return verdict
 
 
 def read_errors(results, hosts):
@@ -385,9 +390,10 @@ def job_state(result, progress):
     could not be read; a rank that failed as well is in failed_nodes and said in why), stalled (no rank
     logged a step or heartbeat for training_stall_seconds: stalled_nodes, the nodes of the ranks that
     stopped first), else the launchers' running, succeeded or stopped, else unknown (nothing read).
-    A failure wins over a stall: the ranks left waiting by a dead one look stalled too. step and
-    last_step_time: the highest of the ranks' rows; attempt: the lowest attempt either verdict names
-    (a read that still shows an earlier attempt is of that one)."""
+    A failure wins over a stall: the ranks left waiting by a dead one look stalled too. A read of part of
+    the job (the verdict's left_out) says failed or unreachable as any read, else unknown: it cannot tell
+    that the job runs, stalls or ended. step and last_step_time: the highest of the ranks' rows; attempt:
+    the lowest attempt either verdict names (a read that still shows an earlier attempt is of that one)."""
     result = result if isinstance(result, dict) else {}
     progress = progress if isinstance(progress, dict) else {}
     ranks = progress.get('ranks') or []
@@ -407,11 +413,17 @@ def job_state(result, progress):
         out['failed_nodes'] = failed
         failed_why = 'a rank failed first on %s (exit %s)' % (first.get('node') or ', '.join(failed or ['?']),
                                                               first.get('exit_code'))
+    left_out = list(result.get('left_out') or [])
+    if left_out:
+        out['left_out'] = left_out
     if unreachable:
         out.update(state='unreachable', unreachable_nodes=unreachable,
                    why='%s could not be read' % ', '.join(unreachable) + ('; %s' % failed_why if failed_why else ''))
     elif failed_why:
         out.update(state='failed', why=failed_why)
+    elif left_out:
+        # what the nodes read show says nothing of the others: no stall, no end of the whole job
+        out['why'] = 'a read of part of the job saw no failure (left out: %s)' % ', '.join(left_out)
     elif progress.get('state') == 'stalled' or stalled.get('stalled'):
         out.update(state='stalled', stalled_nodes=list(stalled.get('nodes') or []), why=stalled.get('why') or 'stalled')
     elif result.get('state') in ('running', 'succeeded', 'stopped'):

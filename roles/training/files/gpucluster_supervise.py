@@ -20,7 +20,8 @@ all its state in its state directory on the supervisor host's own disk (settings
     events.jsonl               what it saw and did, one JSON object a line (mode 0644); every event of
                                an attempt of the job carries its number (attempt)
     supervisor.json            its heartbeat (mode 0644): pid, host, unit, doing, time, attempt, restarts,
-                               step, failed_reads, read_seconds, last_read, glance (on, none or off: why),
+                               step, failed_reads, read_seconds, quick_seconds (the last quick read's),
+                               last_read, glance (on, none or off: why),
                                glance_seconds, and blind/blind_since while it cannot read the job
     supervisor.prom            its figures in Prometheus' text format (mode 0644), written on every read
                                and heartbeat; also <metrics_dir>/gpucluster_supervisor_<job id>.prom when
@@ -51,8 +52,11 @@ glances every glance_seconds (2; 0: never) at the job's files on the shared stor
 bounded by GLANCE_TIMEOUT: every node's exit file (<job_dir>/exit/<node>) and the first line and end of every
 rank's progress file (gpucluster_progress.rank_file_marks). A sign (a node's part exited, ranks of the attempt
 wrote done, one wrote nothing for stall_seconds) ends the wait: the read comes at once and decides (a sign is
-never a fault by itself; the fault event keeps it: sign, sign_time). A sign a read judged is not read for again
-while it lasts. A glance that fails or hangs turns the glances off (a glance event, the heartbeat's glance)
+never a fault by itself; the fault event keeps it: sign, sign_time). When the sign is of parts that exited
+non-zero, the read is first a quick one of those nodes and the head only (train.yml status with
+training_status_nodes, --limit; quick_seconds): a failure it reads is the fault at once (the fault event's
+quick_read), without a read of every node, whose cost grows with the cluster; else the job is read whole. A
+sign a read judged is not read for again while it lasts. A glance that fails or hangs turns the glances off (a glance event, the heartbeat's glance)
 until one works again; the reads go on at their interval. A node a read could not reach (and no
 failed rank) is a fault only when a second read still cannot reach it and the direct probe fails: a TCP
 connect to its SSH port (5 s, said in the why) and an ansible ping of it (bounded), which decides; else it
@@ -106,6 +110,7 @@ SSH_ENV = {'ANSIBLE_SSH_ARGS': '-C -o ControlMaster=auto -o ControlPersist=60s -
                                '-o ServerAliveCountMax=3',
            'ANSIBLE_TIMEOUT': '10'}
 FAULTS = ('failed', 'unreachable', 'stalled')
+ENDED = 'ended'  # read(): a sign ended the read
 TCP_TIMEOUT = 5        # the direct probe's connect to a node's SSH port
 PING_TIMEOUT = 60      # the direct probe's ansible ping (every node not read, in one run)
 PROBE_TIMEOUT = 120    # each run of --probe
@@ -309,7 +314,8 @@ def read_rank_marks(job_dir, marks_of):
 
 def glance_signs(exits, ranks, nodes, attempt, stall_seconds, now):
     """What one glance at the job's files saw that a read should judge now rather than at its interval:
-    [{kind, nodes, since, why}], kind exit (the part of the job on a node ended, with its code), done (ranks of
+    [{kind, nodes, since, why}], kind exit (the part of the job on a node ended, with its code; failed: true
+    when a code is not 0, nodes then those, the first to end first), done (ranks of
     this attempt wrote their done line) or quiet (a rank of this attempt wrote nothing for stall_seconds);
     since: when what it shows began (the file's time; for quiet, its last write and stall_seconds). Only the
     job's nodes now and the ranks of its attempt count. A sign decides nothing: the read does."""
@@ -317,7 +323,7 @@ def glance_signs(exits, ranks, nodes, attempt, stall_seconds, now):
     ended = sorted(((exits[n]['mtime'], n) for n in nodes if n in exits))
     failed = [n for _, n in ended if exits[n]['code'] != 0]
     if failed:
-        signs.append({'kind': 'exit', 'nodes': failed, 'since': min(exits[n]['mtime'] for n in failed),
+        signs.append({'kind': 'exit', 'nodes': failed, 'since': min(exits[n]['mtime'] for n in failed), 'failed': True,
                       'why': 'the job on %s exited with %s (its exit file%s)' % (
                           ', '.join(failed), ', '.join('code %d' % exits[n]['code'] for n in failed),
                           's' if len(failed) > 1 else '')})
@@ -850,6 +856,7 @@ class Supervisor:
         self.blind_since = None
         self.last_good = None  # time of the last read that worked
         self.read_seconds = None
+        self.quick_seconds = None  # the last quick read's (a failed exit sign's nodes and the head only)
         self.read_rc = None
         self.run_offset = 0    # where the output of the run in progress (or the last) begins in ansible.log
         self.missed = None     # the nodes of the read_missed event of this episode (no event again for them)
@@ -953,30 +960,34 @@ class Supervisor:
                              timeout=timeout, watch=watch)
 
     # ----- reads --------------------------------------------------------------------------------
-    def read(self):
-        """The status the job's read wrote (None when the run wrote none); its rc and seconds are kept. While
-        it runs the glances go on: a sign of what began after the read began (the read may have passed that
-        node already) ends it, and the job is read again at once, without waiting for the rest of the read
-        that began before the fault (the sign is kept for the fault event); one such end a read."""
+    def read(self, nodes=None, watch=True):
+        """The status the job's read wrote (None when the run wrote none; ENDED when a sign ended it); its rc
+        and seconds are kept. While it runs (watch) the glances go on: a sign of what began after the read
+        began (the read may have passed that node already) ends it (self.sign, kept for the fault event), and
+        look() reads the job again at once, without waiting for the rest of the read that began before the
+        fault. nodes: a quick read of these nodes only (the head first; training_status_nodes, --limit),
+        without the ranks' figures and without glances; its seconds are quick_seconds, not read_seconds."""
         path = os.path.join(self.dir, STATUS)
-        watch = self.sign_during_read if self.glance_every else None
-        while True:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-            began = time.time()
-            rc = self.train('status', timeout=self.s.get('read_timeout', 300), training_status_file=path,
-                            training_progress_report=True, training_progress_sample_seconds=0,
-                            watch=(lambda: watch(began)) if watch else None)
-            if isinstance(rc, dict):  # a sign ended it: read again, this time to its end
-                self.sign, watch = rc, None
-                self.log_text('# %s the read was ended: %s, after it began; the job is read again\n'
-                              % (time.strftime('%Y-%m-%dT%H:%M:%S'), rc['why']))
-                continue
-            break
+        watch = self.sign_during_read if watch and self.glance_every and not nodes else None
+        extra = dict(training_status_nodes=list(nodes), training_progress_report=False) if nodes else dict(
+            training_progress_report=True, training_progress_sample_seconds=0)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        began = time.time()
+        rc = self.train('status', limit=nodes, timeout=self.s.get('read_timeout', 300), training_status_file=path,
+                        watch=(lambda: watch(began)) if watch else None, **extra)
+        if isinstance(rc, dict):  # a sign ended it
+            self.sign = rc
+            self.log_text('# %s the read was ended: %s, after it began; the job is read again\n'
+                          % (time.strftime('%Y-%m-%dT%H:%M:%S'), rc['why']))
+            return ENDED
         self.read_rc = rc
-        self.read_seconds = round(time.time() - began, 3)
+        if nodes:
+            self.quick_seconds = round(time.time() - began, 3)
+        else:
+            self.read_seconds = round(time.time() - began, 3)
         try:
             with open(path) as handle:
                 status = json.load(handle)
@@ -989,8 +1000,18 @@ class Supervisor:
         blind_reads of them in a row make the supervisor blind (a blind event; its heartbeat and figures say
         so), the next read that works makes it sighted again. A read of an earlier attempt is no failure."""
         self.heartbeat('blind' if self.blind else 'reading')
-        status = self.read()
-        obs = observe(status, attempt=self.attempt if self.attempt_began else None)
+        ended = False
+        while True:
+            obs = self.quick_look()
+            if obs is not None:
+                status = {'job': obs}
+                break
+            status = self.read(watch=not ended)  # one end by a sign a look: the read after it goes to its end
+            if status is ENDED:
+                ended = True
+                continue
+            obs = observe(status, attempt=self.attempt if self.attempt_began else None)
+            break
         if obs['step'] is None and self.seen_step is not None:
             obs.update(step=self.seen_step, step_read='before the fault')
         self.seen_step = obs['step']
@@ -1011,6 +1032,29 @@ class Supervisor:
             self.failed_reads = 0
             self.last_good = now
         self.heartbeat('blind' if self.blind else 'waiting')
+        return obs
+
+    def quick_look(self):
+        """After a glance saw the part of the job on some nodes exit non-zero (a failed exit sign), a quick read
+        of those nodes and the head only: a failure it reads is the fault at once (observe()'s, with quick_read:
+        the nodes read), without a read of every node, which grows with the cluster. Anything else (no failure
+        read there, a read that failed or is of an earlier attempt) is None, and the job is read whole; a
+        failed quick read is no failed read. The stop, the check and the restart act on the whole job."""
+        sign = self.sign
+        nodes = self.state['nodes']
+        if (not sign or sign.get('kind') != 'exit' or not sign.get('failed') or sign.get('quick_read')
+                or self.blind is not None):
+            return None
+        ended = [n for n in sign.get('nodes') or [] if n in nodes[1:]]
+        sign['quick_read'] = True  # one quick read a sign
+        status = self.read(nodes=[nodes[0]] + ended)
+        obs = observe(status, attempt=self.attempt if self.attempt_began else None)
+        if obs['state'] != 'failed':
+            self.log_text('# %s the quick read of %s (%.1f s) saw no failure (%s); the job is read whole\n'
+                          % (time.strftime('%Y-%m-%dT%H:%M:%S'), ', '.join([nodes[0]] + ended), self.quick_seconds,
+                             obs['why'] or obs['state']))
+            return None
+        obs['quick_read'] = [nodes[0]] + ended
         return obs
 
     def start_probe(self, nodes):
@@ -1295,7 +1339,7 @@ class Supervisor:
         record = {'pid': os.getpid(), 'host': socket.gethostname(), 'unit': self.s.get('unit'), 'time': now,
                   'doing': what, 'nodes': self.state['nodes'], 'restarts': self.state['restarts'],
                   'attempt': self.attempt, 'step': self.seen_step, 'failed_reads': self.failed_reads,
-                  'read_seconds': self.read_seconds, 'last_read': self.last_good,
+                  'read_seconds': self.read_seconds, 'quick_seconds': self.quick_seconds, 'last_read': self.last_good,
                   'glance': (('off: %s' % self.glance_off) if self.glance_off
                              else ('on' if self.glance_every else 'none')),
                   'glance_seconds': self.glance_seconds}
@@ -1402,6 +1446,8 @@ class Supervisor:
         more = {'step_read': obs['step_read']} if obs.get('step_read') else {}
         if self.sign:  # the glance that ended the wait for this read
             more.update(sign=self.sign['why'], sign_time=self.sign['time'])
+        if obs.get('quick_read'):  # seen by the quick read of the sign's nodes and the head
+            more.update(quick_read=obs['quick_read'], quick_seconds=self.quick_seconds)
         self.event('fault', seen=act['seen'], nodes=act['nodes'], step=obs['step'],
                    last_step_time=obs['last_step_time'], why=act['why'], **more)
         self.heartbeat('stopping')

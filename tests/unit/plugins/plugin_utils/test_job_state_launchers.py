@@ -154,3 +154,25 @@ def test_a_node_that_could_not_be_read_makes_the_job_unknown_whatever_the_others
     assert verdict['lines'][1] == 'charlie: read failed: node charlie: the job directory does not exist here'
     del results[2]
     assert js.job_verdict(results + [{}], NAMES, NAMES, 'tiny-001')['unknown_nodes'] == ['delta']
+
+
+def test_a_read_of_part_of_the_job_says_a_failure_and_nothing_else_of_the_whole(lab):
+    # training_status_nodes: the head and charlie read, bravo-2 and delta left out
+    write_log(lab, 'charlie', fixture('torchrun', 'agent-rank-killed.log'))
+    exited(lab, 'charlie', 1)
+    results = statuses(lab, 'torchrun')
+    read = [results[0], results[2]]
+    verdict = js.job_verdict(read, ['alpha', 'charlie'], ['alpha', 'charlie'], 'tiny-001', ['bravo-2', 'delta'])
+    assert verdict['state'] == 'failed' and verdict['left_out'] == ['bravo-2', 'delta']
+    assert verdict['lines'][1] == ('a read of part of the job: alpha, charlie read, bravo-2, delta left out '
+                                   '(training_status_nodes)')
+    state = js.job_state(verdict, None)
+    assert state['state'] == 'failed' and state['failed_nodes'] == ['charlie'] and state['left_out'] == ['bravo-2', 'delta']
+    # nothing failed on the nodes read: it cannot tell the job runs, nor that it ended
+    os.remove(str(lab / 'state' / 'charlie' / 'tiny-001' / 'exit_code'))
+    read = [job(lab, 'torchrun', node).status() for node in ('alpha', 'charlie')]
+    for r in read:
+        r['running'] = True
+    state = js.job_state(js.job_verdict(read, ['alpha', 'charlie'], ['alpha', 'charlie'], 'tiny-001', ['bravo-2']),
+                         None)
+    assert state['state'] == 'unknown' and state['why'] == 'a read of part of the job saw no failure (left out: bravo-2)'

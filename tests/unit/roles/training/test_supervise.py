@@ -830,7 +830,7 @@ def test_a_glance_names_a_node_whose_part_exited_non_zero_the_earliest_first_and
     signs = sv.glance_signs(exits, [], NODES, 1, 60, NOW + 3)
     why = 'the job on w1, w2 exited with code 1, code 137 (its exit files)'
     # since: the first of them ended (a read that began before it is ended by the sign)
-    assert signs == [{'kind': 'exit', 'nodes': ['w1', 'w2'], 'since': NOW + 1, 'why': why}]
+    assert signs == [{'kind': 'exit', 'nodes': ['w1', 'w2'], 'since': NOW + 1, 'failed': True, 'why': why}]
     assert sv.glance_signs({'old': {'code': 137, 'mtime': NOW}}, [], NODES, 1, 60, NOW) == []
     ended = sv.glance_signs({'head': {'code': 0, 'mtime': NOW}}, [], NODES, 1, 60, NOW)
     assert ended[0]['why'] == 'the job on head ended with code 0'
@@ -851,24 +851,38 @@ def test_a_killed_rank_is_read_at_once_when_the_glance_sees_its_exit_file_not_at
     running = {'result': {'state': 'running'}, 'progress': _progress(12)}
     finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
     began = time.time()
+    # the quick read of w1 and the head (head, w1 read; w2 left out) after the restart, as the role answers it
+    quick_running = {'result': {'state': 'running', 'left_out': ['w2']}}
     rc, calls, events = _supervise(
-        tmp_path, [running, _failed('w1', 23), running, finished], [_healthy()], interval=25, glance_seconds=0.05,
+        tmp_path, [running, _failed('w1', 23), running, quick_running, finished], [_healthy()], interval=25,
+        glance_seconds=0.05,
         job_files={'exit/w1': '137\n', 'progress/rank-2.log': _rank_file(2, steps=[23], header_time=time.time())})
     took = time.time() - began
     assert rc == 0
     fault = [e for e in events if e['event'] == 'fault'][0]
     assert fault['sign'] == 'the job on w1 exited with code 137 (its exit file)' and fault['sign_time'] >= began
-    # the read after the first one did not wait the 25 s interval; after the restart the sign (the same file:
-    # a real start removes it) counts again and the next read is at once too
+    # the read after the first one did not wait the 25 s interval: a quick read of the head and w1 alone saw the
+    # failure; after the restart the sign (the same file: a real start removes it) counts again, its quick read
+    # sees no failure and the job is read whole at once
+    assert fault['quick_read'] == ['head', 'w1'] and fault['nodes'] == ['w1']
     assert took < 25, took
-    assert [c[0] for c in calls][:5] == ['status', 'status', 'stopped', 'health', 'started']
+    assert [c[0] for c in calls] == ['status', 'status', 'stopped', 'health', 'started', 'status', 'status', 'status',
+                                     'report']
+    assert [c[1] for c in calls if c[0] == 'status'] == ['', 'head,w1', '', 'head,w1', '']  # the quick ones: --limit
+    quick = [x for x in _extras(tmp_path) if x.get('training_status_nodes')]
+    assert [(x['training_status_nodes'], x['training_progress_report']) for x in quick] == [(['head', 'w1'], False)] * 2
+    log = (tmp_path / 'state' / 'ansible.log').read_text()
+    assert 'the quick read of head, w1' in log and 'saw no failure (a read of part of the job saw no failure' in log
 
 
 def test_a_read_that_began_before_a_rank_was_killed_is_ended_by_its_sign_and_the_job_read_again(tmp_path):
     running = {'result': {'state': 'running'}, 'progress': _progress(12)}
     finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
-    # each read takes 4 s; the rank is killed (its node's exit file written) 0.5 s into the first one
-    statuses = [dict(running, _sleep=4), dict(_failed('w1', 23), _sleep=4), dict(running, _sleep=0), finished]
+    # each read takes 4 s; the rank is killed (its node's exit file written) 0.5 s into the first one; the quick
+    # reads of the head and w1 (w2 left out): the first sees the failure, the one after the restart does not
+    quick_failed = {'result': dict(_failed('w1', 23)['result'], left_out=['w2']), '_sleep': 4}
+    quick_running = {'result': {'state': 'running', 'left_out': ['w2']}}
+    statuses = [dict(running, _sleep=4), quick_failed, dict(running, _sleep=0), quick_running, finished]
     killed = []
 
     def kill(job):
@@ -881,11 +895,13 @@ def test_a_read_that_began_before_a_rank_was_killed_is_ended_by_its_sign_and_the
     rc, calls, events = _supervise(tmp_path, statuses, [_healthy()], interval=30, glance_seconds=0.1, meanwhile=kill)
     assert rc == 0
     fault = [e for e in events if e['event'] == 'fault'][0]
-    # the first read was ended by the sign and the second read, 4 s, saw the fault: not the rest of the
-    # first read and then a whole second one (8 s)
-    assert fault['sign'] == 'the job on w1 exited with code 137 (its exit file)'
+    # the first read was ended by the sign and the quick read of the head and w1, 4 s, saw the fault: not the
+    # rest of the first read and then a whole second one (8 s)
+    assert fault['sign'] == 'the job on w1 exited with code 137 (its exit file)' and fault['quick_read'] == ['head', 'w1']
     assert fault['time'] - killed[0] < 7, fault['time'] - killed[0]
-    assert [c[0] for c in calls][:5] == ['status', 'status', 'stopped', 'health', 'started']
+    assert [c[0] for c in calls] == ['status', 'status', 'stopped', 'health', 'started', 'status', 'status', 'status',
+                                     'report']
+    assert [c[1] for c in calls if c[0] == 'status'] == ['', 'head,w1', '', 'head,w1', '']
     log = (tmp_path / 'state' / 'ansible.log').read_text()
     assert 'the read was ended: the job on w1 exited with code 137 (its exit file), after it began' in log
 
@@ -894,10 +910,13 @@ def test_a_sign_of_what_began_before_the_read_leaves_the_read_to_its_end(tmp_pat
     running = {'result': {'state': 'running'}, 'progress': _progress(12)}
     finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
     # the exit file is there before the first read begins: that read sees it, it is not ended
-    rc, calls, events = _supervise(tmp_path, [dict(_failed('w1', 23), _sleep=1.5), running, finished],
+    # (after the restart the same file is a sign again: its quick read of the head and w1 sees no failure)
+    quick_running = {'result': {'state': 'running', 'left_out': ['w2']}}
+    rc, calls, events = _supervise(tmp_path, [dict(_failed('w1', 23), _sleep=1.5), running, quick_running, finished],
                                    [_healthy()], interval=0.2, glance_seconds=0.1, job_files={'exit/w1': '137\n'})
     assert rc == 0
     assert [c[0] for c in calls][:4] == ['status', 'stopped', 'health', 'started']
+    assert [c[1] for c in calls if c[0] == 'status'] == ['', '', 'head,w1', '']
     assert 'the read was ended' not in (tmp_path / 'state' / 'ansible.log').read_text()
     fault = [e for e in events if e['event'] == 'fault'][0]
     assert 'sign' not in fault  # the read saw the fault itself
@@ -953,3 +972,30 @@ def test_a_glance_that_hangs_is_given_up_named_and_the_glances_come_back_when_it
     events = [e['why'] for e in sv.read_events(str(tmp_path / 'state')) if e['event'] == 'glance']
     assert events[0].startswith('glances off: the job directory') and events[1].startswith('glances on again')
     assert sup.glance_off is None
+
+
+def test_a_quick_read_that_fails_or_sees_no_failure_is_followed_by_a_read_of_the_whole_job(tmp_path):
+    # the exit file of w1 (137) is there: its quick read fails (rc 4, no status), the read of every node then
+    # decides (the rank failed there), and the failed quick read counts as no failed read
+    running = {'result': {'state': 'running'}, 'progress': _progress(12)}
+    finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
+    quick_running = {'result': {'state': 'running', 'left_out': ['w2']}}
+    statuses = [running, _read_fails(4, 'fatal: [w1]: UNREACHABLE! => {"msg": "ssh: timed out"}'), _failed('w1', 23),
+                running, quick_running, finished]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy()], interval=30, glance_seconds=0.05,
+                                   job_files={'exit/w1': '137\n'})
+    assert rc == 0
+    assert [c[1] for c in calls if c[0] == 'status'] == ['', 'head,w1', '', '', 'head,w1', '']
+    fault = [e for e in events if e['event'] == 'fault'][0]
+    assert fault['nodes'] == ['w1'] and 'quick_read' not in fault
+    assert not [e for e in events if e['event'] in ('blind', 'read_missed')]
+    log = (tmp_path / 'state' / 'ansible.log').read_text()
+    assert 'the quick read of head, w1' in log and 'saw no failure' in log
+
+
+def test_a_glance_of_a_part_that_ended_with_code_0_makes_no_quick_read(tmp_path):
+    running = {'result': {'state': 'running'}, 'progress': _progress(12)}
+    finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
+    rc, calls, _ = _supervise(tmp_path, [running, finished], [], interval=30, glance_seconds=0.05,
+                              job_files={'exit/w1': '0\n'})
+    assert rc == 0 and [c[1] for c in calls if c[0] == 'status'] == ['', '']
