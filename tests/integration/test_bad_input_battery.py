@@ -93,6 +93,10 @@ CASES = [
          'host bat-head: training_tensorboard_port 29500 is also training_master_port and cluster_master_port',
          extra={'training_state': 'tensorboard', 'training_tensorboard_port': 29500}),
     case('train-limit-without-head', 'train', '--limit leaves out the head bat-head', args=['--limit', '!bat-head']),
+    case('train-status-nodes-unknown', 'train',
+         'host bat-head: training_status_nodes names bat-worker-9, where job bat-job was not started (its nodes: '
+         'bat-head, bat-worker-1)',
+         extra={'training_state': 'status', 'training_job_id': 'bat-job', 'training_status_nodes': ['bat-worker-9']}),
     # status/watch/logs: the documented bounds are checked before any node is read or written.
     case('train-status-sample-seconds-60', 'train',
          'training: training_progress_sample_seconds must be 0 to 30 (got 60)',
