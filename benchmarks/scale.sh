@@ -5,7 +5,8 @@
 #   - the health quick tier (health.yml);
 #   - up to SUPERVISE_MAX nodes: a supervised torchrun job (train_tiny.py --engine ddp, a step a second). Its
 #     supervisor's reads (read_seconds in its heartbeat, sampled for READ_SECONDS: median and max), then the
-#     rank of the last worker killed: seconds to the supervisor's fault event and to training again;
+#     rank of the last worker killed: seconds to the glance's sign, to the supervisor's fault event (and the
+#     seconds of the quick read of the killed rank's node and the head that saw it) and to training again;
 # and each figure's ratio to the smallest size. The targets (issue of the 64-node scale): at 64 nodes a read
 # within 3x its 4-node time and a killed rank seen within 30 s; quick health and converged site.yml within 3x.
 #   benchmarks/scale.sh                            # NODES="4 16 32 64" SUPERVISE_MAX=32 READ_SECONDS=90
@@ -13,6 +14,8 @@
 #   NODES=16 KEEP_LAB=1 PARTS=supervise benchmarks/scale.sh   # again on the lab a run kept (site.yml ran on it)
 #   NODES=64 KEEP_LAB=1 LAB_AS_IS=1 benchmarks/scale.sh       # a kept lab of 64 nodes, not made again (its loops
 #                                                             # over the nodes take minutes at 64)
+#   NODES=32 KEEP_LAB=1 LAB_AS_IS=1 PARTS="converged health supervise" benchmarks/scale.sh
+#                                   # a kept lab that site.yml already set up: the converged run alone
 # The lab (LAB_NAME, LAB_SUBNET) grows from one size to the next (sizes in rising order: a node the
 # last size set up is not set up again by hand, site.yml's first run at the next size does it) and is
 # removed at the end unless KEEP_LAB=1; `make lab-down` removes it too. The lab's nodes share this machine's
@@ -35,7 +38,8 @@ SITE_ANSIBLE_TIMEOUT=${SITE_ANSIBLE_TIMEOUT:-240}
 export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=${PROFILE_TASKS_TASK_OUTPUT_LIMIT:-25}
 NODES=${NODES:-4 16 32 64}
 SUPERVISE_MAX=${SUPERVISE_MAX:-32}
-PARTS=${PARTS:-site health supervise}  # what is run at each size (site: both site.yml runs); on a kept lab, fewer
+PARTS=${PARTS:-site health supervise}  # what is run at each size (site: both site.yml runs; converged: the second
+                                       # alone, on a kept lab site.yml set up); on a kept lab, fewer
 READ_SECONDS=${READ_SECONDS:-90}
 LAB_NAME=${LAB_NAME:-lab-scale}
 LAB_SUBNET=${LAB_SUBNET:-10.213.52.0/24}
@@ -46,7 +50,7 @@ HEAD=lab-head
 LOG=${LOG_DIR:-$(mktemp -d /tmp/scale-bench.XXXXXX)}
 mkdir -p "$LOG"
 RESULTS=$LOG/results.tsv
-printf 'nodes\tsite_first\tsite_converged\tsite_changed\tsite_cpu\thealth_quick\thealth_rc\thealth_cpu\tread_median\tread_max\treads\tsign\tseen\ttraining\tload\n' >"$RESULTS"
+printf 'nodes\tsite_first\tsite_converged\tsite_changed\tsite_cpu\thealth_quick\thealth_rc\thealth_cpu\tread_median\tread_max\treads\tsign\tseen\tquick\ttraining\tload\n' >"$RESULTS"
 
 lab() {
   timeout "$LAB_UP_TIMEOUT" ansible-playbook lab/lab.yml -i lab/controller.yml -e lab_name="$LAB_NAME" \
@@ -80,10 +84,11 @@ changed_of() {  # the sum of changed= over the play recap of a log
   awk '/PLAY RECAP/{r=1} r && /changed=/{for(i=1;i<=NF;i++) if($i ~ /^changed=/){split($i,a,"="); s+=a[2]}} END{print s+0}' "$1"
 }
 
-supervised() {  # N: start a supervised job, sample its reads, kill a rank; prints "median max count seen training"
+supervised() {  # N: start a supervised job, sample its reads, kill a rank; prints "median max count sign seen quick
+                #    training" (quick: the seconds of the quick read that saw the fault, - when a whole read did)
   local n=$1 job=scale-$1-$$ worker rank pid fault i
   worker=lab-worker-$((n - 1))
-  if [[ " $PARTS " != *" site "* ]]; then
+  if [[ " $PARTS " != *" site "* && " $PARTS " != *" converged "* ]]; then
     # a kept lab, set up by an earlier run: its supervisor host gets this tree's copy of the collection
     # (a supervised start refuses a supervisor host that runs another)
     ansible-playbook playbooks/site.yml -i "$INV" --tags supervisor >"$LOG/supervisor-$n.log" 2>&1 \
@@ -95,7 +100,7 @@ supervised() {  # N: start a supervised job, sample its reads, kill a rank; prin
       -e training_restarts=1 -e training_wait_timeout=900 \
       -e '{"training_script_args": ["--engine", "ddp", "--steps", "100000", "--step-delay", "1"]}' \
       >"$LOG/train-$n.log" 2>&1; then
-    echo "- - 0 - - -"; echo "  the supervised job did not start: $LOG/train-$n.log" >&2; return
+    echo "- - 0 - - - -"; echo "  the supervised job did not start: $LOG/train-$n.log" >&2; return
   fi
   for i in $(seq 1 300); do events_of "$job" | grep -q '"event": "supervising"' && break; sleep 2; done
   # the supervisor's own figure of each read: read_seconds of its heartbeat, one per last_read
@@ -127,9 +132,11 @@ first = lambda kind: next((e for e in events if e['event'] == kind and e['time']
 fault, again = first('fault'), first('training')
 values = sorted(reads.values())
 figure = lambda value: '-' if value is None else '%.1f' % value
-print('%s %s %d %s %s %s' % (figure(statistics.median(values) if values else None), figure(values[-1] if values else None),
-                             len(values), figure(fault['sign_time'] - t0 if fault and fault.get('sign_time') else None),
-                             figure(fault['time'] - t0 if fault else None), figure(again['time'] - t0 if again else None)))
+print('%s %s %d %s %s %s %s' % (figure(statistics.median(values) if values else None), figure(values[-1] if values else None),
+                                len(values), figure(fault['sign_time'] - t0 if fault and fault.get('sign_time') else None),
+                                figure(fault['time'] - t0 if fault else None),
+                                figure(fault.get('quick_seconds') if fault else None),
+                                figure(again['time'] - t0 if again else None)))
 PY
 }
 
@@ -143,11 +150,13 @@ for n in $NODES; do
     break
   fi
   first=0 again=0 changed=- health=0 health_rc=- site_cpu=- health_cpu=-
-  if [[ " $PARTS " == *" site "* ]]; then
-    seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml \
-      -i "$INV" >"$LOG/site-first-$n.log" 2>&1
-    first=$elapsed
-    if [ "$rc" -ne 0 ]; then echo "site.yml failed on $n node(s) (rc $rc): $LOG/site-first-$n.log"; break; fi
+  if [[ " $PARTS " == *" site "* || " $PARTS " == *" converged "* ]]; then
+    if [[ " $PARTS " == *" site "* ]]; then
+      seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml \
+        -i "$INV" >"$LOG/site-first-$n.log" 2>&1
+      first=$elapsed
+      if [ "$rc" -ne 0 ]; then echo "site.yml failed on $n node(s) (rc $rc): $LOG/site-first-$n.log"; break; fi
+    fi
     seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml \
       -i "$INV" >"$LOG/site-again-$n.log" 2>&1
     again=$elapsed site_cpu=$cpu
@@ -160,19 +169,19 @@ for n in $NODES; do
     health=$elapsed health_rc=$rc health_cpu=$cpu
   fi
   if [[ " $PARTS " != *" supervise "* ]]; then
-    med=- max=- count=0 sign=- seen=- training=-
+    med=- max=- count=0 sign=- seen=- quick=- training=-
   elif [ "$n" -le "$SUPERVISE_MAX" ]; then
-    read -r med max count sign seen training < <(supervised "$n")
+    read -r med max count sign seen quick training < <(supervised "$n")
   else
-    med=- max=- count=0 sign=- seen=- training=-
+    med=- max=- count=0 sign=- seen=- quick=- training=-
     echo "  no supervised job above SUPERVISE_MAX=$SUPERVISE_MAX nodes (memory: a torchrun agent and a rank a node)"
   fi
-  printf '%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$first" "$again" "$changed" \
-    "$site_cpu" "$health" "$health_rc" "$health_cpu" "$med" "$max" "$count" "$sign" "$seen" "$training" "$(load)" \
+  printf '%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$first" "$again" "$changed" \
+    "$site_cpu" "$health" "$health_rc" "$health_cpu" "$med" "$max" "$count" "$sign" "$seen" "$quick" "$training" "$(load)" \
     >>"$RESULTS"
-  printf '%3d node(s): site.yml %.0f s bare, %.0f s converged (%s changed, controller CPU %s s); health quick %.0f s (rc %s, controller CPU %s s); supervisor read median %s s, max %s s (%s reads); killed rank: glance sign %s s, fault %s s, training again %s s; load %s\n' \
+  printf '%3d node(s): site.yml %.0f s bare, %.0f s converged (%s changed, controller CPU %s s); health quick %.0f s (rc %s, controller CPU %s s); supervisor read median %s s, max %s s (%s reads); killed rank: glance sign %s s, fault %s s (quick read %s s), training again %s s; load %s\n' \
     "$n" "$first" "$again" "$changed" "$site_cpu" "$health" "$health_rc" "$health_cpu" "$med" "$max" "$count" "$sign" \
-    "$seen" "$training" "$(load)"
+    "$seen" "$quick" "$training" "$(load)"
 done
 [ -n "${KEEP_LAB:-}" ] || lab -e lab_state=absent
 python3 - "$RESULTS" <<'PY'
