@@ -850,6 +850,7 @@ class Supervisor:
                       'spares_used': [n for n in settings.get('job_spares') or [] if n in settings['nodes']]}
         self.child = None
         self.seen_step = None  # the last step a read saw: a read that reaches no rank (a node hangs) keeps it
+        self.seen_step_time = None  # and when the ranks logged it
         self.doing = None
         self.failed_reads = 0  # reads in a row that failed
         self.blind = None      # why the supervisor cannot read the job (None: it can)
@@ -1013,8 +1014,10 @@ class Supervisor:
             obs = observe(status, attempt=self.attempt if self.attempt_began else None)
             break
         if obs['step'] is None and self.seen_step is not None:
-            obs.update(step=self.seen_step, step_read='before the fault')
-        self.seen_step = obs['step']
+            # a read that reached no rank's figures (a node hangs, a quick read): the last step read before
+            obs.update(step=self.seen_step, step_read='before the fault',
+                       last_step_time=obs['last_step_time'] or self.seen_step_time)
+        self.seen_step, self.seen_step_time = obs['step'], obs['last_step_time']
         now = time.time()
         if status is None or (obs['state'] == 'unknown' and not obs.get('stale')):
             self.failed_reads += 1
@@ -1418,7 +1421,7 @@ class Supervisor:
                 if waiting_first_step is False:
                     self.write_report()
                     return 1
-                self.seen_step = None  # the restarted job's steps start again from its checkpoint
+                self.seen_step = self.seen_step_time = None  # the restarted job's steps start again from its checkpoint
                 self.sign, self.signs_read = None, set()
                 continue
             self.fence_step()

@@ -865,6 +865,8 @@ def test_a_killed_rank_is_read_at_once_when_the_glance_sees_its_exit_file_not_at
     # failure; after the restart the sign (the same file: a real start removes it) counts again, its quick read
     # sees no failure and the job is read whole at once
     assert fault['quick_read'] == ['head', 'w1'] and fault['nodes'] == ['w1']
+    # the quick read reads no rank's figures: the step and its time are the last read before the fault
+    assert (fault['step'], fault['step_read']) == (12, 'before the fault') and fault['last_step_time'] is not None
     assert took < 25, took
     assert [c[0] for c in calls] == ['status', 'status', 'stopped', 'health', 'started', 'status', 'status', 'status',
                                      'report']
