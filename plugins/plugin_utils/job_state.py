@@ -107,12 +107,13 @@ def launch_verdict(results, nodes=None):
         culprit = min(reports)[2]
         failed = [culprit] + [n for n in failed if n != culprit]
     head = results[0] if results else {}
+    ended = launcher_of(head).ended(head)
     if failed:
         state = 'failed'
     elif running:
         state = 'running'
-    elif launcher_of(head).ended(head):
-        state = launcher_of(head).ended(head)
+    elif ended:
+        state = ended
     elif not any(r.get('exit_code') is not None for r in results):
         state = 'stopped' if results else 'unknown'
     else:

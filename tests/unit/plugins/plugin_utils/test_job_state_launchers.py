@@ -32,13 +32,18 @@ def test_every_status_result_names_its_launcher(lab):
 
 
 # ----- deepspeed (pdsh on the head) ------------------------------------------------------------------
-def test_deepspeed_a_rank_killed_on_a_worker_puts_that_worker_first(lab):
-    # the recorded head log of a 2+1+1 lab: a rank on lab-worker-1 killed (SIGKILL); pdsh then named every host
+def killed_on_worker_1(lab, worker_1):
+    """The verdict of the recorded head log of a 2+1+1 lab where a rank on lab-worker-1 was killed (SIGKILL) and
+    pdsh then named every host, lab-worker-1 named worker_1 there (bravo-2, or its address)."""
     text = fixture('pdsh', 'deepspeed-head-log-rank-killed-on-worker-1.txt')
-    write_log(lab, 'alpha', text.replace('lab-worker-1', 'bravo-2').replace('lab-worker-2', 'charlie')
+    write_log(lab, 'alpha', text.replace('lab-worker-1', worker_1).replace('lab-worker-2', 'charlie')
               .replace('lab-head', 'alpha'))
     exited(lab, 'alpha', 1)
-    verdict = js.launch_verdict(statuses(lab, 'deepspeed'), NAMES)
+    return js.launch_verdict(statuses(lab, 'deepspeed'), NAMES)
+
+
+def test_deepspeed_a_rank_killed_on_a_worker_puts_that_worker_first(lab):
+    verdict = killed_on_worker_1(lab, 'bravo-2')
     assert verdict['state'] == 'failed'
     assert verdict['failed_nodes'][0] == 'bravo-2' and set(verdict['failed_nodes']) == {'bravo-2', 'charlie', 'alpha'}
     assert verdict['first_failure']['node'] == 'bravo-2'
@@ -47,11 +52,7 @@ def test_deepspeed_a_rank_killed_on_a_worker_puts_that_worker_first(lab):
 
 def test_deepspeed_a_hostfile_of_addresses_still_names_the_node(lab):
     # pdsh names a host as the hostfile does: by its address, the culprit is still the node
-    text = fixture('pdsh', 'deepspeed-head-log-rank-killed-on-worker-1.txt')
-    write_log(lab, 'alpha', text.replace('lab-worker-1', '10.99.0.12').replace('lab-worker-2', 'charlie')
-              .replace('lab-head', 'alpha'))
-    exited(lab, 'alpha', 1)
-    verdict = js.launch_verdict(statuses(lab, 'deepspeed'), NAMES)
+    verdict = killed_on_worker_1(lab, '10.99.0.12')
     assert verdict['failed_nodes'][0] == 'bravo-2' and '10.99.0.12' not in verdict['failed_nodes']
     assert verdict['exit_codes']['bravo-2'] == 247
     assert verdict['first_failure']['log_tail'], 'the lines pdsh showed of bravo-2, though named by its address'

@@ -17,15 +17,8 @@ sys.path.insert(0, FILES)
 
 import gpucluster_supervise as sv  # noqa: E402
 
-
-def _rec(status):
-    """A status read as status.yml writes it (training_status_record): its verdicts and the job's one state."""
-    if isinstance(status, dict) and 'job' not in status and '_fail' not in status:
-        record = training_status_record(status.get('result'), status.get('progress'))
-        record.update((key, value) for key, value in status.items() if key.startswith('_'))  # the fake's own
-        return record
-    return status
-
+sys.path.insert(0, os.path.dirname(__file__))
+from test_supervise_core import _rec  # noqa: E402  (a status read as status.yml writes it)
 
 NODES = ['head', 'w1', 'w2']
 NOW = 1764000000.0
