@@ -12,38 +12,28 @@ source scripts/env.sh
 
 passed=0; failed=0; failures=()
 declare -a timings
+# Each step's output is kept; the summary ends with the last lines of every step that failed, so the reason is
+# in the last screen of a long run (a CI log is often read from its end).
+step_logs=$(mktemp -d)
+trap 'rm -rf "$step_logs"' EXIT
 step() {
   local name=$1; shift
-  local start=$SECONDS
+  local start=$SECONDS rc
   echo "=== $name: $*"
-  if "$@"; then
+  "$@" 2>&1 | tee "$step_logs/$name.log"; rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 0 ]; then
     passed=$((passed + 1)); timings+=("ok    $(printf '%4d' $((SECONDS - start)))s  $name")
   else
     failed=$((failed + 1)); failures+=("$name"); timings+=("FAIL  $(printf '%4d' $((SECONDS - start)))s  $name")
   fi
 }
-
-check_collection() {
-  # The collection builds, installs, and every module renders with ansible-doc.
-  local dist=.build/dist inst
-  rm -rf "$dist" && mkdir -p "$dist"
-  inst=$(mktemp -d)
-  ansible-galaxy collection build --force --output-path "$dist" . >/dev/null || return 1
-  # --force: without it ansible-galaxy sees the linked checkout and installs nothing here.
-  ansible-galaxy collection install --offline --no-deps --force -p "$inst" "$dist"/gpucluster-multinode-*.tar.gz >/dev/null || return 1
-  [ -f "$inst/ansible_collections/gpucluster/multinode/MANIFEST.json" ] || { echo "the built collection did not install"; return 1; }
-  local m rc=0 doc
-  for m in plugins/modules/*.py; do
-    m=$(basename "$m" .py)
-    # ansible-doc exits 0 with a warning when it cannot load a module: read what it printed.
-    if ! doc=$(ANSIBLE_COLLECTIONS_PATH="$inst" ansible-doc "gpucluster.multinode.$m" 2>&1) \
-        || grep -q 'was not found\|Error loading plugin' <<<"$doc" \
-        || ! grep -q "^> MODULE .*gpucluster.multinode.$m" <<<"$doc"; then
-      echo "ansible-doc failed for gpucluster.multinode.$m:"; head -5 <<<"$doc"; rc=1
-    fi
-  done
-  rm -rf "$inst"
-  return $rc
+# the lines that say why a step failed: pytest's FAILED/ERROR lines where it wrote them, else the last 30
+failure_tail() {
+  if grep -q '^\(FAILED\|ERROR\) ' "$1"; then
+    grep '^\(FAILED\|ERROR\) ' "$1" | tail -n 30
+  else
+    tail -n 30 "$1"
+  fi
 }
 
 step yamllint yamllint --strict .
@@ -86,6 +76,7 @@ run_scenarios() {
       start=$SECONDS
       molecule test -s "$s" > "$logs/$s.log" 2>&1; rc=$?
       flock "$logs/print.lock" sh -c 'echo "=== molecule $1 (lane $2): molecule test -s $1"; cat "$3"' _ "$s" "$1" "$logs/$s.log"
+      [ "$rc" -eq 0 ] || cp "$logs/$s.log" "$step_logs/molecule $s.log"
       echo "$rc $((SECONDS - start)) $s" >> "$logs/results"
     done
   }
@@ -110,6 +101,13 @@ fi
 echo
 echo "=== summary"
 printf '%s\n' "${timings[@]}"
-[ "$failed" -eq 0 ] || printf 'failed: %s\n' "${failures[*]}"
+if [ "$failed" -ne 0 ]; then
+  for name in "${failures[@]}"; do
+    echo; echo "=== why $name failed (its last lines; the whole output is above)"
+    failure_tail "$step_logs/$name.log"
+  done
+  echo
+  printf 'failed: %s\n' "${failures[*]}"
+fi
 echo "test steps: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
