@@ -12,7 +12,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import pods as k8s_pods
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import render as k8s_render
-from ansible_collections.gpucluster.multinode.plugins.module_utils import training
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as training
 
 
 def k8s_pod_report(pods, statefulset, expected):

@@ -14,7 +14,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
 from ansible_collections.gpucluster.multinode.plugins.module_utils import deepspeed_ops
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
-from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as tr
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state as js
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
 

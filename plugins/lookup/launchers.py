@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""The launchers the collection starts jobs with, declared once in plugins/module_utils/launchers.py."""
+"""The launchers the collection starts jobs with, declared once in plugins/module_utils/training/launchers.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ short_description: The launchers training jobs start with, and what each needs o
 version_added: "0.1.0"
 description:
   - Returns one declaration per launcher named (every launcher when none is named), from
-    C(plugins/module_utils/launchers.py), the same declaration the M(gpucluster.multinode.training_job)
+    C(plugins/module_utils/training/launchers.py), the same declaration the M(gpucluster.multinode.training_job)
     module takes its choices from.
   - Each declaration has C(name), C(tools) (the node_tools package groups it needs, C(pdsh) for
     C(deepspeed), C(openmpi) for C(mpirun) and for C(deepspeed) with O(deepspeed_launcher=openmpi)),
@@ -49,7 +49,7 @@ _raw:
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils.launchers import LAUNCHERS, declaration
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training.launchers import LAUNCHERS, declaration
 
 
 class LookupModule(LookupBase):

@@ -20,7 +20,7 @@ import resource
 import tarfile
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.processes import JOB_ENV
-from ansible_collections.gpucluster.multinode.plugins.module_utils.training import join, q
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training.commands import join, q
 
 RUNTIMES = ('podman', 'apptainer', 'singularity', 'enroot')
 # what an SSH launcher (torchrun, deepspeed, mpirun) can start on a node; enroot runs through pyxis

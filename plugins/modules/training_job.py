@@ -564,9 +564,10 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_ranks
-from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers
-from ansible_collections.gpucluster.multinode.plugins.module_utils import training
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import ranks as job_ranks
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launchers
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training.job import Job, Runner
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as training
 
 
 def main():
@@ -626,7 +627,7 @@ def main():
         module.no_log_values.add(value)
     state = module.params['state']
     try:
-        job = launchers.Job(module.params, launchers.Runner(module))
+        job = Job(module.params, Runner(module))
         if state == 'checked':
             problems, versions, cmd = job.check()
             if problems:

@@ -189,7 +189,7 @@ errors:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_ranks as jr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import ranks as jr
 
 
 ARGUMENT_SPEC = dict(

@@ -115,7 +115,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_report as jr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import report as jr
 
 
 def read_text(path):

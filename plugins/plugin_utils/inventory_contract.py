@@ -23,7 +23,7 @@ from ansible_collections.gpucluster.multinode.plugins.plugin_utils import replac
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.python_env import VERSION_RE
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils.containers import RUNTIMES
-from ansible_collections.gpucluster.multinode.plugins.module_utils.launchers import DEEPSPEED_LAUNCHERS, LAUNCHERS
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training.launchers import DEEPSPEED_LAUNCHERS, LAUNCHERS
 from ansible_collections.gpucluster.multinode.plugins.module_utils.hostfile import natural_key, type_name
 
 USER_RE = re.compile(r'^[a-z_][a-z0-9_-]{0,31}$')

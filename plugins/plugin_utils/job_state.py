@@ -6,7 +6,7 @@
 Two reads of the job, each with its verdict:
 - the launchers' (training_job state=status on every node): job_verdict() - running, succeeded, failed,
   stopped or unknown, the failed nodes with the culprit first, every node's exit code and the first
-  failure. What a result says is its launcher's rule (module_utils/launchers.py: exit_codes,
+  failure. What a result says is its launcher's rule (module_utils/training/launchers.py: exit_codes,
   failure_node, ended); a node whose read failed makes the job unknown, never stopped.
 - the ranks' figures (training_progress, or training_job's progress): progress_verdict() - running,
   stalled, finished, failed, not running or unknown, the stall and the ranks that stopped first, the
@@ -23,8 +23,8 @@ read these for status, watch and the supervisor; plugin_utils/job_view.py prints
 
 from __future__ import annotations
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils.job_monitor import slowest_node
-from ansible_collections.gpucluster.multinode.plugins.module_utils.launchers import LAUNCHERS, Launcher
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training.monitor import slowest_node
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training.launchers import LAUNCHERS, Launcher
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_view as jv
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import rank_failure as rfail
 
@@ -80,7 +80,7 @@ def launch_verdict(results, nodes=None):
     launcher on the head saw its ranks exit non-zero (pdsh). A job with a failed node is failed even
     while ranks still run elsewhere (they may hang in a collective until stopped). What one result says
     (its exit codes, the node its rank failure report names, the state once nothing runs) is its
-    launcher's rule (module_utils/launchers.py: exit_codes, failure_node, ended)."""
+    launcher's rule (module_utils/training/launchers.py: exit_codes, failure_node, ended)."""
     results = [r for r in results if r]
     order = nodes or [r.get('node') for r in results]
     codes = {}

@@ -2,7 +2,7 @@
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
 """The first failing rank's own error, from the tracebacks every node's log shows (the ``errors`` that
-training_job state=status and training_progress with logs return, module_utils/rank_errors.py), and the
+training_job state=status and training_progress with logs return, module_utils/training/rank_errors.py), and the
 lines that put it first in status, watch and logs. Controller only: the training filters use it."""
 
 from __future__ import annotations

@@ -2,12 +2,12 @@
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
 """Jinja tests of the training role: ``training_job_id is gpucluster.multinode.job_id``, a job id that is a
-plain name (module_utils/training.py's rule, the one the training_job module applies): never '.', '..'
+plain name (module_utils/training/commands.py's rule, the one the training_job module applies): never '.', '..'
 or a path, since it names the job's directory under training_jobs_dir."""
 
 from __future__ import annotations
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import training
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as training
 
 
 class TestModule:

@@ -33,7 +33,7 @@ CONTROLLER_ONLY = ('plugins/plugin_utils/',)
 PAYLOAD_MAX = {
     'bandwidth': (5, 1200),
     'collective': (8, 2100),
-    'container_image_info': (3, 1600),
+    'container_image_info': (4, 1600),  # containers.py quotes with training/commands.py (join, q)
     'deepspeed_ops': (2, 800),
     'gpu_facts': (1, 600),
     'health_probe': (8, 2300),
@@ -47,15 +47,15 @@ PAYLOAD_MAX = {
     'ray_status': (1, 400),
     'slurm_drain': (1, 240),  # slurm.py also reads a requeued, held job (the supervised Slurm path)
     'smoke': (5, 1100),
-    # rank_errors: the tracebacks of the status read; slurm requeue and release; job_ranks (training_progress's
-    # read): a status read takes the figures in the same pass, one payload on every node where there were two;
-    # launchers.py: each launcher's rules of what its status result says (exit_codes, failure_node, ended),
-    # which the controller's job_state reads
-    'training_job': (16, 5980),
-    # rank_errors: the logs' tracebacks; flight_recorder: the stall verdict, the dump request; job_ranks: the
+    # the training package (module_utils/training/): rank_errors, the tracebacks of the status read; ranks
+    # (training_progress's read): a status read takes the figures in the same pass, one payload on every node
+    # where there were two; launchers: each launcher's rules of what its status result says (exit_codes,
+    # failure_node, ended), which the controller's job_state reads; slurm requeue and release
+    'training_job': (18, 5980),
+    # rank_errors: the logs' tracebacks; flight_recorder: the stall verdict, the dump request; ranks: the
     # module's own read, which training_job's status makes too
-    'training_progress': (8, 2700),
-    'training_report': (7, 2500),
+    'training_progress': (9, 2750),
+    'training_report': (8, 2500),
 }
 
 
@@ -121,8 +121,20 @@ def kind_of(path):
     return rel(path).split('/')[1]
 
 
+def packages_of(path):
+    """The __init__.py of each package a file under plugins/<kind>/ sits in (Ansiballz ships them with it)."""
+    out, folder = [], os.path.dirname(path)
+    while os.path.dirname(folder) != PLUGINS and folder.startswith(PLUGINS + os.sep):
+        init = os.path.join(folder, '__init__.py')
+        if os.path.isfile(init):
+            out.append(init)
+        folder = os.path.dirname(folder)
+    return out
+
+
 def payload(module_path):
-    """{file: (importer, line)} of every collection file a module reaches through its imports."""
+    """{file: (importer, line)} of every collection file a module reaches through its imports, with the
+    __init__.py of the packages they are in."""
     seen, todo = {}, [module_path]
     while todo:
         current = todo.pop()
@@ -131,6 +143,8 @@ def payload(module_path):
                 seen[target] = (rel(current), line, name)
                 if os.path.isfile(target):
                     todo.append(target)
+                for init in packages_of(target):
+                    seen.setdefault(init, (rel(current), line, name))
     return seen
 
 
@@ -230,6 +244,24 @@ def layers_used(path):
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith('plugins/'):
             used.add(node.value.split('/')[1])
     return used
+
+
+TRAINING_MODULES = ('training_job', 'training_progress', 'training_report')
+
+
+def test_the_training_jobs_own_code_is_one_package():
+    """What only the training modules ship lives in plugins/module_utils/training/ (the job's one home,
+    CONTRIBUTING.md); a module_utils file outside it that they ship is one other modules ship too."""
+    shipped_by = {}
+    for module in MODULES:
+        for path in payload(module):
+            shipped_by.setdefault(rel(path), set()).add(os.path.basename(module)[:-3])
+    assert all(m in MODULE_NAMES for m in TRAINING_MODULES)
+    stray = sorted(path for path, users in shipped_by.items()
+                   if path.startswith('plugins/module_utils/') and not path.startswith('plugins/module_utils/training/')
+                   and users <= set(TRAINING_MODULES))
+    assert not stray, 'only the training modules ship %s: move it to plugins/module_utils/training/' % ', '.join(stray)
+    assert any(p.startswith('plugins/module_utils/training/') for p in shipped_by)
 
 
 def test_a_test_file_is_filed_under_the_layer_of_its_code():

@@ -1299,7 +1299,7 @@ class Supervisor:
         root = self.s.get('collections_dir') or os.path.join(os.path.dirname(os.path.dirname(
             self.s.get('ansible_playbook') or '/nonexistent/bin/x')), '..', 'collections')
         path = os.path.join(root, 'ansible_collections', 'gpucluster', 'multinode', 'plugins', 'module_utils',
-                            'flight_recorder.py')
+                            'training', 'flight_recorder.py')
         try:
             import importlib.util  # pylint: disable=import-outside-toplevel
             spec = importlib.util.spec_from_file_location('gpucluster_flight_recorder', path)

@@ -7,8 +7,8 @@ import os
 from ansible_collections.gpucluster.multinode.plugins.filter.training import training_verdict
 from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import (
     training_first_failure, training_watch_outcome)
-from ansible_collections.gpucluster.multinode.plugins.module_utils import rank_errors as re_
-from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import rank_errors as re_
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as tr
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'rank_errors')
 NODES = ['lab-head', 'lab-worker-1']

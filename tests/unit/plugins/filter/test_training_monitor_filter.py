@@ -40,7 +40,7 @@ def test_a_stall_names_the_collective_the_flight_recorder_dumps_show(tmp_path):
     # the dumps two gloo ranks wrote when rank 1 stopped before a collective (recorded fixture)
     import os
     import shutil
-    from ansible_collections.gpucluster.multinode.plugins.module_utils import flight_recorder as fr
+    from ansible_collections.gpucluster.multinode.plugins.module_utils.training import flight_recorder as fr
     fixture = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'flight', 'gloo-rank1-stopped')
     os.makedirs(str(tmp_path / 'flight'))
     for name in ('rank_0', 'rank_1'):

@@ -1,4 +1,4 @@
-"""The launchers, declared once (module_utils/launchers.py): the module's choices, the role's argument
+"""The launchers, declared once (module_utils/training/launchers.py): the module's choices, the role's argument
 spec, the role's validation and node_tools all take them from there."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import yaml
 from ansible.errors import AnsibleLookupError
 
 from ansible_collections.gpucluster.multinode.plugins.lookup.launchers import LookupModule
-from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launchers
 from ansible_collections.gpucluster.multinode.plugins.modules import training_job
 
 ROOT = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..')

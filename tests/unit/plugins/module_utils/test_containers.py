@@ -8,7 +8,7 @@ import shlex
 import pytest
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
-from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers as ln
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launchers as ln
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
 
 from test_launchers import FakeRunner, Spawn, fixture, job, lab, probe_ok, proc  # noqa: F401 (fixtures)

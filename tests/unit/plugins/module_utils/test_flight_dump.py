@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import flight_recorder as fr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import flight_recorder as fr
 
 FIX = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'flight', 'gloo-rank1-stopped')
 FR_FILE = fr.__file__

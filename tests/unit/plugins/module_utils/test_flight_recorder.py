@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import flight_recorder as fr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import flight_recorder as fr
 
 FIX = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'flight', 'gloo-rank1-stopped')
 

@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import flight_recorder as fr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import flight_recorder as fr
 
 torch = pytest.importorskip('torch')
 dist = pytest.importorskip('torch.distributed')

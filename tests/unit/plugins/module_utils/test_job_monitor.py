@@ -6,7 +6,7 @@ import shutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi as ns
 
 FIX = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'job_monitor')

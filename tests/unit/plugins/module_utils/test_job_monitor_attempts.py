@@ -5,8 +5,8 @@ job_view.fence_rows on the controller), and are reported as stale."""
 import os
 
 from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import training_progress_view
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_report as jr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import report as jr
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state as js
 
 NOW = 1795600000.0

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_report as jr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import report as jr
 from ansible_collections.gpucluster.multinode.plugins.module_utils import report_html as rh
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state
 

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers as ln
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import job as jb
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launchers as ln
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
 
 from test_processes import ME, OTHER, fake_proc, kills  # noqa: F401 (kills is a fixture)
@@ -80,7 +81,7 @@ def params(lab, launcher='deepspeed', node='alpha', **kw):
 def job(lab, launcher='deepspeed', node='alpha', runner=None, **kw):
     runner = runner or FakeRunner({'ssh-probe': probe_ok})
     runner.bin_dir = str(lab / 'env' / 'bin')
-    return ln.Job(params(lab, launcher, node, **kw), runner, proc=str(lab / 'proc'))
+    return jb.Job(params(lab, launcher, node, **kw), runner, proc=str(lab / 'proc'))
 
 
 class Spawn:
@@ -426,7 +427,7 @@ def test_the_ssh_probe_script_reports_every_node_at_once_with_ssh_crlf_lines(tmp
     """The probe run by bash, with an ssh stand-in that answers as OpenSSH 9.2 did (CR LF lines)."""
     import subprocess
     import time
-    from ansible_collections.gpucluster.multinode.plugins.module_utils import launch_failures as lf
+    from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launch_failures as lf
     (tmp_path / 'ssh').write_text(
         '#!/bin/bash\nfor host; do :; done; host=${@: -2:1}\n'
         'case "$host" in\n'
@@ -451,7 +452,7 @@ def test_the_probe_names_the_stage_that_did_not_finish_from_real_ssh_v_output():
     """Recorded on the lab (OpenSSH 9.2, logind sessions): a node that answers, a login refused, an
     address nothing answers at, a user manager slow to start (the login session waits on it) and a
     ~/.bashrc that sleeps (the command waits on it)."""
-    from ansible_collections.gpucluster.multinode.plugins.module_utils import launch_failures as lf
+    from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launch_failures as lf
     results = lf.parse_ssh_probe(fixture('ssh', 'probe_stages_openssh92.txt'))
     assert {t: (r['rc'], r['stage']) for t, r in results.items()} == {
         '10.213.74.11': (0, None), 'nobody@10.213.74.12': (255, 'authentication'),
@@ -533,7 +534,7 @@ def test_status_reports_the_ranks_the_job_was_started_with(lab):
 def test_a_job_on_gpus_turns_on_the_flight_recorder_into_its_job_dir(lab, monkeypatch):
     device = lab / 'nvidiactl'
     device.write_text('')
-    monkeypatch.setattr(ln.Job, 'GPU_DEVICE', str(device))
+    monkeypatch.setattr(jb.Job, 'GPU_DEVICE', str(device))
     job(lab, launcher='torchrun', env={'TORCH_FR_BUFFER_SIZE': '500'}).start(spawn=Spawn())
     jobdir = lab / 'jobs' / 'tiny-001'
     text = (jobdir / 'job.env').read_text()
@@ -547,11 +548,11 @@ def test_a_job_on_gpus_turns_on_the_flight_recorder_into_its_job_dir(lab, monkey
 
 
 def test_a_job_on_cpus_has_no_flight_recorder(lab, monkeypatch):
-    monkeypatch.setattr(ln.Job, 'GPU_DEVICE', str(lab / 'no-nvidiactl'))
+    monkeypatch.setattr(jb.Job, 'GPU_DEVICE', str(lab / 'no-nvidiactl'))
     job(lab, launcher='torchrun', env={}).start(spawn=Spawn())
     jobdir = lab / 'jobs' / 'tiny-001'
     assert 'TORCH_FR' not in (jobdir / 'job.env').read_text() and not (jobdir / 'flight').exists()
     device = lab / 'nvidiactl'
     device.write_text('')
-    monkeypatch.setattr(ln.Job, 'GPU_DEVICE', str(device))
+    monkeypatch.setattr(jb.Job, 'GPU_DEVICE', str(device))
     assert job(lab, launcher='torchrun').flight_dir is None  # DS_ACCELERATOR=cpu: gloo, no NCCL

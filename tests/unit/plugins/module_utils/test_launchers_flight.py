@@ -9,8 +9,9 @@ import time
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import flight_recorder as fr
-from ansible_collections.gpucluster.multinode.plugins.module_utils import launchers as ln
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import flight_recorder as fr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import job as jb
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launchers as ln
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
 
 from test_launchers import FakeRunner, Spawn, job, lab, probe_ok, proc  # noqa: F401 (lab, proc are fixtures)
@@ -24,7 +25,7 @@ PROFILE = ('# written by nccl_env\nexport NCCL_DEBUG=WARN\nexport TORCH_NCCL_ASY
 def gpu(lab, monkeypatch):
     device = lab / 'nvidiactl'
     device.write_text('')
-    monkeypatch.setattr(ln.Job, 'GPU_DEVICE', str(device))
+    monkeypatch.setattr(jb.Job, 'GPU_DEVICE', str(device))
     (lab / 'gpucluster-nccl.sh').write_text(PROFILE)
     return lab
 
@@ -87,7 +88,7 @@ def test_slurm_sources_the_jobs_environment_after_the_profile_on_every_node(gpu)
 
 
 def test_a_cpu_job_keeps_the_profiles_error_handling(lab, monkeypatch):
-    monkeypatch.setattr(ln.Job, 'GPU_DEVICE', str(lab / 'no-nvidiactl'))
+    monkeypatch.setattr(jb.Job, 'GPU_DEVICE', str(lab / 'no-nvidiactl'))
     job(lab, 'torchrun', env={}).start(spawn=Spawn())
     assert 'TORCH_NCCL_ASYNC_ERROR_HANDLING' not in (lab / 'jobs' / 'tiny-001' / 'job.env').read_text()
 

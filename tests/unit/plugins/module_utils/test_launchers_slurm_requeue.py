@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import slurm
-from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as tr
 
 from test_launchers import FakeRunner, fixture, job, lab, mode  # noqa: F401 (lab is a fixture)
 

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_records
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_reports
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
 from test_job_monitor import h100_gpus, rows_from
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import rank_errors as re_
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import rank_errors as re_
 
 from test_launchers import job, lab, write_log  # noqa: F401 (lab is a fixture)
 

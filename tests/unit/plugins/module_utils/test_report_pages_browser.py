@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import health_page
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_report as jr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import report as jr
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report_fixtures as rf  # noqa: E402

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as tr
 from ansible_collections.gpucluster.multinode.plugins.filter.training import training_verdict, latest_checkpoint
 
 NODES = [{'name': 'gpu-master', 'address': '192.168.1.100', 'slots': 8},
@@ -287,7 +287,7 @@ def test_mpirun_reports_name_the_failed_rank_and_its_node():
 
 
 def test_secret_env_values_masks_secrets_and_long_unknown_values_but_never_a_setting():
-    from ansible_collections.gpucluster.multinode.plugins.module_utils import training as tr
+    from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as tr
     env = {'DS_ACCELERATOR': 'cpu', 'NCCL_SOCKET_IFNAME': 'enp26s0np0', 'GLOO_SOCKET_IFNAME': 'eth0',
            'TOKENIZERS_PARALLELISM': 'false', 'HF_TOKEN': 'hf_S3cretTokenValue', 'WANDB_API_KEY': 'abc',
            'MY_ENDPOINT': 'https://user:pw@example.com/x', 'RUN_TAG': 'a1', 'NCCL_IB_AUTH_KEY': 'k3y-v4lue'}

@@ -184,7 +184,7 @@ def test_the_examples_use_real_options_and_define_every_variable_they_read(monke
 
 
 def test_the_job_id_rule_refuses_a_path():
-    from ansible_collections.gpucluster.multinode.plugins.module_utils import training
+    from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as training
     for good in ('tiny-001', 'a', 'train_tiny-20261127-101500', 'v1.2', 'x' * 64):
         assert training.is_job_id(good), good
     for bad in ('', '.', '..', '../x', 'a/b', '/abs', '.hidden', '-x', 'a b', 'x' * 65, 'tiny\n', 7, None):

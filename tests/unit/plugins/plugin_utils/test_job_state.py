@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
-from ansible_collections.gpucluster.multinode.plugins.module_utils.job_monitor import slowest_node
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training.monitor import slowest_node
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state as js
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_view as jv
 

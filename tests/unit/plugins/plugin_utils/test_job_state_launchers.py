@@ -1,5 +1,5 @@
 """job_state (the launchers' read): the job's state from every node's status, each node's status read by the
-real launcher classes (module_utils/launchers.py) from the recorded logs of tests/unit/fixtures, on the
+real launcher classes (module_utils/training/launchers.py) from the recorded logs of tests/unit/fixtures, on the
 2+1+1+1 cluster of test_launchers.py (alpha is the head)."""
 
 import os

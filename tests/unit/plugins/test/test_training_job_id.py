@@ -1,11 +1,11 @@
 """The job_id test (plugins/test/training.py): train.yml's check of training_job_id, the training_job
-module's own rule (module_utils/training.py), so the two never disagree."""
+module's own rule (module_utils/training/commands.py), so the two never disagree."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import training
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as training
 from ansible_collections.gpucluster.multinode.plugins.test import training as training_tests
 
 JOB_ID = training_tests.TestModule().tests()['job_id']

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils.training import PDSH_EXIT_RE
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training.commands import PDSH_EXIT_RE
 
 SSH_OPTIONS = ('-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=yes', '-o', 'NumberOfPasswordPrompts=0')
 

@@ -16,11 +16,11 @@ import re
 import socket
 import time
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import flight_recorder as fr
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import flight_recorder as fr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi as ns
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
-from ansible_collections.gpucluster.multinode.plugins.module_utils import rank_errors as re_
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import rank_errors as re_
 
 # The options of the read (training_progress's, and training_job's progress suboptions but for job_id,
 # node and job_dir, which training_job has of its own)

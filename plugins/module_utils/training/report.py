@@ -4,7 +4,7 @@
 """A job's report page (the training_report module): one self-contained HTML file of how the job went.
 
 Read from the job directory on the head: the ranks' progress files (``progress/rank-<N>.log``, parsed
-with job_monitor.parse_progress), the supervisor's ``events.jsonl`` (one JSON object a line, written
+with monitor.parse_progress), the supervisor's ``events.jsonl`` (one JSON object a line, written
 by gpucluster_supervise.py's event()), ``summary.json`` (written by the first status read after the
 job ended) and ``layout.json`` (the nodes the job was started on, {node: ranks}).
 
@@ -21,7 +21,7 @@ import bisect
 import json
 import os
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils import job_monitor as jm
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
 from ansible_collections.gpucluster.multinode.plugins.module_utils import report_html as rh
 
 PAGE = 'report.html'
@@ -71,7 +71,7 @@ def read_events(path):
 def read_job(job_dir):
     """(progress {rank: parsed}, events or None, summary or None, layout or None) of a job directory;
     progress holds the files of the job's newest attempt only (a rank an older attempt had and the
-    newest has not leaves its file behind: job_monitor.fence_attempts)."""
+    newest has not leaves its file behind: monitor.fence_attempts)."""
     texts = jm.read_progress_files(job_dir)
     progress = jm.fence_attempts(dict((rank, jm.parse_progress(texts[rank])) for rank in sorted(texts)))['progress']
     return (progress, read_events(os.path.join(job_dir, EVENTS)), read_json(os.path.join(job_dir, SUMMARY)),

@@ -1,0 +1,448 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""The launchers a training job runs through, each described once (a class per launcher): the command it
+runs, what every node does (``launcher`` on the head and ``ranks`` elsewhere, or an ``agent`` per node), the
+files it needs (hostfile, environment), how its status and the node that failed are read from its output,
+and what one node's status result says of the job (exit codes, the failure's node, the state once it
+ended: plugin_utils/job_state.py decides the job's state with these). job.py runs them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
+from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
+from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
+from ansible_collections.gpucluster.multinode.plugins.module_utils import slurm
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as tr
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launch_failures as lf
+
+SSH_CONNECT_TIMEOUT = 5
+BIG = 100000
+UNBUFFERED_ENV = {'PYTHONUNBUFFERED': '1'}
+
+
+class JobError(Exception):
+    """A refusal or failure worded for the user; result holds what the module returns with it."""
+
+    def __init__(self, msg, **result):
+        super().__init__(msg)
+        self.msg = msg
+        self.result = result
+
+
+# ----- the launchers ---------------------------------------------------------------------------
+class Launcher:
+    name = None
+    # The versions that must be the same on every node for this launcher (env_versions keys): Ray,
+    # for one, does not matter to any of them.
+    compared = ('python', 'torch', 'torch_cuda', 'torch_nccl', 'nccl_wheel')
+    uses_ssh = False        # the head reaches every node over SSH (checked before the start)
+    per_node = False        # every node starts its own part (an agent)
+    # What node_tools installs for it (its package groups), and the training_job options only it reads.
+    tools = ()
+    options = ()
+
+    def __init__(self, job):
+        self.job = job
+
+    @classmethod
+    def tools_for(cls, deepspeed_launcher):
+        """The node_tools package groups this launcher needs, given how deepspeed reaches the nodes."""
+        return list(cls.tools)
+
+    def role(self):
+        if self.per_node:
+            return 'agent'
+        return 'launcher' if self.job.is_head else 'ranks'
+
+    def starts_here(self):
+        return self.per_node or self.job.is_head
+
+    def binary(self):
+        return os.path.join(self.job.bin, self.name)
+
+    def command(self):
+        return None
+
+    def files(self):
+        """{path: (content, mode)} this node writes before starting."""
+        return {}
+
+    def start_env(self, env):
+        return env
+
+    def read_status(self, out):
+        """Add the launcher's view of the nodes (node_exit_codes, ...) to a status result."""
+
+    def failures(self, text):
+        """[{node, cause}] the launcher's log shows while the job starts."""
+        return []
+
+    def watch_log(self):
+        """The log the head watches for the first step."""
+        return self.job.log
+
+    # ----- what one node's status result says of the job (plugin_utils/job_state.py decides with these) -----
+    @classmethod
+    def exit_codes(cls, result):
+        """{node: exit code} one node's status result gives: its own part's exit code, and the nodes the
+        launcher on the head names (pdsh's and mpirun's lines: node_exit_codes)."""
+        codes = {}
+        if result.get('exit_code') is not None:
+            codes[result.get('node')] = result['exit_code']
+        codes.update(result.get('node_exit_codes') or {})
+        return codes
+
+    @classmethod
+    def failure_node(cls, result):
+        """The node a result's rank_failure report names: the one deepspeed's head log names (pdsh's line),
+        else the node that read it (each torchrun agent reads its own)."""
+        return result['rank_failure'].get('node') or result.get('node')
+
+    @classmethod
+    def ended(cls, head):
+        """The job's state once nothing runs and no node failed, from the head's result (succeeded when
+        the head's part exited 0); None when the nodes' exit codes decide."""
+        return 'succeeded' if head.get('exit_code') == 0 else None
+
+
+class DeepSpeed(Launcher):
+    name = 'deepspeed'
+    compared = Launcher.compared + ('deepspeed',)
+    uses_ssh = True
+    tools = ('pdsh',)
+    options = ('deepspeed_launcher',)
+
+    @classmethod
+    def tools_for(cls, deepspeed_launcher):
+        return ['openmpi'] if deepspeed_launcher == 'openmpi' else list(cls.tools)
+
+    def __init__(self, job):
+        super().__init__(job)
+        if job.container:
+            # pdsh would start the ranks on the other hosts, outside the image: in containers every
+            # node runs its own launcher (--no_ssh, its --node_rank in the hostfile)
+            self.per_node, self.uses_ssh = True, False
+
+    def command(self):
+        j = self.job
+        if not j.is_head and not j.container:
+            return None
+        argv = tr.deepspeed_command(j.bin, j.hostfile, j.p['master_addr'], j.p['master_port'], j.p['script'],
+                                    j.p['script_args'], launcher=j.p['deepspeed_launcher'], num_nodes=len(j.nodes))
+        if j.container:
+            at = len(argv) - 1 - len(j.p['script_args'])
+            argv[at:at] = ['--no_ssh', '--node_rank', str([n['name'] for n in j.nodes].index(j.me))]
+        return argv
+
+    def ds_env_text(self):
+        """The job's DS_ENV_FILE: what pdsh exports on every node (one KEY=VALUE per line)."""
+        j = self.job
+        keep = {}
+        home_env = os.path.join(j.home, '.deepspeed_env')
+        if os.path.isfile(home_env):
+            with open(home_env) as handle:
+                for line in handle:
+                    if '=' in line and not line.startswith('#'):
+                        key, _, value = line.rstrip('\n').partition('=')
+                        keep[key.strip()] = value
+        keep.update(j.env)
+        keep['PATH'] = '%s:%s' % (j.bin, keep.get('PATH', '/usr/local/bin:/usr/bin:/bin'))
+        keep[pr.JOB_ENV] = j.job_id
+        for key, value in keep.items():
+            if any(c.isspace() for c in value):
+                raise JobError('node %s: env %s has white space in its value, which the deepspeed launcher '
+                               'cannot forward over pdsh' % (j.me, key))
+        return ''.join('%s=%s\n' % kv for kv in keep.items())
+
+    def files(self):
+        j = self.job
+        if j.container:
+            return {j.hostfile: (hf.render(j.nodes, 'deepspeed'), 0o644)}
+        if not j.is_head:
+            return {}
+        return {j.hostfile: (hf.render(j.nodes, 'deepspeed'), 0o644),
+                j.ds_env_file: (self.ds_env_text(), 0o600)}
+
+    def start_env(self, env):
+        if self.job.container:
+            return env
+        env['DS_ENV_FILE'] = self.job.ds_env_file
+        # pdsh's ssh: no prompt, pinned keys, a bounded connect
+        env['PDSH_SSH_ARGS_APPEND'] = ' '.join(lf.SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % SSH_CONNECT_TIMEOUT))
+        return env
+
+    def read_status(self, out):
+        j = self.job
+        if not j.is_head:
+            return
+        text = '\n'.join(pr.tail(j.log, BIG))
+        # pdsh names a host as the hostfile does (name or address): each is named as its node
+        out['node_exit_codes'] = dict((self.node_name(host), code) for host, code in tr.pdsh_exit_codes(text).items())
+        failure = tr.deepspeed_rank_failure(text)
+        if failure:
+            failure['node'] = self.node_name(failure['host'])
+        out['rank_failure'] = failure
+        tails = {}
+        hosts = [n['name'] for n in j.nodes] + [n['address'] for n in j.nodes]
+        for host, lines in tr.pdsh_node_tails(text, hosts, j.p['log_lines']).items():
+            tails.setdefault(self.node_name(host), []).extend(lines)
+        out['node_log_tails'] = dict((node, lines[-j.p['log_lines']:]) for node, lines in tails.items())
+        out['unreachable'] = lf.unreachable_nodes(text, j.nodes)
+
+    def node_name(self, host):
+        """The name of the node pdsh names host (its name or its address), host itself when no node is."""
+        return next((n['name'] for n in self.job.nodes if host in (n['name'], n['address'])), host)
+
+    def failures(self, text):
+        found = [dict(node=u['node'], cause=self.job.unreachable_cause(u)) for u in lf.unreachable_nodes(text, self.job.nodes)]
+        seen = {f['node'] for f in found}
+        for host, code in tr.pdsh_exit_codes(text).items():
+            if code and self.node_name(host) not in seen:
+                found.append({'node': self.node_name(host), 'cause': 'its ranks exited with code %d' % code})
+        return found
+
+
+class Torchrun(Launcher):
+    name = 'torchrun'
+    per_node = True
+
+    def command(self):
+        j = self.job
+        # each attempt of a supervised job rendezvous under its own id: agents left from an earlier one never join
+        attempt = str(j.env.get('GPUCLUSTER_ATTEMPT') or '1')
+        rdzv_id = j.job_id if attempt in ('', '1') else '%s-attempt%s' % (j.job_id, attempt)
+        return tr.torchrun_command(j.bin, len(j.nodes), j.slots, j.p['master_addr'], j.p['master_port'], rdzv_id,
+                                   j.p['script'], j.p['script_args'], log_dir=os.path.join(j.rank_log_dir, j.me),
+                                   local_addr=j.node['address'])
+
+    def read_status(self, out):
+        out['rank_failure'] = tr.torchrun_failure('\n'.join(pr.tail(self.job.log, 400)))
+
+
+class Mpirun(Launcher):
+    name = 'mpirun'
+    uses_ssh = True
+    tools = ('openmpi',)
+
+    def binary(self):
+        return self.job.runner.which('mpirun') or 'mpirun'
+
+    def command(self):
+        j = self.job
+        if not j.is_head:
+            return None
+        names = tr.forwarded_env_names(list(j.base_env()) + list(j.env))
+        ssh_args = ' '.join(lf.SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % SSH_CONNECT_TIMEOUT))
+        argv = tr.mpirun_command(j.bin, j.hostfile, hf.world_size(j.nodes), names, j.p['script'], j.p['script_args'],
+                                 mpirun=self.binary(), node_prefix=j.shell_prefix(), ssh_args=ssh_args)
+        if j.container:
+            # Open MPI starts each rank on its host; the rank's bash then runs it in the image
+            at = len(argv) - 2 - len(j.p['script_args'])
+            argv[at:at] = cn.mpirun_rank_prefix(j.container, j.job_id, j.shell_prefix(), env_files=j.env_files_here(),
+                                                rootless=j.uid != 0, infiniband=os.path.isdir(cn.INFINIBAND),
+                                                workdir=j.job_dir)
+        return argv
+
+    def files(self):
+        j = self.job
+        return {j.hostfile: (hf.render(j.nodes, 'openmpi'), 0o644)} if j.is_head else {}
+
+    def read_status(self, out):
+        j = self.job
+        if not j.is_head:
+            return
+        text = '\n'.join(pr.tail(j.log, BIG))
+        failure = tr.mpirun_failure(text)
+        if failure:
+            node = failure['node'] or hf.node_of_rank(j.nodes, failure['rank']) or j.nodes[-1]['name']
+            out['node_exit_codes'] = {node: failure['exit_code']}
+        out['unreachable'] = lf.unreachable_nodes(text, j.nodes)
+
+    def failures(self, text):
+        j = self.job
+        found = [dict(node=u['node'], cause=j.unreachable_cause(u)) for u in lf.unreachable_nodes(text, j.nodes)]
+        failure = tr.mpirun_failure(text)
+        if failure and not found:
+            node = failure['node'] or hf.node_of_rank(j.nodes, failure['rank'])
+            found.append({'node': node, 'cause': 'rank %d exited with code %d' % (failure['rank'], failure['exit_code'])})
+        return found
+
+
+class Slurm(Launcher):
+    name = 'slurm'
+    options = ('slurm_partition', 'slurm_time', 'slurm_gpus_per_node', 'slurm_cpus_per_task')
+
+    @staticmethod
+    def cancelled(result):
+        return str(result.get('slurm_state') or '').startswith('CANCELLED')
+
+    @classmethod
+    def exit_codes(cls, result):
+        """The batch script's status is the job's (the head's result); srun names the nodes whose task
+        failed, and those are the failed nodes. A cancelled job (scancel) failed nowhere: srun's lines
+        name the tasks it killed."""
+        if cls.cancelled(result):
+            return {}
+        codes = {}
+        if result.get('exit_code') and not result.get('node_exit_codes'):
+            codes[result.get('node')] = result['exit_code']
+        codes.update(result.get('node_exit_codes') or {})
+        return codes
+
+    @classmethod
+    def failure_node(cls, result):
+        """One log holds every node's torchrun report: the report's own host is the node."""
+        failure = result['rank_failure']
+        return failure.get('node') or failure.get('host') or result.get('node')
+
+    @classmethod
+    def ended(cls, head):
+        """Slurm's own state decides: CANCELLED (scancel, or a stop) stopped, COMPLETED succeeded."""
+        if cls.cancelled(head):
+            return 'stopped'
+        if str(head.get('slurm_state') or '') == 'COMPLETED':
+            return 'succeeded'
+        return super().ended(head)
+
+    def binary(self):
+        return self.job.runner.which('sbatch') or 'sbatch'
+
+    def script(self):
+        j = self.job
+        prefix = j.shell_prefix()
+        if j.container:
+            # scontrol is on the hosts, not in the image: the batch script writes every NodeAddr first
+            addr_file = os.path.join(j.job_dir, 'node_addrs')
+            prefix = cn.slurm_sealed_prefix(j.container, j.job_dir) + cn.slurm_node_prefix(addr_file) + prefix
+        if j.p.get('slurm_requeue'):
+            # a requeued job's ranks are of attempt SLURM_RESTART_COUNT + 1 (after the env files, which name the
+            # attempt the job was started as: Slurm may requeue it on its own too)
+            prefix = prefix + 'export GPUCLUSTER_ATTEMPT=$(( ${SLURM_RESTART_COUNT:-0} + 1 )); '
+        launch = tr.slurm_launch_line('torchrun', j.bin, {n['name']: n['slots'] for n in j.nodes}, j.job_id,
+                                      j.p['script'], j.p['script_args'], log_dir=j.rank_log_dir,
+                                      node_prefix=prefix)
+        if j.container:
+            launch = (cn.slurm_node_addr_lines(os.path.join(j.job_dir, 'hostfile'), addr_file)
+                      + cn.slurm_container_line(j.container, j.job_id, launch, env_files=j.p['env_files'],
+                                                gpus_per_node=j.p['slurm_gpus_per_node'], workdir=j.job_dir))
+        # a requeueable job reads its launch line from launch_file() at each run: it is not in the script
+        requeue = bool(j.p.get('slurm_requeue'))
+        script = tr.sbatch_script(j.job_id, len(j.nodes), j.p['slurm_gpus_per_node'], j.p['slurm_time'], j.log_dir,
+                                  os.path.join(j.job_dir, 'hostfile'), j.p['master_port'], '' if requeue else launch,
+                                  partition=j.p['slurm_partition'], cpus_per_task=j.p['slurm_cpus_per_task'],
+                                  env_file=j.env_file, requeue_launch_file=self.launch_file() if requeue else None)
+        return (launch if requeue else None), script
+
+    def launch_file(self):
+        """Where a requeueable job's batch script reads its launch line at each run."""
+        return os.path.join(self.job.job_dir, 'job.launch')
+
+    def files(self):
+        j = self.job
+        if not j.is_head:
+            return {}
+        launch, script = self.script()
+        out = {j.sbatch: (script, 0o700)}
+        if launch is not None:
+            out[self.launch_file()] = (launch + '\n', 0o700)
+        return out
+
+    def slurm_id(self):
+        text = pr.tail(os.path.join(self.job.state_dir, 'slurm_job_id'), 1)
+        return text[0].strip() if text else None
+
+    def slurm_attempt(self):
+        """The attempt the Slurm job runs now: written when a requeued job is released (its restart count + 1),
+        or the newest attempt whose output exists (Slurm requeues a job on its own too); 1 when neither."""
+        text = pr.tail(os.path.join(self.job.state_dir, 'slurm_attempt'), 1)
+        attempt = int(text[0].strip()) if text and text[0].strip().isdigit() else 1
+        sid = self.slurm_id()
+        prefix = '%s-%s.attempt' % (self.job.job_id, sid)
+        try:
+            names = os.listdir(self.job.log_dir)
+        except OSError:
+            names = []
+        for name in names:
+            middle = name[len(prefix):-len('.out')] if name.startswith(prefix) and name.endswith('.out') else ''
+            if middle.isdigit():
+                attempt = max(attempt, int(middle))
+        return attempt
+
+    def slurm_record(self, sid):
+        """The job's `scontrol show job` record ({} when Slurm no longer knows it)."""
+        rc, out, _ = self.job.runner.run(['scontrol', 'show', 'job', '--oneliner', sid])
+        return slurm.parse_oneline(out) if rc == 0 and out.strip() else {}
+
+    def watch_log(self):
+        sid = self.slurm_id()
+        return self.slurm_log(sid) if sid else self.job.log
+
+    def failures(self, text):
+        found = {}
+        for node, _, what in slurm.srun_failures(text):
+            found.setdefault(node, {'node': node, 'cause': 'srun: its task %s' % what})
+        return list(found.values())
+
+    def slurm_log(self, sid):
+        """The batch output of the attempt the job runs now (a requeued job's attempts each have their own)."""
+        attempt = self.slurm_attempt() if sid == self.slurm_id() else 1
+        return tr.slurm_attempt_log(self.job.log_dir, self.job.job_id, sid, attempt)
+
+    def slurm_status(self, sid):
+        """{state, exit_code}: squeue while queued or running, then scontrol (finished jobs stay known
+        for MinJobAge), then sacct where accounting is kept."""
+        run = self.job.runner.run
+        rc, out, _ = run(['squeue', '--noheader', '--jobs', sid, '--format', '%T'])
+        if rc == 0 and out.strip():
+            return {'state': out.strip().split()[0], 'exit_code': None}
+        rc, out, _ = run(['scontrol', 'show', 'job', '--oneliner', sid])
+        if rc == 0 and out.strip():
+            return slurm.job_state(slurm.parse_oneline(out))
+        rc, out, _ = run(['sacct', '--noheader', '--parsable2', '--allocations', '--jobs', sid,
+                          '--format', 'State,ExitCode'])
+        return (slurm.sacct_state(out) if rc == 0 else None) or {'state': None, 'exit_code': None}
+
+    def read_status(self, out):
+        j = self.job
+        sid = self.slurm_id() if j.is_head else None
+        if not sid:
+            return
+        info = self.slurm_status(sid)
+        out.update(slurm_job_id=sid, slurm_state=info['state'], log=self.slurm_log(sid))
+        out['running'] = out['running'] or info['state'] in slurm.ACTIVE_STATES
+        if not out['running']:
+            out['exit_code'] = info['exit_code']
+        text = '\n'.join(pr.tail(out['log'], BIG))
+        out['log_tail'] = pr.tail(out['log'], j.p['log_lines'])
+        # srun names the nodes whose task failed; torchrun's report names the one that failed first
+        codes = {}
+        for node, code, _ in slurm.srun_failures(text):
+            codes.setdefault(node, code)
+        first = tr.torchrun_failure(text)
+        if first and first['host'] in codes:
+            codes = dict([(first['host'], codes[first['host']])] + [(n, c) for n, c in codes.items()
+                                                                    if n != first['host']])
+        out['node_exit_codes'] = codes
+        out['rank_failure'] = first
+        out['node_log_tails'] = tr.pdsh_node_tails(text, [n['name'] for n in j.nodes], j.p['log_lines'])
+
+
+# The launchers, declared once: the module's choices, the role's argument spec (a test compares
+# them), the role's validation and node_tools (through the gpucluster.multinode.launchers lookup).
+LAUNCHERS = {cls.name: cls for cls in (DeepSpeed, Torchrun, Mpirun, Slurm)}
+DEEPSPEED_LAUNCHERS = ('pdsh', 'openmpi')
+
+
+def declaration(name, deepspeed_launcher='pdsh'):
+    """What the collection knows of one launcher: its name, the node_tools package groups it needs,
+    whether the head reaches the nodes over SSH, whether every node starts its own part, and the
+    training_job options only it reads. An unknown name raises ValueError naming the known ones."""
+    if name not in LAUNCHERS:
+        raise ValueError('training_launcher must be %s (got %r)' % (', '.join(LAUNCHERS), name))
+    cls = LAUNCHERS[name]
+    return {'name': name, 'tools': cls.tools_for(deepspeed_launcher), 'uses_ssh': cls.uses_ssh,
+            'per_node': cls.per_node, 'options': list(cls.options)}
