@@ -36,6 +36,29 @@ failure_tail() {
   fi
 }
 
+check_collection() {
+  # The collection builds, installs, and every module renders with ansible-doc.
+  local dist=.build/dist inst
+  rm -rf "$dist" && mkdir -p "$dist"
+  inst=$(mktemp -d)
+  ansible-galaxy collection build --force --output-path "$dist" . >/dev/null || return 1
+  # --force: without it ansible-galaxy sees the linked checkout and installs nothing here.
+  ansible-galaxy collection install --offline --no-deps --force -p "$inst" "$dist"/gpucluster-multinode-*.tar.gz >/dev/null || return 1
+  [ -f "$inst/ansible_collections/gpucluster/multinode/MANIFEST.json" ] || { echo "the built collection did not install"; return 1; }
+  local m rc=0 doc
+  for m in plugins/modules/*.py; do
+    m=$(basename "$m" .py)
+    # ansible-doc exits 0 with a warning when it cannot load a module: read what it printed.
+    if ! doc=$(ANSIBLE_COLLECTIONS_PATH="$inst" ansible-doc "gpucluster.multinode.$m" 2>&1) \
+        || grep -q 'was not found\|Error loading plugin' <<<"$doc" \
+        || ! grep -q "^> MODULE .*gpucluster.multinode.$m" <<<"$doc"; then
+      echo "ansible-doc failed for gpucluster.multinode.$m:"; head -5 <<<"$doc"; rc=1
+    fi
+  done
+  rm -rf "$inst"
+  return $rc
+}
+
 step yamllint yamllint --strict .
 step ansible-lint ansible-lint --profile production
 # The node image first: the bad-input battery (pytest) runs on two nodes made from it.
