@@ -7,14 +7,12 @@ versions its nodes must share, what a stop did."""
 from __future__ import annotations
 
 import json
-import os
 
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
 from ansible_collections.gpucluster.multinode.plugins.module_utils import deepspeed_ops
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
-from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as tr
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state as js
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
 
@@ -91,12 +89,6 @@ def json_object_or_none(text):
     return data if isinstance(data, dict) else None
 
 
-def latest_checkpoint(files):
-    """Name of the newest checkpoint among ansible.builtin.find results (DeepSpeed's 'latest' wins)."""
-    entries = [(os.path.basename(f['path']), f.get('mtime', 0), bool(f.get('isdir'))) for f in files or []]
-    return tr.latest_checkpoint(entries)
-
-
 def training_launch_mismatches(versions_by_node, image='', head=None):
     """What the launcher needs the same on every node and differs, one line each naming the nodes.
 
@@ -135,7 +127,7 @@ class FilterModule:
         return {'training_verdict': training_verdict, 'training_job_state': training_job_state,
                 'training_status_record': training_status_record,
                 'json_object_or_none': json_object_or_none,
-                'latest_checkpoint': latest_checkpoint, 'training_layout': training_layout,
+                'training_layout': training_layout,
                 'training_launch_mismatches': training_launch_mismatches,
                 'training_layout_nodes': training_layout_nodes,
                 'training_stopped_lines': training_stopped_lines, 'training_image_ops': training_image_ops,

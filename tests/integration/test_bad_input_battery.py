@@ -86,6 +86,10 @@ CASES = [
     case('train-resume-from-missing', 'train',
          'host bat-head: training_resume_from /shared/ckpt/none does not exist; nothing was started',
          extra={'training_resume_from': '/shared/ckpt/none'}),
+    # an empty directory: the head's resume_point (the rule the examples load by) finds nothing in it
+    case('train-resume-from-empty', 'train',
+         'host bat-head: training_resume_from /srv holds no checkpoint (no latest file under /srv, and no complete '
+         'checkpoint); nothing was started', extra={'training_resume_from': '/srv'}),
     case('train-tensorboard-port-range', 'train',
          'host bat-head: training_tensorboard_port must be an integer from 1 to 65535, got 70000',
          extra={'training_state': 'tensorboard', 'training_tensorboard_port': 70000}),

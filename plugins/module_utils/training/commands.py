@@ -361,19 +361,3 @@ def deepspeed_rank_failure(text):
     except ValueError:
         name = None
     return {'time': when, 'host': host, 'exit_code': code, 'signal': name}
-
-
-def latest_checkpoint(entries):
-    """Pick the newest checkpoint from [(name, mtime, is_dir)]: a DeepSpeed 'latest' file wins, then
-    the highest step number in the name, then the newest mtime."""
-    names = {e[0] for e in entries}
-    if 'latest' in names:
-        return 'latest'
-    dirs = [e for e in entries if e[2]]
-    if not dirs:
-        return None
-
-    def key(entry):
-        nums = re.findall(r'(\d+)', entry[0])
-        return (int(nums[-1]) if nums else -1, entry[1])
-    return max(dirs, key=key)[0]

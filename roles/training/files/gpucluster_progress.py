@@ -48,6 +48,7 @@ import os
 import re
 import resource
 import socket
+import sys
 import threading
 import time
 
@@ -467,6 +468,35 @@ def latest_complete_checkpoint(directory):
     return name, record, '%s; resuming from %s (step %d), the newest complete one' % (skipped, name, step)
 
 
+def resume_point(directory):
+    """What a start with training_resume_from resumes from, as the training role asks the head before the start
+    (``python3 gpucluster_progress.py --resume-point DIR``): {tag, step, complete, note}.
+
+    The checkpoint is latest_complete_checkpoint's, the one the examples load and the supervisor counts
+    from. Where it finds none, a directory that a script which does not write gpucluster.json saved is
+    still something to resume from (the script decides whether it is whole): the newest by the number at
+    the end of its name, then by its time, complete false. tag None: nothing to resume from."""
+    tag, record, note = latest_complete_checkpoint(directory)
+    if tag is not None:
+        return {'tag': tag, 'step': (record or {}).get('step'), 'complete': bool(record), 'note': note}
+    try:
+        dirs = [(name, os.stat(os.path.join(directory, name)).st_mtime) for name in os.listdir(directory)
+                if os.path.isdir(os.path.join(directory, name))]
+    except OSError as exc:
+        return {'tag': None, 'step': None, 'complete': False,
+                'note': 'checkpoint directory %s cannot be read (%s)' % (directory, exc.strerror or exc)}
+    if not dirs:
+        return {'tag': None, 'step': None, 'complete': False, 'note': note}
+
+    def newest(entry):
+        numbers = re.findall(r'(\d+)', entry[0])
+        return (int(numbers[-1]) if numbers else -1, entry[1])
+    name = max(dirs, key=newest)[0]
+    return {'tag': name, 'step': None, 'complete': False,
+            'note': '%s; %s, the newest by its name, was saved without %s (the script that resumes from it '
+                    'decides whether it is whole)' % (note, name, CHECKPOINT_DONE)}
+
+
 def _step_text(tag, record):
     """The step of a chosen checkpoint: its record's, else the number that ends its tag (step40)."""
     step = (record or {}).get('step')
@@ -521,3 +551,16 @@ def slow_down(rank, slow_rank, seconds, slow_host=''):
     one host (--slow-host NAME), --slow-seconds S."""
     if seconds and (rank == slow_rank or (slow_host and socket.gethostname() == slow_host)):
         time.sleep(seconds)
+
+
+def main(argv):
+    """``--resume-point DIR``: resume_point(DIR) as one JSON line (the training role's check before a start)."""
+    if len(argv) == 2 and argv[0] == '--resume-point':
+        print(json.dumps(resume_point(argv[1]), sort_keys=True))
+        return 0
+    print('usage: gpucluster_progress.py --resume-point <checkpoint directory>', file=sys.stderr)
+    return 2
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv[1:]))

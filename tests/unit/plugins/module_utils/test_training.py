@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as tr
-from ansible_collections.gpucluster.multinode.plugins.filter.training import training_verdict, latest_checkpoint
+from ansible_collections.gpucluster.multinode.plugins.filter.training import training_verdict
 
 NODES = [{'name': 'gpu-master', 'address': '192.168.1.100', 'slots': 8},
          {'name': 'gpu-worker-1', 'address': '192.168.1.101', 'slots': 8}]
@@ -104,13 +104,6 @@ def test_pdsh_exit_lines_name_the_failed_node():
     assert tr.pdsh_exit_codes(text) == {'lab-worker-1': 1}
     tails = tr.pdsh_node_tails(text, ['lab-head', 'lab-worker-1'])
     assert tails['lab-worker-1'][-2:] == ['RuntimeError: boom', 'pdsh@lab-head: lab-worker-1: ssh exited with exit code 1']
-
-
-def test_latest_checkpoint_prefers_deepspeed_latest_then_highest_step():
-    assert tr.latest_checkpoint([('step10', 5, True), ('latest', 1, False)]) == 'latest'
-    assert tr.latest_checkpoint([('step10', 9, True), ('step200', 1, True), ('notes.txt', 99, False)]) == 'step200'
-    assert tr.latest_checkpoint([]) is None
-    assert latest_checkpoint([{'path': '/c/step5', 'isdir': True, 'mtime': 1}]) == 'step5'
 
 
 def test_verdict_names_the_worker_that_failed_while_others_run():

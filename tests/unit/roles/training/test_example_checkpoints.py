@@ -165,3 +165,44 @@ def test_both_examples_save_inside_progress_saving():
         with open(os.path.join(FILES, name)) as handle:
             text = handle.read()
         assert "heartbeat('checkpoint'" not in text and 'heartbeat_seconds' in text, name
+
+
+# ----- resume_point: what the training role asks the head before a start with training_resume_from -----
+def test_the_roles_resume_point_is_the_checkpoint_the_examples_load(tmp_path):
+    _tag(tmp_path, 'step10', True, 10)
+    _tag(tmp_path, 'step20', True, 20)
+    _tag(tmp_path, 'step30', False)  # cut short: the examples skip it, and so does the role
+    point = gp.resume_point(str(tmp_path))
+    assert (point['tag'], point['step'], point['complete']) == ('step20', 20, True)
+    assert (point['tag'], point['step']) == (gp.latest_complete_checkpoint(str(tmp_path))[0], 20)
+
+
+def test_a_script_that_writes_no_marker_resumes_from_its_newest_directory_by_name(tmp_path):
+    # a user's script saving checkpoint-<step>/ without gpucluster.json or latest: the newest by its number
+    for name in ('checkpoint-500', 'checkpoint-1500', 'checkpoint-1000'):
+        (tmp_path / name).mkdir()
+    (tmp_path / 'notes.txt').write_text('not a checkpoint')
+    point = gp.resume_point(str(tmp_path))
+    assert (point['tag'], point['step'], point['complete']) == ('checkpoint-1500', None, False)
+    assert point['note'].endswith('checkpoint-1500, the newest by its name, was saved without gpucluster.json '
+                                  '(the script that resumes from it decides whether it is whole)')
+
+
+def test_a_directory_with_no_checkpoint_or_none_at_all_has_no_resume_point(tmp_path):
+    (tmp_path / 'notes.txt').write_text('not a checkpoint')
+    assert gp.resume_point(str(tmp_path)) == {
+        'tag': None, 'step': None, 'complete': False,
+        'note': 'no latest file under %s, and no complete checkpoint' % tmp_path}
+    missing = gp.resume_point(str(tmp_path / 'missing'))
+    assert missing['tag'] is None and missing['note'].endswith('cannot be read (No such file or directory)')
+
+
+def test_the_resume_point_is_one_json_line_on_the_command_line_as_the_role_runs_it(tmp_path):
+    import subprocess
+    _tag(tmp_path, 'step10', True, 10)
+    out = subprocess.run([sys.executable, os.path.join(FILES, 'gpucluster_progress.py'), '--resume-point',
+                          str(tmp_path)], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout) == {'tag': 'step10', 'step': 10, 'complete': True, 'note': None}
+    bad = subprocess.run([sys.executable, os.path.join(FILES, 'gpucluster_progress.py')], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and 'usage: gpucluster_progress.py --resume-point' in bad.stderr
