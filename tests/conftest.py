@@ -21,3 +21,15 @@ import ansible_collections  # noqa: E402
 _portion = os.path.join(COLLECTIONS, 'ansible_collections')
 if _portion not in list(ansible_collections.__path__):
     ansible_collections.__path__.append(_portion)
+
+# The programs that supervise a job (roles/training/files/gpucluster_supervise.py, roles/k8s/files/k8s_pod.py)
+# import the supervision core as `supervision`: on a node it is installed beside them. Here it is the
+# module_util itself, loaded under that name (only it: the rest of the package stays out of the programs'
+# reach, as on a node).
+import importlib.util  # noqa: E402
+
+if 'supervision' not in sys.modules:
+    _spec = importlib.util.spec_from_file_location(
+        'supervision', os.path.join(ROOT, 'plugins', 'module_utils', 'training', 'supervision.py'))
+    sys.modules['supervision'] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sys.modules['supervision'])

@@ -55,7 +55,7 @@ PAYLOAD_MAX = {
     # rank_errors: the logs' tracebacks; flight_recorder: the stall verdict, the dump request; ranks: the
     # module's own read, which training_job's status makes too
     'training_progress': (9, 2750),
-    'training_report': (8, 2500),
+    'training_report': (9, 2750),
 }
 
 
@@ -295,20 +295,48 @@ PROGRAM_FRAMEWORKS = {
 }
 
 
+# The supervision core: a module_util that is also installed beside the two supervisors, which import it
+# as `supervision` (the training role copies it to the supervisor host, the k8s ConfigMap mounts it).
+CORE = 'plugins/module_utils/training/supervision.py'
+CORE_USERS = ('roles/training/files/gpucluster_supervise.py', 'roles/k8s/files/k8s_pod.py')
+
+
 def test_the_programs_installed_on_nodes_need_the_standard_library_only():
     """A program a role installs runs under the node's python3 (or the job's environment), where neither
     the collection nor Ansible is importable: it imports the standard library, its siblings under the
-    same files/ directory, and the framework listed above for it."""
+    same files/ directory, the framework listed above for it, and (a supervisor) the supervision core."""
     assert PROGRAMS, 'no program under roles/*/files'
     wrong = []
     for path in PROGRAMS:
         siblings = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(os.path.dirname(path), '*.py'))}
         allowed = set(sys.stdlib_module_names) | siblings | PROGRAM_FRAMEWORKS.get(rel(path), set()) | {'__future__'}
+        if rel(path) in CORE_USERS:
+            allowed.add('supervision')
         for line, name in other_imports(path):
             if name.split('.')[0] not in allowed:
                 wrong.append('%s:%d imports %s' % (rel(path), line, name))
         wrong += ['%s:%d imports %s' % (rel(path), line, name) for line, name, _ in collection_imports(path)]
     assert not wrong, '\n'.join(wrong)
+
+
+def test_the_supervision_core_needs_the_standard_library_only_and_is_installed_beside_each_supervisor():
+    """The core runs where its supervisors run (the supervisor host's python3, a pod's image): it imports the
+    standard library only. The training role installs it beside the supervisor, and the pods' ConfigMap holds
+    it beside the pod agent."""
+    path = os.path.join(ROOT, CORE)
+    wrong = ['%s:%d imports %s' % (CORE, line, name) for line, name in other_imports(path)
+             if name.split('.')[0] not in set(sys.stdlib_module_names) | {'__future__'}]
+    wrong += ['%s:%d imports %s' % (CORE, line, name) for line, name, _ in collection_imports(path)]
+    assert not wrong, '\n'.join(wrong)
+    for user in CORE_USERS:
+        assert any(name == 'supervision' for _, name in other_imports(os.path.join(ROOT, user))), user
+    with open(os.path.join(ROOT, 'roles', 'training', 'tasks', 'supervise_check.yml')) as handle:
+        install = handle.read()
+    assert 'src: "{{ role_path }}/../../%s"' % CORE in install and 'gpucluster_supervise.py' in install
+    from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
+    from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
+    with open(path) as handle:
+        assert km.core_text() == handle.read() and kc.CORE == os.path.basename(CORE)
 
 
 def programs_used(path):

@@ -5,7 +5,7 @@
 
 Read from the job directory on the head: the ranks' progress files (``progress/rank-<N>.log``, parsed
 with monitor.parse_progress), the supervisor's ``events.jsonl`` (one JSON object a line, written
-by gpucluster_supervise.py's event()), ``summary.json`` (written by the first status read after the
+by a supervisor: supervision.append_event), ``summary.json`` (written by the first status read after the
 job ended) and ``layout.json`` (the nodes the job was started on, {node: ranks}).
 
 The page shows rank 0's loss per step, every node's steps per second over time (its lowest rank's
@@ -22,10 +22,11 @@ import json
 import os
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import supervision as sup_core
 from ansible_collections.gpucluster.multinode.plugins.module_utils import report_html as rh
 
 PAGE = 'report.html'
-EVENTS = 'events.jsonl'
+EVENTS = sup_core.EVENTS
 SUMMARY = 'summary.json'
 LAYOUT = 'layout.json'
 DATA_ID = 'gpucluster-report-data'
@@ -49,23 +50,10 @@ def read_json(path):
 
 
 def read_events(path):
-    """The events of events.jsonl in time order (a line cut short or not an object is skipped); None
+    """The events of events.jsonl in time order (supervision.read_events; a line cut short is skipped); None
     when the file does not exist (the job was not supervised)."""
-    if not os.path.exists(path):
-        return None
-    out = []
-    try:
-        with open(path) as handle:
-            for line in handle:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and isinstance(record.get('time'), (int, float)):
-                    out.append(record)
-    except (IOError, OSError):
-        return []
-    return sorted(out, key=lambda e: e['time'])
+    events = sup_core.read_events(path)
+    return None if events is None else sorted(events, key=lambda e: e['time'])
 
 
 def read_job(job_dir):
@@ -139,22 +127,9 @@ def rate_series(steps, points=RATE_POINTS):
 
 
 def supervision(events):
-    """{restarts, steps_lost, faults, outcome, why} counted from the events (None: not supervised)."""
-    if events is None:
-        return None
-    out = {'restarts': 0, 'steps_lost': 0, 'faults': 0, 'outcome': 'supervised', 'why': None}
-    for ev in events:
-        kind = ev.get('event')
-        if kind == 'fault':
-            out['faults'] += 1
-        elif kind == 'restart':
-            out['restarts'] += 1
-            if _num(ev.get('lost_steps')):
-                out['steps_lost'] += int(ev['lost_steps'])
-        elif kind in ('gave_up', 'done', 'stopped'):
-            out['outcome'] = {'gave_up': 'gave up', 'done': 'finished', 'stopped': 'stopped'}[kind]
-            out['why'] = ev.get('why')
-    return out
+    """{restarts, steps_lost, time_lost_s, faults, left_out, outcome, why} counted from the events
+    (supervision.summarize, as the supervisor's status says them; None: not supervised)."""
+    return None if events is None else sup_core.summarize(events)
 
 
 def job_data(job_id, progress, events=None, summary=None, layout=None, max_points=MAX_POINTS, rate_points=RATE_POINTS):

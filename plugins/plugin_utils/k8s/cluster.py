@@ -43,6 +43,8 @@ STORAGE_MODES = ('rwx', 'per-pod')
 DEFAULT_IFNAME = {'tcp': 'eth0', 'rdma': 'net1'}
 CONFIG_DIR = '/etc/gpucluster'
 ENTRYPOINT = 'k8s_pod.py'
+# the supervision core the entrypoint imports (plugins/module_utils/training/supervision.py), beside it
+CORE = 'supervision.py'
 # The label keys that select a cluster's pods: the collection sets them (manifests.labels), a cluster
 # file's labels may not (roles/k8s/tasks/validate.yml spells the same selector).
 NAME_LABEL = 'app.kubernetes.io/name'
@@ -438,7 +440,7 @@ def check(data, where='cluster file'):
     return out
 
 
-RESERVED_KEYS = ('hostfile', 'job.json', 'ds_config.json', ENTRYPOINT)
+RESERVED_KEYS = ('hostfile', 'job.json', 'ds_config.json', ENTRYPOINT, CORE)
 
 
 def _failure_policy(c, value):

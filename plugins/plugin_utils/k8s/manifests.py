@@ -14,8 +14,10 @@ replicas and slots, /dev/shm, RDMA and TCP settings, OpenShift's restricted-v2 r
 from __future__ import annotations
 
 import json
+import os
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import supervision
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s.cluster import get_path
 
@@ -240,6 +242,12 @@ def per_pod_claims(cluster):
     return ['%s-%s' % (DATA_VOLUME, p['name']) for p in kc.pods(cluster)]
 
 
+def core_text():
+    """The supervision core's text, put in the ConfigMap beside the entrypoint (which imports it)."""
+    with open(os.path.splitext(supervision.__file__)[0] + '.py') as handle:
+        return handle.read()
+
+
 def render(cluster, nccl_env, entrypoint, files=None):
     """The objects of the cluster in apply order. nccl_env: the ordered variables made by the nccl_env
     rules; entrypoint: the pod entrypoint script; files: extra ConfigMap entries {key: text}."""
@@ -257,7 +265,7 @@ def render(cluster, nccl_env, entrypoint, files=None):
                      'metadata': _meta(cluster, '%s-peers' % name),
                      'spec': {'podSelector': {'matchLabels': labels(cluster)}, 'policyTypes': ['Ingress'],
                               'ingress': [{'from': [{'podSelector': {'matchLabels': labels(cluster)}}]}]}})
-    data = {'hostfile': hostfile_text(cluster), kc.ENTRYPOINT: entrypoint,
+    data = {'hostfile': hostfile_text(cluster), kc.ENTRYPOINT: entrypoint, kc.CORE: core_text(),
             'job.json': json.dumps(job_settings(cluster), indent=2, sort_keys=True) + '\n'}
     if cluster['train']['deepspeed_config']:
         data['ds_config.json'] = json.dumps(cluster['train']['deepspeed_config'], indent=2, sort_keys=True) + '\n'
@@ -425,9 +433,9 @@ def problems(objs, cluster):
                                'StatefulSet %s)'
                                % (get_path(cm, 'metadata', 'name'), host, slots, w_host, w_slots, name))
                     break
-        if kc.ENTRYPOINT not in (cm.get('data') or {}):
-            out.append('ConfigMap %s: the pod entrypoint %s is missing'
-                       % (get_path(cm, 'metadata', 'name'), kc.ENTRYPOINT))
+        for key, what in ((kc.ENTRYPOINT, 'the pod entrypoint'), (kc.CORE, "the entrypoint's supervision core")):
+            if key not in (cm.get('data') or {}):
+                out.append('ConfigMap %s: %s %s is missing' % (get_path(cm, 'metadata', 'name'), what, key))
     limits = get_path(container, 'resources', 'limits', default={})
     if cluster['gpus_per_pod'] and str(limits.get(cluster['gpu_resource'])) != str(cluster['gpus_per_pod']):
         out.append('StatefulSet %s: limits %s=%r, the cluster file says gpus_per_pod %d'

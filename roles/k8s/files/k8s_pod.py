@@ -31,6 +31,10 @@ import tempfile
 import threading
 import time
 
+# the supervision core, mounted beside this program from the ConfigMap
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import supervision  # noqa: E402  pylint: disable=wrong-import-position
+
 CONFIG_DIR = os.environ.get('GPUCLUSTER_CONFIG_DIR', '/etc/gpucluster')
 JOB_ID_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$')
 STATE_ROOT = os.environ.get('GPUCLUSTER_JOB_DIR', '/tmp/gpucluster-jobs')
@@ -242,75 +246,39 @@ def rank_signal(code):
 
 
 def blame(states):
-    """The pod whose part is the cause among failed parts: a restarted container first, then a pod
-    that cannot be reached, a rank killed by a signal, any other failure, a part stopped by SIGTERM;
-    the earliest ended among equals. Returns (pod, reason) or None."""
-    ranked = []
+    """The pod whose part is the cause among failed parts, in the supervision core's order
+    (supervision.CULPRIT_ORDER): a restarted container first, then a pod that cannot be reached, a rank
+    killed by a signal, any other failure, a part stopped by someone (not by this job's own stop); the
+    earliest ended among equals. Returns (pod, reason) or None."""
+    entries = []
     for st in states:
         state, reason = st.get('state'), st.get('reason') or ''
-        if state == 'failed' and reason.startswith('restarted'):
-            rank = 0
-        elif state == 'absent':
-            rank, reason = 0, 'has no part of the job (its container started again without its state?)'
+        if state == 'absent':
+            reason = 'has no part of the job (its container started again without its state?)'
         elif state == 'unreachable':
-            rank, reason = 1, 'unreachable (%s)' % st.get('error', '')
-        elif state == 'failed' and (st.get('exit_code') or 0) < 0 or (state == 'failed' and 'killed by' in reason):
-            rank = 2
+            reason = 'unreachable (%s)' % st.get('error', '')
         elif state == 'failed':
-            rank, reason = 3, reason or 'exit %s' % st.get('exit_code')
+            reason = reason or 'exit %s' % st.get('exit_code')
         elif state == 'stopped' and not reason.startswith('stopped: pod '):
-            rank, reason = 4, reason or 'stopped'
+            reason = reason or 'stopped'
         else:
             continue
-        ranked.append((rank, st.get('ended') or 0, st['pod'], reason))
-    if not ranked:
-        return None
-    _, _, pod, reason = min(ranked)
-    return pod, reason
-
-
-def failure_kind(state):
-    """What kind of failure a part's state is: restarted (its container started again, or it has no part),
-    unreachable (its pod did not answer: its node may be lost), signal (a rank or launcher killed by a
-    signal, an OOM kill among them) or exit (a non-zero exit)."""
-    reason = state.get('reason') or ''
-    if state.get('state') == 'absent' or reason.startswith('restarted') or reason.startswith('has no part'):
-        return 'restarted'
-    if state.get('state') == 'unreachable' or reason.startswith('unreachable'):
-        return 'unreachable'
-    code = state.get('exit_code')
-    if (isinstance(code, int) and code < 0) or 'killed by' in reason:
-        return 'signal'
-    return 'exit'
-
-
-def policy_action(policy, kind, exit_code=None):
-    """(action, rule index or None) of train.failure_policy for a failure: the first rule whose `on` names
-    its kind (and whose exit_codes, where given, hold its exit code) decides, as JobSet's failurePolicy
-    rules do; no rule: restart (counted against train.restarts)."""
-    for index, rule in enumerate(policy or []):
-        if kind in rule.get('on', ()) and (not rule.get('exit_codes') or exit_code in rule['exit_codes']):
-            return rule.get('action', 'restart'), index
-    return 'restart', None
+        kind = 'stopped' if state == 'stopped' else supervision.failure_kind(dict(st, reason=reason))
+        entries.append({'node': st['pod'], 'kind': kind, 'ended': st.get('ended') or 0, 'why': reason})
+    ordered = supervision.order_culprits(entries)
+    return (ordered[0]['node'], ordered[0]['why']) if ordered else None
 
 
 def job_event(root, job_id, kind, **fields):
-    """One event in <state dir>/<job id>/events.jsonl, in the SSH supervisor's vocabulary (supervising,
-    fault, stopped, restart, restart_failed, gave_up, done, job_stopped; nodes are the pods)."""
+    """One event in <state dir>/<job id>/events.jsonl, in the supervision core's vocabulary (nodes are
+    the pods)."""
     path = os.path.join(root, job_id)
     os.makedirs(path, mode=0o2770, exist_ok=True)
-    record = dict(fields, time=round(time.time(), 3), event=kind)
-    with open(os.path.join(path, 'events.jsonl'), 'a') as handle:
-        handle.write(json.dumps(record, sort_keys=True) + '\n')
-    return record
+    return supervision.append_event(path, kind, **fields)
 
 
 def read_job_events(root, job_id):
-    try:
-        with open(os.path.join(root, job_id, 'events.jsonl')) as handle:
-            return [json.loads(line) for line in handle if line.strip()]
-    except (OSError, ValueError):
-        return []
+    return supervision.read_events(os.path.join(root, job_id, supervision.EVENTS)) or []
 
 
 def subreaper():
@@ -592,28 +560,29 @@ class Agent:
             if record.get('state') == 'stopped':
                 return
             culprit = seen.get(pod) or next((st for st in trouble if st['pod'] == pod), {'pod': pod})
-            kind = failure_kind(dict(culprit, reason=reason))
+            kind = supervision.failure_kind(dict(culprit, reason=reason))
             attempt = record.get('attempt', 0)
             job_event(root, job_id, 'fault', attempt=attempt, seen=kind, nodes=[pod], why='pod %s %s' % (pod, reason),
                       exit_code=culprit.get('exit_code'))
             self.say('job %s: pod %s %s; stopping the job on every pod' % (job_id, pod, reason))
             unanswered = [r['pod'] for r in stop_all(self.job, job_id, reason='stopped: pod %s %s' % (pod, reason))
                           if r.get('state') == 'unreachable']
-            job_event(root, job_id, 'stopped', attempt=attempt, nodes=[p['name'] for p in self.job['pods']],
+            job_event(root, job_id, 'job_stopped', attempt=attempt, nodes=[p['name'] for p in self.job['pods']],
+                      why='stopped on every pod after pod %s %s' % (pod, reason),
                       **({'unanswered': unanswered} if unanswered else {}))
             record = read_job_record(root, job_id) or record
             if record.get('state') != 'running':
-                job_event(root, job_id, 'job_stopped', attempt=attempt, why='stopped by the user meanwhile')
+                job_event(root, job_id, 'stopped', attempt=attempt, why='stopped by the user meanwhile')
                 return  # stopped by the user meanwhile
             record['history'].append({'attempt': attempt, 'failed_pod': pod, 'reason': reason, 'kind': kind,
                                       'at': time.time()})
-            action, rule = policy_action(self.job.get('failure_policy'), kind, culprit.get('exit_code'))
+            action, rule = supervision.policy_action(self.job.get('failure_policy'), kind, culprit.get('exit_code'))
             used, allowed = int(record.get('restarts_used', 0)), int(record.get('restarts', 0))
             why = ''
             if action == 'fail':
                 why = 'train.failure_policy[%d] fails the job on a %s failure' % (rule, kind)
-            elif action == 'restart' and used >= allowed:
-                why = 'train.restarts (%d) used up' % allowed if allowed else 'train.restarts is 0'
+            elif action == 'restart':
+                why = supervision.restarts_used_up(used, allowed, 'train.restarts')
             if not why:
                 attempt += 1
                 if action == 'restart':

@@ -11,9 +11,9 @@ checkpoint.
         # one bounded check that the supervisor, as it will run, can do its reads: prints
         # {"problems": ["host X: ...", ...]}; exit 0 when there is none, 1 otherwise
 
-Runs as root from root's own disk (/usr/local/lib/gpucluster, gpucluster_progress.py beside it) and keeps
-all its state in its state directory on the supervisor host's own disk (settings.json's state_dir, e.g.
-/var/lib/gpucluster/supervise/<job id>; made by the role), never on the shared storage:
+Runs as root from root's own disk (/usr/local/lib/gpucluster, supervision.py and gpucluster_progress.py
+beside it) and keeps all its state in its state directory on the supervisor host's own disk (settings.json's
+state_dir, e.g. /var/lib/gpucluster/supervise/<job id>; made by the role), never on the shared storage:
 
     settings.json, vars.json   written by the role (mode 0600: vars.json may hold tokens)
     lock                       an exclusive lock held for the supervisor's life: one supervisor per job
@@ -78,10 +78,11 @@ from ansible.log}, training {step}, done {step}, gave_up {step}, stopped, report
 each with its why.
 
 The job's state is decided on the controller, where the status read runs (plugins/plugin_utils/job_state.py:
-the status file's job); the supervisor decides what to do about it. Its decisions are the pure functions
-observe(), decide(), confirm_unreachable() and plan_restart();
-summarize() counts restarts, steps lost and time lost from the events; run_error() and parse_adhoc() read
-ansible's output.
+the status file's job); the supervisor decides what to do about it with the supervision core (supervision.py,
+installed beside it; plugins/module_utils/training/supervision.py, shared with the pod agent on Kubernetes):
+decide() what a read asks for, the culprits' order, plan_restart(), the events' vocabulary and writer, and
+the summary (restarts, steps lost and time lost). Its own pure functions read the reads: observe(),
+confirm_unreachable(); run_error() and parse_adhoc() read ansible's output.
 """
 
 import base64
@@ -98,7 +99,10 @@ import tempfile
 import threading
 import time
 
-EVENTS = 'events.jsonl'
+# the supervision core (plugins/module_utils/training/supervision.py), installed beside this program
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import supervision as core  # noqa: E402  pylint: disable=wrong-import-position
+
 LOCK = 'lock'
 HEARTBEAT = 'supervisor.json'
 STATUS = 'status.json'
@@ -109,7 +113,6 @@ PROM = 'supervisor.prom'
 SSH_ENV = {'ANSIBLE_SSH_ARGS': '-C -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=5 '
                                '-o ServerAliveCountMax=3',
            'ANSIBLE_TIMEOUT': '10'}
-FAULTS = ('failed', 'unreachable', 'stalled')
 ENDED = 'ended'  # read(): a sign ended the read
 TCP_TIMEOUT = 5        # the direct probe's connect to a node's SSH port
 PING_TIMEOUT = 60      # the direct probe's ansible ping (every node not read, in one run)
@@ -150,27 +153,6 @@ def observe(status, now=None, attempt=None):
         obs.update(state='unknown', stale=True, step=None, last_step_time=None, failed_nodes=[], unreachable_nodes=[],
                    stalled_nodes=[], why=why)
     return obs
-
-
-def culprits(obs):
-    """The nodes to judge, in order: the node whose rank failed first, those that do not answer, the stalled."""
-    out = []
-    for node in obs['failed_nodes'][:1] + obs['unreachable_nodes'] + obs['stalled_nodes']:
-        if node not in out:
-            out.append(node)
-    return out
-
-
-def decide(obs):
-    """What one read asks for: wait (running, or a read that said nothing), done (finished or stopped
-    by someone), or stop (a fault: the whole job is stopped, then the nodes judged)."""
-    if obs['state'] in FAULTS:
-        return {'action': 'stop', 'seen': obs['state'], 'nodes': culprits(obs), 'why': obs['why']}
-    if obs['state'] == 'succeeded':
-        return {'action': 'done', 'why': 'the job finished'}
-    if obs['state'] == 'stopped':
-        return {'action': 'done', 'why': 'the job was stopped (not by its supervisor): nothing to restart'}
-    return {'action': 'wait', 'why': obs['why'] or obs['state']}
 
 
 def needs_confirming(obs):
@@ -217,65 +199,6 @@ def missed_why(first, second, probes):
                   else 'the direct probe failed (%s)' % (probe.get('why') or 'not probed'))
         parts.append('%s: %s; %s' % (node, again, direct))
     return 'not read once, not a fault: ' + '; '.join(parts)
-
-
-def bad_nodes(health, nodes):
-    """Nodes whose quick health check failed, or gave no answer (no record of it in the report that
-    is ok or warn: a node that could not be reached has none, or only unknown ones)."""
-    records = (health or {}).get('records') or []
-    answered = set(r.get('node') for r in records if r.get('status') in ('ok', 'warn'))
-    failing = set(r.get('node') for r in records if r.get('status') == 'fail')
-    return [n for n in nodes if n in failing or n not in answered]
-
-
-def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
-    """restart {nodes, resume_step} or give_up {why}, after a fault.
-
-    state: the supervisor's own record: nodes (the job's nodes now, head first), restarts (done so far),
-    failures ([{resume_step, step}] of the earlier faults). fault: observe()'s view when the fault was
-    seen. suspects: culprits(fault). health_bad: the nodes the quick health tier failed or could not
-    reach. checkpoint_step: step of the latest complete checkpoint (None: none; 0 restarts from the
-    beginning). settings: restarts (training_restarts), min_nodes (training_min_nodes), spares (the inventory's
-    spares group less the job's nodes). A node left out is replaced by a spare that passed the check and never
-    ran this job (state's spares_used), in the spares' order: the job keeps its size while spares last; then
-    it shrinks, down to min_nodes."""
-    nodes = list(state['nodes'])
-    head = nodes[0]
-    left_out = [n for n in nodes if n in health_bad]
-    if state['restarts'] >= settings['restarts']:
-        return {'action': 'give_up', 'why': 'training_restarts (%d) used up' % settings['restarts']}
-    previous = (state.get('failures') or [])[-1:]
-    reached = fault.get('step')
-    if previous and reached is not None and previous[0].get('step') is not None and reached <= previous[0]['step'] \
-            and previous[0].get('resume_step') == checkpoint_step:
-        return {'action': 'give_up',
-                'why': 'step %s failed twice with no progress (resumed from step %s both times)'
-                       % (reached + 1, checkpoint_step)}
-    if head in left_out:
-        return {'action': 'give_up', 'why': 'the head %s failed its check: the job is launched from it and runs '
-                                            'rank 0 there' % head}
-    used = list(state.get('spares_used') or [])
-    ready = [n for n in settings.get('spares') or [] if n not in nodes and n not in used and n not in health_bad]
-    spares = ready[:len(left_out)]
-    remaining = [n for n in nodes if n not in left_out] + spares
-    if len(remaining) < settings['min_nodes']:
-        return {'action': 'give_up', 'why': '%d node(s) would remain (%s) and training_min_nodes is %d; left out: %s'
-                                            % (len(remaining), ', '.join(remaining), settings['min_nodes'],
-                                               ', '.join(left_out))}
-    recovered = [n for n in suspects if n in nodes and n not in left_out]
-    if spares:
-        why = 'without %s; spare %s in %s place' % (
-            ', '.join(left_out), ', '.join(spares), 'its' if len(spares) == 1 else 'their')
-        if len(spares) < len(left_out):
-            why += ' (no more ready spares: %d node(s) fewer)' % (len(left_out) - len(spares))
-    elif left_out:
-        # the inventory has spares (the job may already run on them): say none was ready
-        why = 'without %s%s' % (', '.join(left_out), ' (no ready spare: the job shrinks)'
-                                if settings.get('spares') or used else '')
-    else:
-        why = 'on all nodes (%s passed the check: a transient failure)' % (', '.join(recovered) or 'every node')
-    return {'action': 'restart', 'nodes': remaining, 'left_out': left_out, 'recovered': recovered,
-            'spares': spares, 'resume_step': checkpoint_step or 0, 'why': why}
 
 
 # ----- the glance: the job's files on the shared storage, between two reads ------------------------
@@ -642,95 +565,6 @@ def write_file(path, text, mode):
         raise
 
 
-# ----- events and summary -----------------------------------------------------------------------
-def event(state_dir, kind, **fields):
-    """Append one event to <state dir>/events.jsonl (one JSON object a line, written and synced at once;
-    mode 0644: the events hold no secret and users read them)."""
-    record = dict(fields, time=round(time.time(), 3), event=kind)
-    fd = os.open(os.path.join(state_dir, EVENTS), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        try:
-            os.fchmod(fd, 0o644)
-        except OSError:
-            pass
-        os.write(fd, (json.dumps(record, sort_keys=True) + '\n').encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return record
-
-
-def read_events(state_dir):
-    """The events of a supervisor's <state dir>/events.jsonl, skipping a line cut short (a path that is no
-    directory is taken for the events file itself)."""
-    path = os.path.join(state_dir, EVENTS) if os.path.isdir(state_dir) else state_dir
-    out = []
-    try:
-        with open(path) as handle:
-            for line in handle:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    continue
-    except OSError:
-        return []
-    return out
-
-
-def summarize(events):
-    """{restarts, steps_lost, time_lost_s, faults, left_out, outcome, why} from a job's events.
-
-    steps lost: the steps a fault's run had reached past the checkpoint it resumed from; time lost: from
-    the last step before the fault to the first step after its restart (the run of a fault that never
-    trained again counts to its give-up)."""
-    out = {'restarts': 0, 'steps_lost': 0, 'time_lost_s': 0.0, 'faults': 0, 'left_out': [],
-           'outcome': 'supervised', 'why': None}
-    open_fault = None
-    for ev in events:
-        kind = ev.get('event')
-        if kind == 'fault':
-            out['faults'] += 1
-            open_fault = ev
-        elif kind == 'restart':
-            out['restarts'] += 1
-            if ev.get('lost_steps') is not None:
-                out['steps_lost'] += int(ev['lost_steps'])
-            for node in ev.get('left_out') or []:
-                if node not in out['left_out']:
-                    out['left_out'].append(node)
-        elif kind == 'training' and open_fault is not None:
-            start = open_fault.get('last_step_time') or open_fault.get('time')
-            out['time_lost_s'] += max(0.0, ev['time'] - start)
-            open_fault = None
-        elif kind in ('gave_up', 'done', 'stopped'):
-            if open_fault is not None and kind == 'gave_up':
-                start = open_fault.get('last_step_time') or open_fault.get('time')
-                out['time_lost_s'] += max(0.0, ev['time'] - start)
-                open_fault = None
-            out['outcome'] = {'gave_up': 'gave up', 'done': 'finished', 'stopped': 'stopped'}[kind]
-            out['why'] = ev.get('why')
-    out['time_lost_s'] = round(out['time_lost_s'], 1)
-    return out
-
-
-def summary_lines(events, limit=8):
-    """What status prints: the summary, then the last events one a line."""
-    s = summarize(events)
-    lines = ['supervision: %s%s; %d restart(s), %d step(s) lost, %.0f s lost%s'
-             % (s['outcome'], (' (%s)' % s['why']) if s['why'] else '', s['restarts'], s['steps_lost'],
-                s['time_lost_s'], ('; left out: %s' % ', '.join(s['left_out'])) if s['left_out'] else '')]
-    for ev in events[-limit:]:
-        words = [time.strftime('%H:%M:%S', time.localtime(ev.get('time', 0))), ev.get('event', '?')]
-        keys = ('seen', 'nodes', 'step', 'resume_step') + (('attempt',) if ev.get('event') == 'restart' else ()) \
-            + ('why',)
-        for key in keys:
-            if ev.get(key) not in (None, [], ''):
-                value = ev[key]
-                words.append('%s=%s' % (key, ','.join(value) if isinstance(value, list) else value))
-        lines.append('  ' + ' '.join(str(w) for w in words))
-    return lines
-
-
 # ----- one supervisor per job -------------------------------------------------------------------
 def lock(path):
     """Hold the job's supervisor lock for the life of this process; None when another one holds it."""
@@ -786,7 +620,7 @@ def report(state_dir, now=None):
         who = 'supervised by %s (pid %s on %s, %s %.0f s ago; restarts %s)' % (
             beat.get('unit') or 'a supervisor', beat.get('pid', '?'), beat.get('host', '?'), beat.get('doing', '?'),
             now - beat.get('time', now), beat.get('restarts', '?'))
-    return [who] + summary_lines(read_events(state_dir))
+    return [who] + core.summary_lines(core.read_events(state_dir))
 
 
 # ----- the loop on the supervisor host ----------------------------------------------------------
@@ -878,7 +712,7 @@ class Supervisor:
 
     def event(self, kind, **fields):
         """An event of the attempt in progress (fields may name another attempt)."""
-        return event(self.dir, kind, **dict({'attempt': self.attempt}, **fields))
+        return core.append_event(self.dir, kind, **dict({'attempt': self.attempt}, **fields))
 
     # ----- runs of ansible ----------------------------------------------------------------------
     def command(self, cmd, timeout, watch=None):
@@ -1151,18 +985,18 @@ class Supervisor:
             why = ('%s answered a ping but its reads did not come back %d times in a row (a hung process or mount '
                    'on it?)' % (', '.join(hung), self.blind_reads))
             fault = dict(obs, unreachable_nodes=hung, why=why)
-            return fault, {'action': 'stop', 'seen': 'unreachable', 'nodes': culprits(fault), 'why': why}
+            return fault, {'action': 'stop', 'seen': 'unreachable', 'nodes': core.culprits(fault), 'why': why}
         if confirmed:
             why = '%s did not answer two reads and a direct probe (%s)' % (
                 ', '.join(confirmed), '; '.join('%s: %s' % (n, (probes.get(n) or {}).get('why')) for n in confirmed))
             # lost: they are left out of the stop and of the health run (each would wait out its SSH timeout
             # there); their ranks are killed once they answer again (fence_step)
             fault = dict(obs, unreachable_nodes=confirmed, lost=confirmed, why=why)
-            return fault, {'action': 'stop', 'seen': 'unreachable', 'nodes': culprits(fault), 'why': why}
+            return fault, {'action': 'stop', 'seen': 'unreachable', 'nodes': core.culprits(fault), 'why': why}
         if self.missed != nodes:
             self.event('read_missed', nodes=nodes, why=missed_why(obs, second, probes))
             self.missed = nodes
-        act = decide(second)
+        act = core.decide(second)
         if act['action'] != 'wait' and not needs_confirming(second):
             return second, act
         return second, {'action': 'wait', 'why': 'a read missed %s' % ', '.join(nodes)}
@@ -1406,7 +1240,7 @@ class Supervisor:
             if waiting_first_step is not None and obs['step'] is not None and obs['step'] > waiting_first_step:
                 self.event('training', step=obs['step'], why='training again after the restart')
                 waiting_first_step = None
-            act = decide(obs)
+            act = core.decide(obs)
             if act['action'] == 'stop' and needs_confirming(obs):
                 obs, act = self.confirm(obs)
             elif obs['state'] != 'unknown':
@@ -1490,14 +1324,14 @@ class Supervisor:
             why = ('the quick health tier wrote no report (health.yml rc %d; its output in %s): judged by the fault '
                    'alone: %s' % (rc, os.path.join(self.dir, LOG), ', '.join(bad) or 'no node named'))
         else:
-            bad = lost_nodes + bad_nodes(report, answering + ready)
+            bad = lost_nodes + core.bad_nodes(report, answering + ready)
             why = 'quick health tier: %s' % (('failing or not answering: ' + ', '.join(bad)) if bad
                                              else 'every node passed')
             if lost_nodes:
                 why += ' (%s lost: not checked)' % ', '.join(lost_nodes)
         self.event('checked', nodes=bad, why=why)
         ckpt = self.checkpoint()
-        plan = plan_restart(self.state, obs, act['nodes'], bad, ckpt, self.s)
+        plan = core.plan_restart(self.state, obs, act['nodes'], bad, ckpt, self.s)
         if plan['action'] == 'give_up':
             self.event('gave_up', why=plan['why'], step=obs['step'])
             if self.slurm:  # the Slurm job waits requeued and held: nothing will release it now

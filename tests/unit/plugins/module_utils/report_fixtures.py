@@ -25,6 +25,7 @@ LAYOUT = {'lab-head': 2, 'lab-worker-1': 1}
 
 sys.path.insert(0, os.path.join(ROOT, 'roles', 'training', 'files'))
 import gpucluster_supervise as sv  # noqa: E402
+import supervision as core  # noqa: E402  the supervision core, as the supervisor imports it
 
 sys.path.insert(0, os.path.join(HERE, '..', 'plugin_utils'))
 from test_health_checks import lab_nodes  # noqa: E402
@@ -61,10 +62,10 @@ def write_events(job_dir, events=EVENTS, monkeypatch=None):
     sv.time.time = lambda: next(times)
     try:
         for _, kind, fields in events:
-            sv.event(str(job_dir), kind, **fields)
+            core.append_event(str(job_dir), kind, **fields)
     finally:
         sv.time.time = saved
-    return sv.read_events(os.path.join(str(job_dir), sv.EVENTS))
+    return core.read_events(os.path.join(str(job_dir), core.EVENTS))
 
 
 def make_job(tmp_path, name='train_tiny-20261125-064920', events=True, summary=None, ranks=(0, 1, 2)):

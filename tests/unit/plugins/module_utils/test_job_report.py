@@ -123,7 +123,7 @@ def test_the_events_are_on_the_time_line_in_the_order_they_happened(tmp_path):
     assert re.findall(r'<g class="event" data-event="([a-z_]+)"', page) == kinds
     assert re.findall(r'<td class="event-([a-z_]+)">', page) == kinds
     assert data['supervision'] == {'restarts': 1, 'steps_lost': 10, 'faults': 1, 'outcome': 'finished',
-                                   'why': 'the job finished'}
+                                   'why': 'the job finished', 'left_out': [], 'time_lost_s': 2.1}
     assert 'finished (the job finished); 1 fault(s), 1 restart(s), 10 step(s) lost' in page
 
 

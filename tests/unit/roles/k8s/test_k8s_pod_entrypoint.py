@@ -278,7 +278,7 @@ def test_the_failure_policy_fails_the_job_at_once_on_a_failure_it_names(job, mon
         assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
         rec = wait_record(job, 'j1', ('failed',))
         assert (rec['state'], rec['failed_pod'], rec['attempt'], rec['restarts_used']) == ('failed', 'trainer-1', 0, 0)
-        assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('stopped', 0), ('gave_up', 0)]
+        assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('job_stopped', 0), ('gave_up', 0)]
         gave_up = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[-1]
         assert gave_up['why'] == 'train.failure_policy[0] fails the job on a exit failure'
         assert k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[1]['seen'] == 'exit'
@@ -306,7 +306,7 @@ def test_an_uncounted_restart_does_not_use_train_restarts_and_the_attempt_reache
         rec = wait_record(job, 'j1', ('finished', 'failed'), seconds=30)
         assert (rec['state'], rec['attempt'], rec['restarts_used']) == ('finished', 1, 0)
         assert rec['history'][0]['kind'] == 'signal'
-        assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('stopped', 0), ('restart', 1), ('done', 1)]
+        assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('job_stopped', 0), ('restart', 1), ('done', 1)]
         restart = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[3]
         assert restart['counted'] is False and restart['nodes'] == ['trainer-0', 'trainer-1', 'trainer-2']
         time.sleep(0.5)
@@ -339,7 +339,7 @@ def test_a_pod_lost_with_its_node_ends_the_job_after_lost_pod_wait_naming_it(job
         rec = wait_record(job, 'j1', ('failed',), seconds=30)
         assert time.time() - start < 20
         assert rec['failed_pod'] == 'trainer-2' and 'after 5 s; pod trainer-2 is lost (its node may be down)' in rec['reason']
-        assert [e for e, _ in kinds_of('j1')] == ['supervising', 'fault', 'stopped', 'restart_failed', 'gave_up']
+        assert [e for e, _ in kinds_of('j1')] == ['supervising', 'fault', 'job_stopped', 'restart_failed', 'gave_up']
         assert k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[2]['unanswered'] == ['trainer-2']
         assert k8s_pod.group_alive(agents[2].jobs['j1']['pid'])     # still running where nobody could stop it
         state['lost'] = False                                       # the node is back
@@ -514,26 +514,3 @@ def test_the_agent_knows_pod_0_without_a_lookup_per_request_and_still_refuses_ot
     # a peer that is not pod 0 is refused after one more lookup (pod 0 may have come back elsewhere)
     monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['10.0.0.6'])
     assert not agent.allowed('10.0.0.9') and agent.allowed('10.0.0.6') and not agent.allowed('10.0.0.5')
-
-
-@pytest.mark.parametrize('state,kind', [
-    ({'state': 'failed', 'exit_code': 7, 'reason': 'exit 7'}, 'exit'),
-    ({'state': 'failed', 'exit_code': 247, 'reason': KILLED}, 'signal'),
-    ({'state': 'failed', 'exit_code': -9, 'reason': 'killed by SIGKILL (an out-of-memory kill does this)'}, 'signal'),
-    ({'state': 'unreachable', 'reason': 'unreachable (timed out)'}, 'unreachable'),
-    ({'state': 'failed', 'reason': 'restarted: the container ended while its part ran'}, 'restarted'),
-    ({'state': 'absent', 'reason': 'has no part of the job (its container started again without its state?)'},
-     'restarted'),
-])
-def test_each_failure_has_a_kind_the_cluster_file_knows(state, kind):
-    from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
-    assert k8s_pod.failure_kind(state) == kind and kind in kc.FAILURE_KINDS
-
-
-def test_the_first_matching_rule_decides_and_no_rule_restarts():
-    policy = [{'on': ['exit'], 'exit_codes': [3, 4], 'action': 'fail'}, {'on': ['exit', 'signal'], 'action': 'restart_uncounted'}]
-    assert k8s_pod.policy_action(policy, 'exit', 3) == ('fail', 0)
-    assert k8s_pod.policy_action(policy, 'exit', 1) == ('restart_uncounted', 1)
-    assert k8s_pod.policy_action(policy, 'signal', -9) == ('restart_uncounted', 1)
-    assert k8s_pod.policy_action(policy, 'unreachable') == ('restart', None)
-    assert k8s_pod.policy_action([], 'exit', 1) == ('restart', None)

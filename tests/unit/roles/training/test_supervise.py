@@ -6,6 +6,7 @@ results, training_progress_view on training_progress results)."""
 
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -16,6 +17,7 @@ FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles',
 sys.path.insert(0, FILES)
 
 import gpucluster_supervise as sv  # noqa: E402
+import supervision as core  # noqa: E402  the supervision core, as the supervisor imports it
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_supervise_core import _rec  # noqa: E402  (a status read as status.yml writes it)
@@ -50,7 +52,7 @@ def test_a_running_job_is_left_alone():
                       {'ranks': [_row('w2', 3, 17)]}])
     obs = sv.observe(_rec(status), NOW)
     assert (obs['state'], obs['step']) == ('running', 17)
-    assert sv.decide(obs)['action'] == 'wait'
+    assert core.decide(obs)['action'] == 'wait'
 
 
 def test_a_killed_rank_stops_the_job_naming_the_node_whose_rank_failed_first():
@@ -62,7 +64,7 @@ def test_a_killed_rank_stops_the_job_naming_the_node_whose_rank_failed_first():
                       {'ranks': [_row('w1', 2, 23, alive=False, exit='signal 9')]}, {'ranks': [_row('w2', 3, 23)]}])
     obs = sv.observe(_rec(status), NOW)
     assert obs['state'] == 'failed' and obs['failed_nodes'][0] == 'w1' and obs['step'] == 23
-    act = sv.decide(obs)
+    act = core.decide(obs)
     assert act == {'action': 'stop', 'seen': 'failed', 'nodes': ['w1'], 'why': 'a rank failed first on w1 (exit -9)'}
 
 
@@ -71,7 +73,7 @@ def test_a_node_that_does_not_answer_is_named_and_the_job_stopped():
                       _running('w2', [3, 3])], None)
     obs = sv.observe(_rec(status), NOW)
     assert obs['state'] == 'unreachable' and obs['unreachable_nodes'] == ['w1']
-    assert sv.decide(obs) == {'action': 'stop', 'seen': 'unreachable', 'nodes': ['w1'], 'why': 'w1 could not be read'}
+    assert core.decide(obs) == {'action': 'stop', 'seen': 'unreachable', 'nodes': ['w1'], 'why': 'w1 could not be read'}
 
 
 def test_a_stall_names_the_ranks_that_stopped_first():
@@ -83,72 +85,16 @@ def test_a_stall_names_the_ranks_that_stopped_first():
     obs = sv.observe(_rec(status), NOW)
     assert obs['state'] == 'stalled', status['progress']['lines']
     assert 'w2' in obs['stalled_nodes']
-    assert sv.decide(obs)['action'] == 'stop' and sv.decide(obs)['seen'] == 'stalled'
+    assert core.decide(obs)['action'] == 'stop' and core.decide(obs)['seen'] == 'stalled'
 
 
 def test_a_finished_or_stopped_job_ends_the_supervision():
     done = _status([dict(_running('head', [0, 1]), running=False, exit_code=0)], None)
-    assert sv.decide(sv.observe(_rec(done), NOW)) == {'action': 'done', 'why': 'the job finished'}
+    assert core.decide(sv.observe(_rec(done), NOW)) == {'action': 'done', 'why': 'the job finished'}
     stopped = sv.observe(_rec({'result': {'state': 'stopped'}}), NOW)
-    assert sv.decide(stopped)['action'] == 'done' and 'not by its supervisor' in sv.decide(stopped)['why']
+    assert core.decide(stopped)['action'] == 'done' and 'not by its supervisor' in core.decide(stopped)['why']
     # a read that said nothing (the playbook could not run) is waited out, not taken for a fault
-    assert sv.decide(sv.observe(_rec(None), NOW)) == {'action': 'wait', 'why': 'the status read gave nothing'}
-
-
-def _state(nodes=None, restarts=0, failures=None):
-    return {'nodes': list(nodes or NODES), 'restarts': restarts, 'failures': list(failures or [])}
-
-
-def test_a_node_that_fails_its_check_is_left_out_and_the_job_restarts_on_the_others():
-    fault = {'step': 23}
-    plan = sv.plan_restart(_state(), fault, ['w1'], ['w1'], 20, SETTINGS)
-    assert plan['action'] == 'restart' and plan['nodes'] == ['head', 'w2'] and plan['left_out'] == ['w1']
-    assert plan['resume_step'] == 20 and plan['why'] == 'without w1'
-
-
-def test_a_culprit_that_passes_its_check_is_a_transient_failure_restarted_on_all_nodes():
-    plan = sv.plan_restart(_state(), {'step': 23}, ['w1'], [], 20, SETTINGS)
-    assert plan['nodes'] == NODES and plan['left_out'] == []
-    assert plan['why'] == 'on all nodes (w1 passed the check: a transient failure)'
-
-
-def test_too_few_nodes_left_the_head_lost_or_restarts_used_up_give_up_with_the_reason():
-    plan = sv.plan_restart(_state(), {'step': 23}, ['w1'], ['w1', 'w2'], 20, SETTINGS)
-    assert plan == {'action': 'give_up', 'why': '1 node(s) would remain (head) and training_min_nodes is 2; '
-                                                'left out: w1, w2'}
-    plan = sv.plan_restart(_state(), {'step': 23}, ['head'], ['head'], 20, SETTINGS)
-    assert plan['action'] == 'give_up' and plan['why'].startswith('the head head failed its check')
-    plan = sv.plan_restart(_state(restarts=3, failures=[{'resume_step': 10, 'step': 15}]), {'step': 40}, ['w1'], [],
-                           30, SETTINGS)
-    assert plan == {'action': 'give_up', 'why': 'training_restarts (3) used up'}
-
-
-def test_the_same_step_failing_twice_with_no_progress_gives_up():
-    state = _state(restarts=1, failures=[{'resume_step': 20, 'step': 23}])
-    plan = sv.plan_restart(state, {'step': 23}, ['w1'], [], 20, SETTINGS)
-    assert plan == {'action': 'give_up', 'why': 'step 24 failed twice with no progress (resumed from step 20 both times)'}
-    # progress past the earlier failure is not the same failure again
-    assert sv.plan_restart(state, {'step': 27}, ['w1'], [], 20, SETTINGS)['action'] == 'restart'
-    # nor is a failure after a newer checkpoint
-    assert sv.plan_restart(state, {'step': 23}, ['w1'], [], 22, SETTINGS)['action'] == 'restart'
-
-
-def test_no_checkpoint_restarts_from_the_beginning():
-    plan = sv.plan_restart(_state(), {'step': 23}, ['w1'], [], None, SETTINGS)
-    assert plan['action'] == 'restart' and plan['resume_step'] == 0
-
-
-def test_the_health_report_names_failing_nodes_and_those_it_has_no_record_of():
-    report = {'records': [{'node': 'head', 'check': 'ssh', 'status': 'ok'},
-                          {'node': 'w2', 'check': 'disk', 'status': 'warn'},
-                          {'node': 'w2', 'check': 'gpu', 'status': 'ok'}]}
-    assert sv.bad_nodes(report, NODES) == ['w1']
-    report['records'].append({'node': 'w2', 'check': 'nfs', 'status': 'fail'})
-    assert sv.bad_nodes(report, NODES) == ['w1', 'w2']
-    assert sv.bad_nodes({}, NODES) == NODES
-    # a node that could not be reached: its checks are unknown, none ok
-    report['records'].append({'node': 'w1', 'check': 'reachable', 'status': 'unknown'})
-    assert sv.bad_nodes(report, NODES) == ['w1', 'w2']
+    assert core.decide(sv.observe(_rec(None), NOW)) == {'action': 'wait', 'why': 'the status read gave nothing'}
 
 
 def test_the_event_log_tells_the_story_and_the_summary_counts_restarts_steps_and_time_lost(tmp_path, monkeypatch):
@@ -157,40 +103,33 @@ def test_the_event_log_tells_the_story_and_the_summary_counts_restarts_steps_and
     job = str(tmp_path)  # the supervisor's state directory
     umask = os.umask(0o077)  # users read the events whatever the supervisor's umask
     try:
-        sv.event(job, 'supervising', nodes=NODES)
+        core.append_event(job, 'supervising', nodes=NODES)
     finally:
         os.umask(umask)
-    sv.event(job, 'fault', seen='unreachable', nodes=['w1'], step=23, last_step_time=120.0, why='w1 could not be read')
-    sv.event(job, 'job_stopped', why='stop ended with rc 2')
-    sv.event(job, 'restart', nodes=['head', 'w2'], left_out=['w1'], resume_step=20, lost_steps=3, attempt=1)
-    sv.event(job, 'training', step=21)
-    sv.event(job, 'fault', seen='failed', nodes=['w2'], step=44, last_step_time=395.0)
-    sv.event(job, 'restart', nodes=['head', 'w2'], left_out=[], resume_step=40, lost_steps=4, attempt=2)
-    sv.event(job, 'training', step=41)
-    sv.event(job, 'done', why='the job finished', step=100)
+    core.append_event(job, 'fault', seen='unreachable', nodes=['w1'], step=23, last_step_time=120.0, why='w1 could not be read')
+    core.append_event(job, 'job_stopped', why='stop ended with rc 2')
+    core.append_event(job, 'restart', nodes=['head', 'w2'], left_out=['w1'], resume_step=20, lost_steps=3, attempt=1)
+    core.append_event(job, 'training', step=21)
+    core.append_event(job, 'fault', seen='failed', nodes=['w2'], step=44, last_step_time=395.0)
+    core.append_event(job, 'restart', nodes=['head', 'w2'], left_out=[], resume_step=40, lost_steps=4, attempt=2)
+    core.append_event(job, 'training', step=41)
+    core.append_event(job, 'done', why='the job finished', step=100)
     with open(os.path.join(job, 'events.jsonl'), 'a') as handle:
         handle.write('{"event": "fau')  # a line cut short by a crash is skipped
-    events = sv.read_events(job)
+    events = core.read_events(job)
     assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'restart', 'training', 'fault',
                                             'restart', 'training', 'done']
-    assert sv.read_events(os.path.join(job, 'events.jsonl')) == events  # the file itself (the report page's reader)
+    assert core.read_events(os.path.join(job, 'events.jsonl')) == events  # the file itself (the report page's reader)
     assert json.loads(open(os.path.join(job, 'events.jsonl')).readline())['time'] == 100.0
     assert os.stat(os.path.join(job, 'events.jsonl')).st_mode & 0o777 == 0o644  # users read the events
-    summary = sv.summarize(events)
+    summary = core.summarize(events)
     # time lost: 120 -> 190 and 395 -> 450
     assert summary == {'restarts': 2, 'steps_lost': 7, 'time_lost_s': 125.0, 'faults': 2, 'left_out': ['w1'],
                        'outcome': 'finished', 'why': 'the job finished'}
-    lines = sv.summary_lines(events)
+    lines = core.summary_lines(events)
     assert lines[0] == ('supervision: finished (the job finished); 2 restart(s), 7 step(s) lost, 125 s lost; '
                         'left out: w1')
     assert any('fault seen=unreachable nodes=w1 step=23 why=w1 could not be read' in line for line in lines)
-
-
-def test_a_give_up_counts_the_time_to_it_and_says_why():
-    events = [{'event': 'fault', 'time': 10.0, 'last_step_time': 5.0, 'step': 3},
-              {'event': 'gave_up', 'time': 65.0, 'why': 'training_restarts (2) used up'}]
-    assert sv.summarize(events)['time_lost_s'] == 60.0
-    assert sv.summary_lines(events)[0].startswith('supervision: gave up (training_restarts (2) used up); 0 restart(s)')
 
 
 def test_two_supervisors_never_act_on_one_job(tmp_path):
@@ -412,7 +351,7 @@ def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_
     rc = sv.Supervisor(settings).run()
     calls = [json.loads(line) for line in (bin_dir / 'calls.log').read_text().splitlines()]
     assert _listing(job) == sorted(before + written)  # the supervisor writes nothing on the shared storage
-    return rc, calls, sv.read_events(str(state))
+    return rc, calls, core.read_events(str(state))
 
 
 def _runs(calls):
@@ -447,7 +386,7 @@ def test_the_loop_stops_checks_and_restarts_a_killed_rank_on_all_nodes_then_sees
     restart = events[4]
     # the job's first start was attempt 1: the restart is attempt 2
     assert (restart['nodes'], restart['resume_step'], restart['lost_steps'], restart['attempt']) == (NODES, 20, 3, 2)
-    assert sv.summarize(events)['restarts'] == 1 and sv.summarize(events)['outcome'] == 'finished'
+    assert core.summarize(events)['restarts'] == 1 and core.summarize(events)['outcome'] == 'finished'
 
 
 def test_a_node_that_misses_two_reads_and_the_direct_probe_is_a_fault_and_is_left_out_when_it_fails_its_check(
@@ -508,7 +447,7 @@ def test_a_node_that_hangs_counts_the_steps_lost_from_the_last_step_read_before_
     assert (events[1]['step'], events[1]['step_read']) == (23, 'before the fault')
     assert (events[4]['resume_step'], events[4]['lost_steps']) == (20, 3)
     assert events[5]['step'] == 21
-    assert sv.summarize(events)['steps_lost'] == 3
+    assert core.summarize(events)['steps_lost'] == 3
     # the heartbeat after each read carries the last step read (the final read ended the supervision)
     beat = json.loads((tmp_path / 'state' / 'supervisor.json').read_text())
     assert (beat['step'], beat['attempt'], beat['failed_reads']) == (40, 2, 0)
@@ -568,7 +507,7 @@ def test_a_report_run_that_fails_is_an_event_not_a_crash(tmp_path):
     assert rc == 0 and calls[-1][0] == 'report'
     assert [e['event'] for e in events] == ['supervising', 'done', 'report_failed']
     assert events[-1]['why'].startswith('train.yml report ended with rc 2 (its output in ')
-    assert sv.summarize(events)['outcome'] == 'finished'  # the job's outcome is the done, not the report
+    assert core.summarize(events)['outcome'] == 'finished'  # the job's outcome is the done, not the report
 
 
 def test_a_report_run_is_bounded_in_time(tmp_path):
@@ -586,7 +525,7 @@ def test_a_report_run_that_cannot_start_is_an_event_not_a_crash(tmp_path):
                 'ansible_playbook': str(tmp_path / 'missing'), 'inventory': 'inv',
                 'train_playbook': 'gpucluster.multinode.train', 'vars_file': 'vars.json', 'action_timeout': 30}
     sv.Supervisor(settings).write_report()
-    events = sv.read_events(str(state))
+    events = core.read_events(str(state))
     assert [e['event'] for e in events] == ['report_failed']
     assert events[0]['why'].startswith('the report page was not written: ')
 
@@ -741,7 +680,13 @@ def test_the_program_holds_the_lock_in_its_state_dir_and_a_stop_ends_its_run_and
                 'vars_file': 'vars.json', 'health_report_dir': str(tmp_path / 'health'),
                 'metrics_dir': str(tmp_path / 'metrics'), 'unit': 'gpucluster-supervise@j-1.service'}
     (state / 'settings.json').write_text(json.dumps(settings))
-    program = os.path.join(FILES, 'gpucluster_supervise.py')
+    # installed as the training role installs it: the supervision core beside the program
+    lib = tmp_path / 'lib'
+    lib.mkdir()
+    for src in (os.path.join(FILES, 'gpucluster_supervise.py'), os.path.join(FILES, 'gpucluster_progress.py'),
+                core.__file__):
+        shutil.copy(src, str(lib))
+    program = str(lib / 'gpucluster_supervise.py')
     sup = subprocess.Popen([sys.executable, program, str(state / 'settings.json')])
     try:
         for _ in range(200):  # until its first read runs
@@ -759,7 +704,7 @@ def test_the_program_holds_the_lock_in_its_state_dir_and_a_stop_ends_its_run_and
     finally:
         if sup.poll() is None:
             sup.kill()
-    events = sv.read_events(str(state))
+    events = core.read_events(str(state))
     assert [e['event'] for e in events] == ['supervising', 'stopped']
     assert events[1]['why'].startswith('the supervisor was stopped (signal 15)')
     assert os.listdir(str(tmp_path / 'metrics')) == [] and (state / 'supervisor.prom').exists()
@@ -965,7 +910,7 @@ def test_a_glance_that_hangs_is_given_up_named_and_the_glances_come_back_when_it
     release.set()
     sup.glance.thread.join(5)
     sup.glance_once(time.time() + 1)
-    events = [e['why'] for e in sv.read_events(str(tmp_path / 'state')) if e['event'] == 'glance']
+    events = [e['why'] for e in core.read_events(str(tmp_path / 'state')) if e['event'] == 'glance']
     assert events[0].startswith('glances off: the job directory') and events[1].startswith('glances on again')
     assert sup.glance_off is None
 

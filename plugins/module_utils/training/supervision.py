@@ -1,0 +1,291 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpucluster.multinode contributors
+# Apache License 2.0
+"""The supervision core: what every supervisor of a training job shares, and where a restart is decided.
+
+Two supervisors run it: the head's (roles/training/files/gpucluster_supervise.py, a service on the
+supervisor host that reads the job through the collection's playbooks) and pod 0's agent on Kubernetes
+(roles/k8s/files/k8s_pod.py, which reads the pods through their agents). Both write the same events,
+judge culprits in the same order and decide a restart with the same rules; the training_report module
+reads their events with the same reader and counts them with the same summary.
+
+Standard library only, Python 3.8 or later: it is both a module_util (shipped with training_report) and a
+program's helper installed beside each supervisor, where it is imported as ``supervision``:
+/usr/local/lib/gpucluster/supervision.py on the supervisor host (the training role, root's own disk) and
+/etc/gpucluster/supervision.py in every pod (the StatefulSet's ConfigMap).
+
+The events (events.jsonl, one JSON object a line, each with time and event; EVENT_KINDS is the
+vocabulary, an unknown kind is refused): nodes are the job's nodes, or the pods on Kubernetes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+EVENTS = 'events.jsonl'
+
+# Every kind of event a supervisor writes, and what it means.
+EVENT_KINDS = {
+    'supervising': 'the supervisor took the job (nodes, restarts)',
+    'read_missed': 'a node a read could not reach and a second read or the direct probe did: not a fault',
+    'blind': 'reads in a row failed: nothing is stopped until one works again',
+    'sighted': 'a read works again after blind',
+    'glance': "the glances at the job's files on the shared storage turned off or on again",
+    'fault': 'the job failed, lost a node or stalled (seen: the kind; nodes: the culprits, first first)',
+    'job_stopped': 'the supervisor stopped the whole job after a fault (unanswered: nodes that did not answer)',
+    'fenced': 'a node that did not answer the stop answers again: its part of the job was stopped',
+    'fence_failed': 'the nodes still waiting to be fenced could not be asked',
+    'checked': "the culprits' quick health check after a fault",
+    'restart': 'the job started again (nodes, left_out, resume_step, lost_steps, attempt)',
+    'restart_failed': 'a restart did not start',
+    'training': 'a step after a restart: training again',
+    'done': 'the job finished: supervision ends',
+    'gave_up': 'no restart is left or possible: supervision ends, the job failed',
+    'stopped': 'supervision ends with nothing to restart: the job was stopped by someone else, or the '
+               'supervisor itself ended (its time ran out, it was stopped)',
+    'report_failed': "the job's report page could not be written",
+    'metrics_failed': "the supervisor's figures could not be written",
+}
+ENDINGS = {'gave_up': 'gave up', 'done': 'finished', 'stopped': 'stopped'}
+
+# What a read of the job says that stops it (the job's one state, plugins/plugin_utils/job_state.py).
+FAULTS = ('failed', 'unreachable', 'stalled')
+
+# The kinds of failure in the order they name a job's culprit: a part whose container started again (or that
+# has no part), a node that cannot be reached, a rank killed by a signal, any other non-zero exit, a stall,
+# a part stopped by someone (SIGTERM). When a node is lost the others' ranks fail too: the lost one is the
+# cause, not the first collateral exit. Among equals, the one that ended first.
+CULPRIT_ORDER = ('restarted', 'unreachable', 'signal', 'exit', 'stalled', 'stopped')
+
+
+# ----- events -------------------------------------------------------------------------------------
+def append_event(directory, kind, **fields):
+    """Append one event to <directory>/events.jsonl (written and synced at once; mode 0644: the events hold
+    no secret and users read them) and return it. An unknown kind is a ValueError."""
+    if kind not in EVENT_KINDS:
+        raise ValueError('unknown supervision event %r (supervision.EVENT_KINDS)' % (kind,))
+    record = dict(fields, time=round(time.time(), 3), event=kind)
+    fd = os.open(os.path.join(directory, EVENTS), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        try:
+            os.fchmod(fd, 0o644)
+        except OSError:
+            pass
+        os.write(fd, (json.dumps(record, sort_keys=True) + '\n').encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return record
+
+
+def read_events(path):
+    """The events of an events.jsonl in the order they were written (path: the file, or the directory that
+    holds it); a line cut short or not an event is skipped. None when there is no such file (the job was not
+    supervised); [] when it cannot be read."""
+    if os.path.isdir(path):
+        path = os.path.join(path, EVENTS)
+    if not os.path.exists(path):
+        return None
+    out = []
+    try:
+        with open(path) as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict) and isinstance(record.get('time'), (int, float)) \
+                        and not isinstance(record.get('time'), bool):
+                    out.append(record)
+    except (IOError, OSError, UnicodeDecodeError):
+        return []
+    return out
+
+
+def summarize(events):
+    """{restarts, steps_lost, time_lost_s, faults, left_out, outcome, why} from a job's events.
+
+    steps lost: the steps a fault's run had reached past the checkpoint it resumed from (the restart's
+    lost_steps); time lost: from the last step before the fault to the first step after its restart (the run
+    of a fault that never trained again counts to its give-up)."""
+    out = {'restarts': 0, 'steps_lost': 0, 'time_lost_s': 0.0, 'faults': 0, 'left_out': [],
+           'outcome': 'supervised', 'why': None}
+    open_fault = None
+    for ev in events or []:
+        kind = ev.get('event')
+        if kind == 'fault':
+            out['faults'] += 1
+            open_fault = ev
+        elif kind == 'restart':
+            out['restarts'] += 1
+            if isinstance(ev.get('lost_steps'), (int, float)):
+                out['steps_lost'] += int(ev['lost_steps'])
+            for node in ev.get('left_out') or []:
+                if node not in out['left_out']:
+                    out['left_out'].append(node)
+        elif kind == 'training' and open_fault is not None:
+            start = open_fault.get('last_step_time') or open_fault.get('time')
+            out['time_lost_s'] += max(0.0, ev['time'] - start)
+            open_fault = None
+        elif kind in ENDINGS:
+            if open_fault is not None and kind == 'gave_up':
+                start = open_fault.get('last_step_time') or open_fault.get('time')
+                out['time_lost_s'] += max(0.0, ev['time'] - start)
+                open_fault = None
+            out['outcome'] = ENDINGS[kind]
+            out['why'] = ev.get('why')
+    out['time_lost_s'] = round(out['time_lost_s'], 1)
+    return out
+
+
+def summary_lines(events, limit=8):
+    """What a supervised job's status prints: the summary, then the last events one a line."""
+    events = events or []
+    s = summarize(events)
+    lines = ['supervision: %s%s; %d restart(s), %d step(s) lost, %.0f s lost%s'
+             % (s['outcome'], (' (%s)' % s['why']) if s['why'] else '', s['restarts'], s['steps_lost'],
+                s['time_lost_s'], ('; left out: %s' % ', '.join(s['left_out'])) if s['left_out'] else '')]
+    for ev in events[-limit:]:
+        words = [time.strftime('%H:%M:%S', time.localtime(ev.get('time', 0))), ev.get('event', '?')]
+        keys = ('seen', 'nodes', 'step', 'resume_step') + (('attempt',) if ev.get('event') == 'restart' else ()) \
+            + ('why',)
+        for key in keys:
+            if ev.get(key) not in (None, [], ''):
+                value = ev[key]
+                words.append('%s=%s' % (key, ','.join(value) if isinstance(value, list) else value))
+        lines.append('  ' + ' '.join(str(w) for w in words))
+    return lines
+
+
+# ----- culprits -----------------------------------------------------------------------------------
+def failure_kind(part):
+    """The kind of failure of one part of a job ({state, reason, exit_code}): restarted (its container
+    started again, or it has no part), unreachable, signal (a rank or launcher killed by a signal, an
+    out-of-memory kill and an eviction's SIGTERM among them) or exit (a non-zero exit): the kinds a failure
+    policy names (the k8s cluster file's train.failure_policy)."""
+    state, reason = part.get('state'), part.get('reason') or ''
+    if state == 'absent' or reason.startswith('restarted') or reason.startswith('has no part'):
+        return 'restarted'
+    if state == 'unreachable' or reason.startswith('unreachable'):
+        return 'unreachable'
+    code = part.get('exit_code')
+    if (isinstance(code, int) and not isinstance(code, bool) and code < 0) or 'killed by' in reason:
+        return 'signal'
+    return 'exit'
+
+
+def order_culprits(entries):
+    """The culprits of a fault, first first: entries [{node, kind, ended?, ...}] sorted by CULPRIT_ORDER, then
+    by when each ended (earliest first), then as given; a node named twice keeps its first place."""
+    ranked = sorted(enumerate(entries), key=lambda item: (
+        CULPRIT_ORDER.index(item[1]['kind']) if item[1].get('kind') in CULPRIT_ORDER else len(CULPRIT_ORDER),
+        item[1].get('ended') or 0, item[0]))
+    out, seen = [], set()
+    for _, entry in ranked:
+        if entry['node'] not in seen:
+            seen.add(entry['node'])
+            out.append(entry)
+    return out
+
+
+def culprits(obs):
+    """The nodes of a read of the whole job to judge, in CULPRIT_ORDER: those that do not answer, the node whose
+    rank failed first (the read's failed_nodes hold it first), the stalled. obs: {failed_nodes,
+    unreachable_nodes, stalled_nodes}."""
+    entries = ([{'node': n, 'kind': 'exit'} for n in obs['failed_nodes'][:1]]
+               + [{'node': n, 'kind': 'unreachable'} for n in obs['unreachable_nodes']]
+               + [{'node': n, 'kind': 'stalled'} for n in obs['stalled_nodes']])
+    return [e['node'] for e in order_culprits(entries)]
+
+
+def decide(obs):
+    """What one read of the job asks for: wait (running, or a read that said nothing), done (finished or stopped
+    by someone), or stop (a fault: the whole job is stopped, then its nodes judged)."""
+    if obs['state'] in FAULTS:
+        return {'action': 'stop', 'seen': obs['state'], 'nodes': culprits(obs), 'why': obs['why']}
+    if obs['state'] == 'succeeded':
+        return {'action': 'done', 'why': 'the job finished'}
+    if obs['state'] == 'stopped':
+        return {'action': 'done', 'why': 'the job was stopped (not by its supervisor): nothing to restart'}
+    return {'action': 'wait', 'why': obs['why'] or obs['state']}
+
+
+# ----- restarts -----------------------------------------------------------------------------------
+def restarts_used_up(used, allowed, variable):
+    """Why no restart is left ('' while one is): used restarts of allowed (the variable that sets it)."""
+    if used < allowed:
+        return ''
+    return '%s (%d) used up' % (variable, allowed) if allowed else '%s is 0' % variable
+
+
+def policy_action(policy, kind, exit_code=None):
+    """(action, rule index or None) of a failure policy ([{on: [kinds], exit_codes?: [codes], action: restart,
+    ignore or fail}]) for a failure of a kind: the first rule whose `on` names its kind (and whose exit_codes,
+    where given, hold its exit code) decides, as JobSet's failurePolicy rules do; no rule: restart (counted
+    against the restarts)."""
+    for index, rule in enumerate(policy or []):
+        if kind in rule.get('on', ()) and (not rule.get('exit_codes') or exit_code in rule['exit_codes']):
+            return rule.get('action', 'restart'), index
+    return 'restart', None
+
+
+def bad_nodes(health, nodes):
+    """Nodes whose quick health check failed, or gave no answer (no record of it in the report that is ok or
+    warn: a node that could not be reached has none, or only unknown ones)."""
+    records = (health or {}).get('records') or []
+    answered = set(r.get('node') for r in records if r.get('status') in ('ok', 'warn'))
+    failing = set(r.get('node') for r in records if r.get('status') == 'fail')
+    return [n for n in nodes if n in failing or n not in answered]
+
+
+def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
+    """restart {nodes, left_out, recovered, spares, resume_step, why} or give_up {why}, after a fault.
+
+    state: the supervisor's own record: nodes (the job's nodes now, head first), restarts (done so far),
+    failures ([{resume_step, step}] of the earlier faults), spares_used. fault: the read when the fault was
+    seen ({step}). suspects: culprits(fault). health_bad: the nodes the quick health check failed or could not
+    reach. checkpoint_step: step of the latest complete checkpoint (None: none; 0 restarts from the
+    beginning). settings: restarts (training_restarts), min_nodes (training_min_nodes), spares (the inventory's
+    spares group less the job's nodes). A node left out is replaced by a spare that passed the check and never
+    ran this job, in the spares' order: the job keeps its size while spares last; then it shrinks, down to
+    min_nodes."""
+    nodes = list(state['nodes'])
+    head = nodes[0]
+    left_out = [n for n in nodes if n in health_bad]
+    used_up = restarts_used_up(state['restarts'], settings['restarts'], 'training_restarts')
+    if used_up:
+        return {'action': 'give_up', 'why': used_up}
+    previous = (state.get('failures') or [])[-1:]
+    reached = fault.get('step')
+    if previous and reached is not None and previous[0].get('step') is not None and reached <= previous[0]['step'] \
+            and previous[0].get('resume_step') == checkpoint_step:
+        return {'action': 'give_up',
+                'why': 'step %s failed twice with no progress (resumed from step %s both times)'
+                       % (reached + 1, checkpoint_step)}
+    if head in left_out:
+        return {'action': 'give_up', 'why': 'the head %s failed its check: the job is launched from it and runs '
+                                            'rank 0 there' % head}
+    used = list(state.get('spares_used') or [])
+    ready = [n for n in settings.get('spares') or [] if n not in nodes and n not in used and n not in health_bad]
+    spares = ready[:len(left_out)]
+    remaining = [n for n in nodes if n not in left_out] + spares
+    if len(remaining) < settings['min_nodes']:
+        return {'action': 'give_up', 'why': '%d node(s) would remain (%s) and training_min_nodes is %d; left out: %s'
+                                            % (len(remaining), ', '.join(remaining), settings['min_nodes'],
+                                               ', '.join(left_out))}
+    recovered = [n for n in suspects if n in nodes and n not in left_out]
+    if spares:
+        why = 'without %s; spare %s in %s place' % (
+            ', '.join(left_out), ', '.join(spares), 'its' if len(spares) == 1 else 'their')
+        if len(spares) < len(left_out):
+            why += ' (no more ready spares: %d node(s) fewer)' % (len(left_out) - len(spares))
+    elif left_out:
+        # the inventory has spares (the job may already run on them): say none was ready
+        why = 'without %s%s' % (', '.join(left_out), ' (no ready spare: the job shrinks)'
+                                if settings.get('spares') or used else '')
+    else:
+        why = 'on all nodes (%s passed the check: a transient failure)' % (', '.join(recovered) or 'every node')
+    return {'action': 'restart', 'nodes': remaining, 'left_out': left_out, 'recovered': recovered,
+            'spares': spares, 'resume_step': checkpoint_step or 0, 'why': why}
