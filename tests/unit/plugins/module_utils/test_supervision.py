@@ -148,8 +148,8 @@ def test_too_few_nodes_left_the_head_lost_or_restarts_used_up_give_up_with_the_r
                                                 'left out: w1, w2'}
     plan = core.plan_restart(_state(), {'step': 23}, ['head'], ['head'], 20, SETTINGS)
     assert plan['action'] == 'give_up' and plan['why'].startswith('the head head failed its check')
-    plan = core.plan_restart(_state(restarts=3, failures=[{'resume_step': 10, 'step': 15}]), {'step': 40}, ['w1'], [],
-                           30, SETTINGS)
+    plan = core.plan_restart(_state(restarts=3, failures=[{'resume_step': 10, 'step': 15}]), {'step': 40}, ['w1'],
+                             [], 30, SETTINGS)
     assert plan == {'action': 'give_up', 'why': 'training_restarts (3) used up'}
 
 
