@@ -297,3 +297,33 @@ def test_the_heartbeats_of_a_save_date_its_phase_from_its_start(tmp_path):
     assert line == 'gpucluster-heartbeat phase=checkpoint step=140 since=1100.500 time=1110.500'
     beats = jm.parse_progress('step=140 loss=0.5 time=1100.0\n# %s\n' % line[len('gpucluster-'):])['heartbeats']
     assert beats == [{'phase': 'checkpoint', 'step': 140, 'since': 1100.5, 'time': 1110.5}]
+
+
+def test_the_supervisors_glance_and_the_node_side_read_a_progress_file_alike(tmp_path):
+    """The progress format has one writer (gpucluster_progress.Progress) and two readers: the node side's
+    parse_progress (status, watch, the report page) and the supervisor's glance (rank_file_marks, the first
+    line and the end of the file only). Both read the same rank, attempt, last step and its time, and done."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location('gpucluster_progress', os.path.join(EXAMPLES, 'gpucluster_progress.py'))
+    helper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helper)
+    progress = helper.Progress(3, 4, str(tmp_path), tensorboard_dir='', attempt=2)
+    for step in range(1, 400):  # longer than the glance's tail: it reads the end only
+        progress.step(step, 1.0 / step, wait=0.01)
+    progress.heartbeat('checkpoint', 399)
+    progress.handle.flush()
+    path = str(tmp_path / 'rank-3.log')
+
+    def both():
+        with open(path) as handle:
+            parsed = jm.parse_progress(handle.read())
+        return parsed, helper.rank_file_marks(path)
+
+    parsed, marks = both()
+    assert os.path.getsize(path) > 4096
+    assert (marks['rank'], marks['attempt']) == (parsed['header']['rank'], jm.progress_attempt(parsed)) == (3, 2)
+    assert (marks['step'], marks['step_time']) == (parsed['steps'][-1]['step'], parsed['steps'][-1]['time'])
+    assert marks['step'] == 399 and marks['done'] is None and parsed['done'] is None
+    progress.done(399)  # closes the file
+    parsed, marks = both()
+    assert marks['done'] == parsed['done']['step'] == 399
