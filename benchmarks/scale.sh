@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # What the collection's runs cost as the cluster grows, on light lab nodes (benchmarks/scale-light.yml: one
-# rank a node, torchrun, one Python environment on the shared storage), one run each at every size of NODES:
+# rank a node, one Python environment on the shared storage), one run each at every size of NODES:
 #   - site.yml on the bare nodes (timed, not a target), then site.yml again on the converged cluster;
 #   - the health quick tier (health.yml);
-#   - up to SUPERVISE_MAX nodes: a supervised torchrun job (train_tiny.py --engine ddp, a step a second). Its
-#     supervisor's reads (read_seconds in its heartbeat, sampled for READ_SECONDS: median and max), then the
-#     rank of the last worker killed: seconds to the glance's sign, to the supervisor's fault event (and the
-#     seconds of the quick read of the killed rank's node and the head that saw it) and to training again;
+#   - a supervised job, a step a second: its supervisor's reads (read_seconds in its heartbeat, sampled for
+#     READ_SECONDS: median and max), then the rank of the last worker killed: seconds to the glance's sign, to
+#     the supervisor's fault event (and the seconds of the quick read that saw it) and to training again.
+#     SCALE_JOB=light (the default): mpirun and benchmarks/light_rank.py, a rank with no framework (a few MB),
+#     at every size; SCALE_JOB=ddp: torchrun and train_tiny.py --engine ddp, up to SUPERVISE_MAX nodes (each
+#     node's agent and rank import torch, about 0.3 GB a node);
 # and each figure's ratio to the smallest size. The targets (issue of the 64-node scale): at 64 nodes a read
 # within 3x its 4-node time and a killed rank seen within 30 s; quick health and converged site.yml within 3x.
-#   benchmarks/scale.sh                            # NODES="4 16 32 64" SUPERVISE_MAX=32 READ_SECONDS=90
+#   benchmarks/scale.sh                            # NODES="4 16 32 64" PARTS="site health supervise"
 #   NODES="4 16" benchmarks/scale.sh
+#   NODES="4 64" PARTS="bare health supervise" benchmarks/scale.sh   # bare: site.yml's first run alone
 #   NODES=16 KEEP_LAB=1 PARTS=supervise benchmarks/scale.sh   # again on the lab a run kept (site.yml ran on it)
 #   NODES=64 KEEP_LAB=1 LAB_AS_IS=1 benchmarks/scale.sh       # a kept lab of 64 nodes, not made again (its loops
 #                                                             # over the nodes take minutes at 64)
@@ -20,9 +23,8 @@
 # last size set up is not set up again by hand, site.yml's first run at the next size does it) and is
 # removed at the end unless KEEP_LAB=1; `make lab-down` removes it too. The lab's nodes share this machine's
 # cores with the controller and the supervisor: the figures are this machine's, not a cluster's (the
-# load average is printed with each). Memory bounds the supervised job: each node's torchrun agent and rank
-# import torch (about 0.4 GB a node), so sizes above SUPERVISE_MAX skip it and say so. Many nodes need the
-# host's fs.inotify.max_user_instances raised (lab.yml says by how much).
+# load average is printed with each). Many nodes need the host's fs.inotify.max_user_instances raised
+# (lab.yml says by how much).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/env.sh
@@ -37,9 +39,10 @@ SITE_ANSIBLE_TIMEOUT=${SITE_ANSIBLE_TIMEOUT:-240}
 # Each run's slowest tasks at the end of its log (what grows with the cluster)
 export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_OUTPUT_LIMIT=${PROFILE_TASKS_TASK_OUTPUT_LIMIT:-25}
 NODES=${NODES:-4 16 32 64}
-SUPERVISE_MAX=${SUPERVISE_MAX:-32}
-PARTS=${PARTS:-site health supervise}  # what is run at each size (site: both site.yml runs; converged: the second
-                                       # alone, on a kept lab site.yml set up); on a kept lab, fewer
+SCALE_JOB=${SCALE_JOB:-light}  # the supervised job: light (mpirun, light_rank.py) or ddp (torchrun, train_tiny.py)
+SUPERVISE_MAX=${SUPERVISE_MAX:-32}  # the most nodes of a ddp job (memory); a light job runs at every size
+PARTS=${PARTS:-site health supervise}  # what is run at each size (site: both site.yml runs; bare: the first alone;
+                                       # converged: the second alone, on a kept lab site.yml set up)
 READ_SECONDS=${READ_SECONDS:-90}
 LAB_NAME=${LAB_NAME:-lab-scale}
 LAB_SUBNET=${LAB_SUBNET:-10.213.52.0/24}
@@ -88,17 +91,28 @@ supervised() {  # N: start a supervised job, sample its reads, kill a rank; prin
                 #    training" (quick: the seconds of the quick read that saw the fault, - when a whole read did)
   local n=$1 job=scale-$1-$$ worker rank pid fault i
   worker=lab-worker-$((n - 1))
-  if [[ " $PARTS " != *" site "* && " $PARTS " != *" converged "* ]]; then
+  if [[ " $PARTS " != *" site "* && " $PARTS " != *" converged "* && " $PARTS " != *" bare "* ]]; then
     # a kept lab, set up by an earlier run: its supervisor host gets this tree's copy of the collection
     # (a supervised start refuses a supervisor host that runs another)
     ansible-playbook playbooks/site.yml -i "$INV" --tags supervisor >"$LOG/supervisor-$n.log" 2>&1 \
       || echo "  site.yml --tags supervisor failed: $LOG/supervisor-$n.log" >&2
   fi
-  # DDP (torch alone: no DeepSpeed op to build on nodes without compilers, less memory a rank), no checkpoint:
-  # the restart starts from step 0, and says so
+  local job_vars=()
+  if [ "$SCALE_JOB" = light ]; then
+    # a user's script on the shared storage: light_rank.py and the progress helper it imports, beside it
+    mkdir -p "$LOG/light" && cp benchmarks/light_rank.py roles/training/files/gpucluster_progress.py "$LOG/light/"
+    ansible "$HEAD" -i "$INV" -b -m ansible.builtin.copy \
+      -a "src=$LOG/light/ dest=/shared/bench/ mode=0644 directory_mode=0755" >"$LOG/light-$n.log" 2>&1 \
+      || echo "  light_rank.py could not be put on the shared storage: $LOG/light-$n.log" >&2
+    job_vars=(-e training_launcher=mpirun -e training_script=/shared/bench/light_rank.py
+              -e '{"training_script_args": ["--steps", "100000", "--step-delay", "1"]}')
+  else
+    # DDP (torch alone: no DeepSpeed op to build on nodes without compilers, less memory a rank), no
+    # checkpoint: the restart starts from step 0, and says so
+    job_vars=(-e '{"training_script_args": ["--engine", "ddp", "--steps", "100000", "--step-delay", "1"]}')
+  fi
   if ! ansible-playbook playbooks/train.yml -i "$INV" -e training_job_id="$job" -e training_supervise=true \
-      -e training_restarts=1 -e training_wait_timeout=900 \
-      -e '{"training_script_args": ["--engine", "ddp", "--steps", "100000", "--step-delay", "1"]}' \
+      -e training_restarts=1 -e training_wait_timeout=900 "${job_vars[@]}" \
       >"$LOG/train-$n.log" 2>&1; then
     echo "- - 0 - - - -"; echo "  the supervised job did not start: $LOG/train-$n.log" >&2; return
   fi
@@ -150,18 +164,20 @@ for n in $NODES; do
     break
   fi
   first=0 again=0 changed=- health=0 health_rc=- site_cpu=- health_cpu=-
-  if [[ " $PARTS " == *" site "* || " $PARTS " == *" converged "* ]]; then
-    if [[ " $PARTS " == *" site "* ]]; then
+  if [[ " $PARTS " == *" site "* || " $PARTS " == *" converged "* || " $PARTS " == *" bare "* ]]; then
+    if [[ " $PARTS " == *" site "* || " $PARTS " == *" bare "* ]]; then
       seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml \
         -i "$INV" >"$LOG/site-first-$n.log" 2>&1
       first=$elapsed
       if [ "$rc" -ne 0 ]; then echo "site.yml failed on $n node(s) (rc $rc): $LOG/site-first-$n.log"; break; fi
     fi
-    seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml \
-      -i "$INV" >"$LOG/site-again-$n.log" 2>&1
-    again=$elapsed site_cpu=$cpu
-    changed=$(changed_of "$LOG/site-again-$n.log")
-    [ "$rc" -eq 0 ] || echo "  the converged site.yml failed (rc $rc): $LOG/site-again-$n.log"
+    if [[ " $PARTS " != *" bare "* ]]; then
+      seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml \
+        -i "$INV" >"$LOG/site-again-$n.log" 2>&1
+      again=$elapsed site_cpu=$cpu
+      changed=$(changed_of "$LOG/site-again-$n.log")
+      [ "$rc" -eq 0 ] || echo "  the converged site.yml failed (rc $rc): $LOG/site-again-$n.log"
+    fi
   fi
   if [[ " $PARTS " == *" health "* ]]; then
     seconds ansible-playbook playbooks/health.yml -i "$INV" -e health_report_dir=/var/lib/gpucluster/health-scale \
@@ -170,11 +186,12 @@ for n in $NODES; do
   fi
   if [[ " $PARTS " != *" supervise "* ]]; then
     med=- max=- count=0 sign=- seen=- quick=- training=-
-  elif [ "$n" -le "$SUPERVISE_MAX" ]; then
+  elif [ "$SCALE_JOB" = light ] || [ "$n" -le "$SUPERVISE_MAX" ]; then
     read -r med max count sign seen quick training < <(supervised "$n")
   else
     med=- max=- count=0 sign=- seen=- quick=- training=-
-    echo "  no supervised job above SUPERVISE_MAX=$SUPERVISE_MAX nodes (memory: a torchrun agent and a rank a node)"
+    echo "  no ddp job above SUPERVISE_MAX=$SUPERVISE_MAX nodes (memory: a torchrun agent and a rank a node;" \
+         "SCALE_JOB=light runs at every size)"
   fi
   printf '%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$first" "$again" "$changed" \
     "$site_cpu" "$health" "$health_rc" "$health_cpu" "$med" "$max" "$count" "$sign" "$seen" "$quick" "$training" "$(load)" \

@@ -107,16 +107,19 @@ def ssh_probe_script(targets, connect_timeout=5):
     """A bash script that runs `ssh -v TARGET true` to every target at once (BatchMode, the pinned
     host keys only, ConnectTimeout, the whole bounded by `timeout`), printing one line per target:
     TARGET<TAB>exit code<TAB>what ssh said (lines, CR LF or LF, joined by ' | '), its -v lines
-    included: probe_stage reads from them how far the login went."""
+    included: probe_stage reads from them how far the login went. Each target's line goes to a file of its own
+    and the files are printed once every ssh ended: a line is longer than one atomic write to a pipe (ssh -v
+    says about 4.4 KB of a login that works), so lines written at once to one pipe would be mixed."""
     opts = ' '.join(shlex.quote(o) for o in ('-v',) + SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % int(connect_timeout)))
     limit = probe_attempt_limit(connect_timeout)
     lines = []
-    for target in targets:
+    for i, target in enumerate(targets):
         t = shlex.quote(str(target))
         lines.append('( out=$(timeout %d ssh -n %s %s true 2>&1); rc=$?; '
-                     'printf "%%s\\t%%s\\t%%s\\n" %s "$rc" "$(printf "%%s" "$out" | tr -s "\\r\\n" "|" | sed "s/|$//; s/|/ | /g")" ) &'
-                     % (limit, opts, t, t))
-    return 'set +e\n' + '\n'.join(lines) + '\nwait\n'
+                     'printf "%%s\\t%%s\\t%%s\\n" %s "$rc" "$(printf "%%s" "$out" | tr -s "\\r\\n" "|" | sed "s/|$//; s/|/ | /g")" '
+                     '>"$probe/%d" ) &' % (limit, opts, t, t, i))
+    return ('set +e\nprobe=$(mktemp -d) || exit 1\ntrap \'rm -rf "$probe"\' EXIT\n' + '\n'.join(lines)
+            + '\nwait\ncat "$probe"/* 2>/dev/null\n')
 
 
 def parse_ssh_probe(text):

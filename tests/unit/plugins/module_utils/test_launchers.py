@@ -448,6 +448,28 @@ def test_the_ssh_probe_script_reports_every_node_at_once_with_ssh_crlf_lines(tmp
         'head cannot reach dropped over SSH as train: ssh: connect to host 10.1.0.8 port 22: Connection timed out']
 
 
+def test_the_ssh_probe_script_keeps_every_node_s_line_whole_when_ssh_says_more_than_a_pipe_write(tmp_path):
+    """ssh -v says about 4.4 KB for a login that works (seen on the lab): more than one atomic write to a pipe
+    (PIPE_BUF, 4096 bytes). Lines of nodes probed at once must not be mixed: a line cut by another's was read as
+    no answer at all ('head cannot reach lab-head over SSH as train: no answer from ssh' on a 4-node lab)."""
+    import subprocess
+    from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launch_failures as lf
+    (tmp_path / 'ssh').write_text(
+        '#!/bin/bash\nhost=${@: -2:1}\n'
+        'for i in $(seq 1 300); do printf "said: line %d of the login to %s, said at length by ssh -v\\r\\n" '
+        '"$i" "$host" >&2; done\nexit 0\n')
+    (tmp_path / 'ssh').chmod(0o755)
+    env = dict(os.environ, PATH='%s:%s' % (tmp_path, os.environ['PATH']))
+    targets = ['node-%d' % i for i in range(64)]
+    out = subprocess.run(['bash', '-c', lf.ssh_probe_script(targets, 5)], env=env, capture_output=True,
+                         check=True).stdout.decode()
+    assert min(len(line) for line in out.splitlines()) > 4096
+    results = lf.parse_ssh_probe(out)
+    assert sorted(results) == sorted(targets)
+    assert all(r["message"].count("login to %s," % t) == 300 for t, r in results.items())
+    assert lf.probe_refusals(results, targets, 'train') == []
+
+
 def test_the_probe_names_the_stage_that_did_not_finish_from_real_ssh_v_output():
     """Recorded on the lab (OpenSSH 9.2, logind sessions): a node that answers, a login refused, an
     address nothing answers at, a user manager slow to start (the login session waits on it) and a
