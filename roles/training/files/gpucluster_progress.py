@@ -247,10 +247,11 @@ def _words(line):
 
 
 def rank_file_marks(path, tail_bytes=4096):
-    """What one rank's progress file says, read without a parse of all of it: {rank, attempt, header_time,
-    mtime, step, step_time, done} from its first line, its last tail_bytes and its stat (step: the last step
-    line's, done: the step of a done line, else None). None when the file cannot be read or has no header.
-    The supervisor's glance reads every rank's file this way from the shared storage."""
+    """What one rank's progress file says, read without a parse of all of it: {rank, attempt, host, header_time,
+    mtime, step, step_time, gap, done} from its first line, its last tail_bytes and its stat (step: the last step
+    line's; gap: the longest time between two lines in a row of those last bytes that carry a time, steps and
+    heartbeats, None with fewer than two; done: the step of a done line, else None). None when the file cannot
+    be read or has no header. The supervisor's glance reads every rank's file this way from the shared storage."""
     try:
         with open(path, 'rb') as handle:
             stat = os.fstat(handle.fileno())
@@ -264,14 +265,23 @@ def rank_file_marks(path, tail_bytes=4096):
         return None
     header = _words(head)
     out = {'rank': _int(header.get('rank')), 'attempt': _int(header.get('attempt')) or 1,
-           'header_time': _float(header.get('time')), 'mtime': stat.st_mtime, 'step': None, 'step_time': None,
-           'done': None}
+           'host': header.get('host'), 'header_time': _float(header.get('time')), 'mtime': stat.st_mtime,
+           'step': None, 'step_time': None, 'gap': None, 'done': None}
+    last = None
     for line in tail.splitlines():
+        at = None
         if line.startswith('step='):
             words = _words(line)
             out['step'], out['step_time'] = _int(words.get('step')), _float(words.get('time'))
+            at = out['step_time']
         elif line.startswith('# done '):
             out['done'] = _int(_words(line).get('step'))
+        elif line.startswith('# heartbeat '):
+            at = _float(_words(line).get('time'))
+        if at is not None:
+            if last is not None and at >= last:
+                out['gap'] = max(out['gap'] or 0.0, at - last)
+            last = at
     return out
 
 

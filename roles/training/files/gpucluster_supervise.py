@@ -36,7 +36,7 @@ for the direct probe; else its host), restarts, min_nodes, seconds, interval, ac
 (300), blind_reads (3), attempt (1), ssh_port (22), checkpoint_dir, ansible_playbook, ansible (default: the
 ansible beside ansible_playbook), inventory, train_playbook, health_playbook, vars_file, health_report_dir,
 metrics_dir (''), training_user (--probe, when vars.json names none), environment, launcher (''),
-glance_seconds (2), stall_seconds (0: no quiet sign), spares (the inventory's spares group less the job's
+glance_seconds (2), stall_seconds (0: no quiet sign), late_seconds (0: no late sign), spares (the inventory's spares group less the job's
 nodes), job_spares (the job's nodes of the spares group, from its start: every restart keeps them in its
 layout).
 
@@ -51,11 +51,14 @@ health.yml quick tier), the same reads `status` and `watch` make. Between two re
 glances every glance_seconds (2; 0: never) at the job's files on the shared storage, read only, in a thread
 bounded by GLANCE_TIMEOUT: every node's exit file (<job_dir>/exit/<node>) and the first line and end of every
 rank's progress file (gpucluster_progress.rank_file_marks). A sign (a node's part exited, ranks of the attempt
-wrote done, one wrote nothing for stall_seconds) ends the wait: the read comes at once and decides (a sign is
+wrote done, one wrote nothing for stall_seconds, or one that logged a step is late: it wrote nothing for
+late_seconds or LATE_PACE times its longest gap) ends the wait: the read comes at once and decides (a sign is
 never a fault by itself; the fault event keeps it: sign, sign_time). When the sign is of parts that exited
-non-zero, the read is first a quick one of those nodes and the head only (train.yml status with
-training_status_nodes, --limit; quick_seconds): a failure it reads is the fault at once (the fault event's
-quick_read), without a read of every node, whose cost grows with the cluster; else the job is read whole. A
+non-zero, or of late ranks whose nodes their headers name, the read is first a quick one of those nodes and the
+head only (train.yml status with training_status_nodes, --limit; quick_seconds): a failure it reads is the fault
+at once (the fault event's quick_read), and after a late sign a node it cannot reach is confirmed by a second
+quick read of the same nodes and the direct probe, without a read of every node, whose cost grows with the
+cluster; else the job is read whole. A
 sign a read judged is not read for again while it lasts. A glance that fails or hangs turns the glances off (a glance event, the heartbeat's glance)
 until one works again; the reads go on at their interval. A node a read could not reach (and no
 failed rank) is a fault only when a second read still cannot reach it and the direct probe fails: a TCP
@@ -122,6 +125,7 @@ LOG_TAIL = 256 * 1024  # the most of a run's output read back for its error
 ERROR_CHARS = 400      # a run's error, cut to this
 GLANCE_EVERY = 2       # seconds between two glances at the job's files (settings' glance_seconds)
 GLANCE_TIMEOUT = 10    # a glance that takes longer says the shared storage does not answer
+LATE_PACE = 3          # a rank is late past late_seconds or this many times its longest gap between two lines
 
 
 # ----- what the job's state says ----------------------------------------------------------------
@@ -235,13 +239,28 @@ def read_rank_marks(job_dir, marks_of):
     return out
 
 
-def glance_signs(exits, ranks, nodes, attempt, stall_seconds, now):
+def node_of_host(host, nodes):
+    """The job's node a rank's progress header names (host=: the rank's hostname), by its name or short name;
+    None when none is (an inventory whose names are not the nodes' hostnames)."""
+    if not host:
+        return None
+    if host in nodes:
+        return host
+    short = host.split('.')[0]
+    found = [n for n in nodes if n.split('.')[0] == short]
+    return found[0] if len(found) == 1 else None
+
+
+def glance_signs(exits, ranks, nodes, attempt, stall_seconds, now, late_seconds=0):
     """What one glance at the job's files saw that a read should judge now rather than at its interval:
     [{kind, nodes, since, why}], kind exit (the part of the job on a node ended, with its code; failed: true
     when a code is not 0, nodes then those, the first to end first), done (ranks of
-    this attempt wrote their done line) or quiet (a rank of this attempt wrote nothing for stall_seconds);
-    since: when what it shows began (the file's time; for quiet, its last write and stall_seconds). Only the
-    job's nodes now and the ranks of its attempt count. A sign decides nothing: the read does."""
+    this attempt wrote their done line), quiet (a rank of this attempt wrote nothing for stall_seconds) or late
+    (a rank of this attempt that logged a step wrote nothing for late_seconds, or LATE_PACE times its longest
+    gap between two lines when that is longer, and is not quiet yet: nodes, those its header's host names, or
+    none when one cannot be told; a frozen node's ranks write nothing); since: when what it shows began (the
+    file's time; for quiet and late, its last write and the bound). Only the job's nodes now and the ranks of
+    its attempt count. A sign decides nothing: the read does."""
     signs = []
     ended = sorted(((exits[n]['mtime'], n) for n in nodes if n in exits))
     failed = [n for _, n in ended if exits[n]['code'] != 0]
@@ -265,6 +284,21 @@ def glance_signs(exits, ranks, nodes, attempt, stall_seconds, now):
             signs.append({'kind': 'quiet', 'nodes': [], 'since': min(t for _, t in quiet) + stall_seconds,
                           'why': 'rank(s) %s wrote nothing for more than %d s' % (
                               ', '.join(str(r) for r, _ in quiet), stall_seconds)})
+    if late_seconds:
+        late = []
+        for r in sorted(mine, key=lambda r: (r['rank'] is None, r['rank'])):
+            bound = max(float(late_seconds), LATE_PACE * (r.get('gap') or 0.0))
+            silent = now - r['mtime']
+            if (r.get('done') is None and r.get('step') is not None and silent > bound
+                    and not (stall_seconds and silent > stall_seconds)):
+                late.append((r, bound, node_of_host(r.get('host'), nodes)))
+        if late:
+            named = [n for _, _, n in late]
+            late_nodes = [] if None in named else sorted(set(named), key=named.index)
+            signs.append({'kind': 'late', 'nodes': late_nodes, 'since': min(r['mtime'] + b for r, b, _ in late),
+                          'why': 'rank(s) late: %s' % '; '.join(
+                              '%s on %s wrote nothing for %.0f s (its bound %.0f s)'
+                              % (r['rank'], n or r.get('host') or '?', now - r['mtime'], b) for r, b, n in late)})
     return signs
 
 
@@ -281,7 +315,7 @@ class Glance:
         self.done = None
         self.off = None
 
-    def start(self, nodes, attempt, stall_seconds):
+    def start(self, nodes, attempt, stall_seconds, late_seconds=0):
         if self.thread is not None and self.thread.is_alive():
             return False
         self.done = None
@@ -292,7 +326,7 @@ class Glance:
                 os.stat(self.job_dir)
                 exits = read_exit_codes(self.job_dir, nodes)
                 ranks = read_rank_marks(self.job_dir, self.marks_of)
-                result = (glance_signs(exits, ranks, nodes, attempt, stall_seconds, time.time()), None)
+                result = (glance_signs(exits, ranks, nodes, attempt, stall_seconds, time.time(), late_seconds), None)
             except OSError as exc:
                 result = (None, '%s: %s' % (getattr(exc, 'filename', None) or self.job_dir, exc.strerror or exc))
             self.done = result + (round(time.time() - self.began, 3),)
@@ -830,13 +864,20 @@ class Supervisor:
             return None
         return status if isinstance(status, dict) else None
 
-    def look(self):
+    def look(self, nodes=None):
         """One status read and observe() of it. A read that failed (no status, or no state in it) is counted:
         blind_reads of them in a row make the supervisor blind (a blind event; its heartbeat and figures say
-        so), the next read that works makes it sighted again. A read of an earlier attempt is no failure."""
+        so), the next read that works makes it sighted again. A read of an earlier attempt is no failure.
+        nodes: a quick read of those nodes only (the head first; confirm() after a quick read)."""
         self.heartbeat('blind' if self.blind else 'reading')
         ended = False
         while True:
+            if nodes:
+                obs = observe(self.read(nodes=nodes), attempt=self.attempt if self.attempt_began else None)
+                status = {'job': obs} if obs['state'] != 'unknown' or obs.get('stale') else None
+                if status is not None:
+                    obs['quick_read'] = list(nodes)
+                break
             obs = self.quick_look()
             if obs is not None:
                 status = {'job': obs}
@@ -872,21 +913,25 @@ class Supervisor:
         return obs
 
     def quick_look(self):
-        """After a glance saw the part of the job on some nodes exit non-zero (a failed exit sign), a quick read
-        of those nodes and the head only: a failure it reads is the fault at once (observe()'s, with quick_read:
-        the nodes read), without a read of every node, which grows with the cluster. Anything else (no failure
-        read there, a read that failed or is of an earlier attempt) is None, and the job is read whole; a
-        failed quick read is no failed read. The stop, the check and the restart act on the whole job."""
+        """After a glance saw the part of the job on some nodes exit non-zero (a failed exit sign) or ranks late
+        on some nodes (a late sign that names them), a quick read of those nodes and the head only: a failure
+        it reads is the fault at once (observe()'s, with quick_read: the nodes read), and after a late sign so
+        is a node it cannot reach, to be confirmed (confirm(): a second quick read and the direct probe),
+        without a read of every node, which grows with the cluster. Anything else (no failure read there, a
+        read that failed or is of an earlier attempt) is None, and the job is read whole; a failed quick read
+        is no failed read. The stop, the check and the restart act on the whole job."""
         sign = self.sign
         nodes = self.state['nodes']
-        if (not sign or sign.get('kind') != 'exit' or not sign.get('failed') or sign.get('quick_read')
-                or self.blind is not None):
+        if (not sign or sign.get('quick_read') or self.blind is not None
+                or not ((sign.get('kind') == 'exit' and sign.get('failed'))
+                        or (sign.get('kind') == 'late' and sign.get('nodes')))):
             return None
         ended = [n for n in sign.get('nodes') or [] if n in nodes[1:]]
         sign['quick_read'] = True  # one quick read a sign
         status = self.read(nodes=[nodes[0]] + ended)
         obs = observe(status, attempt=self.attempt if self.attempt_began else None)
-        if obs['state'] != 'failed':
+        lost = sign['kind'] == 'late' and needs_confirming(obs)
+        if obs['state'] != 'failed' and not lost:
             self.log_text('# %s the quick read of %s (%.1f s) saw no failure (%s); the job is read whole\n'
                           % (time.strftime('%Y-%m-%dT%H:%M:%S'), ', '.join([nodes[0]] + ended), self.quick_seconds,
                              obs['why'] or obs['state']))
@@ -977,7 +1022,8 @@ class Supervisor:
         nodes = list(obs['unreachable_nodes'])
         self.heartbeat('probing %s' % ', '.join(nodes))
         probe = self.start_probe(nodes)  # beside the second read: a lost node costs one SSH timeout, not two
-        second = self.look()
+        # a quick read's nodes are read again alone: the confirmation does not grow with the cluster either
+        second = self.look(nodes=obs.get('quick_read'))
         probes = self.probe_result(probe)
         confirmed = confirm_unreachable(obs, second, probes)
         hung = unread_too_long(self.unread, obs, second, probes, self.blind_reads)
@@ -1071,7 +1117,7 @@ class Supervisor:
         if self.glance is None:
             self.glance = Glance(self.job_dir, self.progress_module().rank_file_marks)
         stall = int(self.s.get('stall_seconds') or 0)
-        self.glance.start(list(self.state['nodes']), self.attempt, stall)
+        self.glance.start(list(self.state['nodes']), self.attempt, stall, float(self.s.get('late_seconds') or 0))
         done = self.glance.wait(until - time.time())
         if done is None:
             late = self.glance.running_for(time.time())

@@ -762,6 +762,101 @@ def test_a_rank_file_is_read_from_its_first_line_and_its_end_only(tmp_path):
     assert gp.rank_file_marks(str(tmp_path / 'gone.log')) is None
 
 
+def test_a_rank_file_says_its_host_and_its_longest_gap_between_two_lines_with_a_time(tmp_path):
+    import gpucluster_progress as gp
+    path = tmp_path / 'rank-5.log'
+    path.write_text('# gpucluster-progress rank=5 host=w2.lab pid=7 world=8 attempt=1 time=100.000\n'
+                    'step=1 loss=0.5 time=101.000\nstep=2 loss=0.5 time=102.000\n'
+                    '# heartbeat phase=checkpoint step=2 time=104.000\n'
+                    '# heartbeat phase=checkpoint step=2 since=104.000 time=114.000\n'  # a save: a beat every 10 s
+                    'step=3 loss=0.5 time=115.500\n')
+    marks = gp.rank_file_marks(str(path))
+    assert (marks['host'], marks['step'], marks['gap']) == ('w2.lab', 3, 10.0)
+    path.write_text('# gpucluster-progress rank=5 host=w2 pid=7 world=8 attempt=1 time=100.000\nstep=1 loss=0.5 time=101\n')
+    assert gp.rank_file_marks(str(path))['gap'] is None  # one line with a time: no pace yet
+
+
+def _late(rank, host, silent, gap=1.0, step=40, done=None, attempt=1):
+    return {'rank': rank, 'host': host, 'attempt': attempt, 'mtime': NOW - silent, 'step': step, 'gap': gap,
+            'done': done}
+
+
+def test_a_glance_names_the_nodes_of_ranks_late_past_their_bound_by_their_hosts():
+    ranks = [_late(0, 'head', 2), _late(1, 'w1', 31), _late(2, 'w2.example.org', 45),
+             _late(3, 'w2.example.org', 50, gap=20.0),  # a rank whose lines come every 20 s: late past 60 s only
+             _late(4, 'w1', 90, done=40), _late(5, 'w1', 90, step=None),  # done; no step yet (it loads): no sign
+             _late(6, 'w1', 900, attempt=0)]  # an attempt before: no sign
+    signs = sv.glance_signs({}, ranks, NODES, 1, 600, NOW, late_seconds=30)
+    assert [s['kind'] for s in signs] == ['done', 'late']
+    # since: the first rank became late (rank 2: 45 s silent, late past 30 s)
+    assert signs[1:] == [{'kind': 'late', 'nodes': ['w1', 'w2'], 'since': NOW - 45 + 30,
+                      'why': 'rank(s) late: 1 on w1 wrote nothing for 31 s (its bound 30 s); '
+                             '2 on w2 wrote nothing for 45 s (its bound 30 s)'}]
+    assert [s['kind'] for s in sv.glance_signs({}, ranks, NODES, 1, 600, NOW, late_seconds=0)] == ['done']  # 0: none late
+    # a rank past the stall bound is quiet, not late; a host that names no node of the job: no node named,
+    # the job is read whole
+    quiet = sv.glance_signs({}, [_late(1, 'w1', 90)], NODES, 1, 60, NOW, late_seconds=30)
+    assert [s['kind'] for s in quiet] == ['quiet']
+    unknown = sv.glance_signs({}, [_late(1, 'gpu-17', 40), _late(2, 'w2', 40)], NODES, 1, 600, NOW, late_seconds=30)
+    assert unknown[0]['nodes'] == [] and '1 on gpu-17 wrote nothing' in unknown[0]['why']
+
+
+def test_a_frozen_node_seen_late_is_confirmed_by_quick_reads_of_it_and_the_head_never_a_read_of_every_node(
+        tmp_path):
+    running = {'result': {'state': 'running'}, 'progress': _progress(12)}
+    finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
+    # w2's rank stepped every second, then wrote nothing for 40 s (its node froze): the quick read of the head
+    # and w2 cannot reach w2 (w1 left out), nor can the second quick read; the direct probe fails too
+    quick_lost = {'result': {'state': 'unknown', 'unknown_nodes': ['w2'], 'left_out': ['w1']}}
+    rank = ('# gpucluster-progress rank=3 host=w2 pid=7 world=4 attempt=1 time=%.3f\n' % (time.time() - 60)
+            + ''.join('step=%d loss=0.5 time=%.3f\n' % (i, time.time() - 50 + i) for i in range(1, 11)))
+
+    def frozen(job):
+        path = job / 'progress' / 'rank-3.log'
+        os.utime(str(path), (time.time() - 40, time.time() - 40))
+        return []
+
+    rc, calls, events = _supervise(
+        tmp_path, [running, quick_lost, quick_lost, finished], [_healthy()], interval=30,
+        glance_seconds=0.05, late_seconds=30, job_files={'progress/rank-3.log': rank}, meanwhile=frozen)
+    assert rc == 0
+    fault = [e for e in events if e['event'] == 'fault'][0]
+    assert fault['seen'] == 'unreachable' and fault['nodes'] == ['w2']
+    assert fault['sign'].startswith('rank(s) late: 3 on w2 wrote nothing for 4') and fault['quick_read'] == ['head', 'w2']
+    assert fault['why'].startswith('w2 did not answer two reads and a direct probe (w2: port ')
+    runs = _runs(calls)
+    # the first read, then two quick reads (the second beside the ping of w2): never a second read of every node
+    assert [r[:2] for r in runs[:3]] == [['status', ''], ['status', 'head,w2'], ['status', 'head,w2']]
+    assert _pings(calls) == [['ping', 'w2', 'ansible.builtin.ping']]
+    assert runs[3][:2] == ['stopped', 'head,w1'] and runs[5][:2] == ['started', 'head,w1']
+    assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'checked', 'restart', 'training',
+                                            'done']
+
+
+def test_a_late_rank_on_a_node_that_answers_costs_a_quick_read_and_one_whole_read(tmp_path):
+    running = {'result': {'state': 'running'}, 'progress': _progress(12)}
+    finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
+    quick_running = {'result': {'state': 'running', 'left_out': ['w1']}}
+    rank = ('# gpucluster-progress rank=3 host=w2 pid=7 world=4 attempt=1 time=%.3f\nstep=1 loss=0.5 time=%.3f\n'
+            % (time.time() - 60, time.time() - 59))
+
+    def evaluating(job):  # the rank evaluates for a while and writes no line meanwhile
+        os.utime(str(job / 'progress' / 'rank-3.log'), (time.time() - 59, time.time() - 59))
+        return []
+
+    began = time.time()
+    rc, calls, events = _supervise(tmp_path, [running, quick_running, running, finished], [], interval=1.5,
+                                   glance_seconds=0.05, late_seconds=30, job_files={'progress/rank-3.log': rank},
+                                   meanwhile=evaluating)
+    assert rc == 0 and [e['event'] for e in events] == ['supervising', 'done']
+    # the sign: a quick read of the head and w2 that saw it running, then the job read whole; the same sign is
+    # not read for again while it lasts: the next read waited for the interval
+    assert [c[1] for c in calls if c[0] == 'status'] == ['', 'head,w2', '', '']
+    assert time.time() - began >= 1.5
+    log = (tmp_path / 'state' / 'ansible.log').read_text()
+    assert 'the quick read of head, w2' in log and 'saw no failure' in log
+
+
 def test_a_glance_names_a_node_whose_part_exited_non_zero_the_earliest_first_and_only_the_jobs_nodes_now():
     exits = {'w2': {'code': 137, 'mtime': NOW + 2}, 'w1': {'code': 1, 'mtime': NOW + 1},
              'old': {'code': 137, 'mtime': NOW}}  # a node a restart left out: its file stays, no sign
