@@ -9,11 +9,15 @@
 #     SCALE_JOB=light (the default): mpirun and benchmarks/light_rank.py, a rank with no framework (a few MB),
 #     at every size; SCALE_JOB=ddp: torchrun and train_tiny.py --engine ddp, up to SUPERVISE_MAX nodes (each
 #     node's agent and rank import torch, about 0.3 GB a node);
+#   - PARTS frozen: the same job again, then the last worker frozen (podman pause): seconds to the glance's sign
+#     (its ranks late: training_supervise_late_seconds), to the fault event (and the seconds of its quick read)
+#     and to training again without it;
 # and each figure's ratio to the smallest size. The targets (issue of the 64-node scale): at 64 nodes a read
 # within 3x its 4-node time and a killed rank seen within 30 s; quick health and converged site.yml within 3x.
-#   benchmarks/scale.sh                            # NODES="4 16 32 64" PARTS="site health supervise"
+#   benchmarks/scale.sh                            # NODES="4 16 32 64" PARTS="site health supervise frozen"
 #   NODES="4 16" benchmarks/scale.sh
 #   NODES="4 64" PARTS="bare health supervise" benchmarks/scale.sh   # bare: site.yml's first run alone
+#   NODES=64 KEEP_LAB=1 LAB_AS_IS=1 PARTS=frozen benchmarks/scale.sh  # a frozen node on a kept lab
 #   NODES=16 KEEP_LAB=1 PARTS=supervise benchmarks/scale.sh   # again on the lab a run kept (site.yml ran on it)
 #   NODES=64 KEEP_LAB=1 LAB_AS_IS=1 benchmarks/scale.sh       # a kept lab of 64 nodes, not made again (its loops
 #                                                             # over the nodes take minutes at 64)
@@ -41,8 +45,8 @@ export ANSIBLE_CALLBACKS_ENABLED=ansible.posix.profile_tasks PROFILE_TASKS_TASK_
 NODES=${NODES:-4 16 32 64}
 SCALE_JOB=${SCALE_JOB:-light}  # the supervised job: light (mpirun, light_rank.py) or ddp (torchrun, train_tiny.py)
 SUPERVISE_MAX=${SUPERVISE_MAX:-32}  # the most nodes of a ddp job (memory); a light job runs at every size
-PARTS=${PARTS:-site health supervise}  # what is run at each size (site: both site.yml runs; bare: the first alone;
-                                       # converged: the second alone, on a kept lab site.yml set up)
+PARTS=${PARTS:-site health supervise frozen}  # what is run at each size (site: both site.yml runs; bare: the first
+                                       # alone; converged: the second alone, on a kept lab site.yml set up)
 READ_SECONDS=${READ_SECONDS:-90}
 LAB_NAME=${LAB_NAME:-lab-scale}
 LAB_SUBNET=${LAB_SUBNET:-10.213.52.0/24}
@@ -53,7 +57,7 @@ HEAD=lab-head
 LOG=${LOG_DIR:-$(mktemp -d /tmp/scale-bench.XXXXXX)}
 mkdir -p "$LOG"
 RESULTS=$LOG/results.tsv
-printf 'nodes\tsite_first\tsite_converged\tsite_changed\tsite_cpu\thealth_quick\thealth_rc\thealth_cpu\tread_median\tread_max\treads\tsign\tseen\tquick\ttraining\tload\n' >"$RESULTS"
+printf 'nodes\tsite_first\tsite_converged\tsite_changed\tsite_cpu\thealth_quick\thealth_rc\thealth_cpu\tread_median\tread_max\treads\tsign\tseen\tquick\ttraining\tfrozen_sign\tfrozen_seen\tfrozen_quick\tfrozen_training\tload\n' >"$RESULTS"
 
 lab() {
   timeout "$LAB_UP_TIMEOUT" ansible-playbook lab/lab.yml -i lab/controller.yml -e lab_name="$LAB_NAME" \
@@ -87,17 +91,8 @@ changed_of() {  # the sum of changed= over the play recap of a log
   awk '/PLAY RECAP/{r=1} r && /changed=/{for(i=1;i<=NF;i++) if($i ~ /^changed=/){split($i,a,"="); s+=a[2]}} END{print s+0}' "$1"
 }
 
-supervised() {  # N: start a supervised job, sample its reads, kill a rank; prints "median max count sign seen quick
-                #    training" (quick: the seconds of the quick read that saw the fault, - when a whole read did)
-  local n=$1 job=scale-$1-$$ worker rank pid fault i
-  worker=lab-worker-$((n - 1))
-  if [[ " $PARTS " != *" site "* && " $PARTS " != *" converged "* && " $PARTS " != *" bare "* ]]; then
-    # a kept lab, set up by an earlier run: its supervisor host gets this tree's copy of the collection
-    # (a supervised start refuses a supervisor host that runs another)
-    ansible-playbook playbooks/site.yml -i "$INV" --tags supervisor >"$LOG/supervisor-$n.log" 2>&1 \
-      || echo "  site.yml --tags supervisor failed: $LOG/supervisor-$n.log" >&2
-  fi
-  local job_vars=()
+start_job() {  # N JOB: start a supervised job of the kind SCALE_JOB says on the lab; waits for its supervisor
+  local n=$1 job=$2 i job_vars=()
   if [ "$SCALE_JOB" = light ]; then
     # a user's script on the shared storage: light_rank.py and the progress helper it imports, beside it
     mkdir -p "$LOG/light" && cp benchmarks/light_rank.py roles/training/files/gpucluster_progress.py "$LOG/light/"
@@ -113,10 +108,30 @@ supervised() {  # N: start a supervised job, sample its reads, kill a rank; prin
   fi
   if ! ansible-playbook playbooks/train.yml -i "$INV" -e training_job_id="$job" -e training_supervise=true \
       -e training_restarts=1 -e training_wait_timeout=900 "${job_vars[@]}" \
-      >"$LOG/train-$n.log" 2>&1; then
-    echo "- - 0 - - - -"; echo "  the supervised job did not start: $LOG/train-$n.log" >&2; return
+      >"$LOG/train-$job.log" 2>&1; then
+    echo "  the supervised job did not start: $LOG/train-$job.log" >&2; return 1
   fi
   for i in $(seq 1 300); do events_of "$job" | grep -q '"event": "supervising"' && break; sleep 2; done
+}
+fault_figures() {  # EVENTS T0: "sign seen quick training" of the first fault after T0 and the training after it
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+events = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+t0 = float(sys.argv[2])
+first = lambda kind: next((e for e in events if e['event'] == kind and e['time'] >= t0), None)
+fault, again = first('fault'), first('training')
+figure = lambda value: '-' if value is None else '%.1f' % value
+print('%s %s %s %s' % (figure(fault['sign_time'] - t0 if fault and fault.get('sign_time') else None),
+                       figure(fault['time'] - t0 if fault else None), figure(fault.get('quick_seconds') if fault else None),
+                       figure(again['time'] - t0 if again else None)))
+PY
+}
+
+supervised() {  # N: start a supervised job, sample its reads, kill a rank; prints "median max count sign seen quick
+                #    training" (quick: the seconds of the quick read that saw the fault, - when a whole read did)
+  local n=$1 job=scale-$1-$$ worker rank pid fault i
+  worker=lab-worker-$((n - 1))
+  if ! start_job "$n" "$job"; then echo "- - 0 - - - -"; return; fi
   # the supervisor's own figure of each read: read_seconds of its heartbeat, one per last_read
   for i in $(seq 1 $((READ_SECONDS / 2))); do
     on_head cat "/var/lib/gpucluster/supervise/$job/supervisor.json" 2>/dev/null; echo
@@ -130,7 +145,7 @@ supervised() {  # N: start a supervised job, sample its reads, kill a rank; prin
   events_of "$job" >"$LOG/events-$n.jsonl"
   ansible-playbook playbooks/train.yml -i "$INV" -e training_state=stopped -e training_job_id="$job" \
     >"$LOG/stop-$n.log" 2>&1 || echo "  the job's stop failed: $LOG/stop-$n.log" >&2
-  python3 - "$LOG/heartbeats-$n.jsonl" "$LOG/events-$n.jsonl" "$fault" <<'PY'
+  echo "$(python3 - "$LOG/heartbeats-$n.jsonl" <<'PY'
 import json, statistics, sys
 reads = {}
 for line in open(sys.argv[1]):
@@ -140,18 +155,27 @@ for line in open(sys.argv[1]):
         continue
     if beat.get('last_read') and beat.get('read_seconds') is not None:
         reads[beat['last_read']] = beat['read_seconds']
-events = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
-t0 = float(sys.argv[3])
-first = lambda kind: next((e for e in events if e['event'] == kind and e['time'] >= t0), None)
-fault, again = first('fault'), first('training')
 values = sorted(reads.values())
 figure = lambda value: '-' if value is None else '%.1f' % value
-print('%s %s %d %s %s %s %s' % (figure(statistics.median(values) if values else None), figure(values[-1] if values else None),
-                                len(values), figure(fault['sign_time'] - t0 if fault and fault.get('sign_time') else None),
-                                figure(fault['time'] - t0 if fault else None),
-                                figure(fault.get('quick_seconds') if fault else None),
-                                figure(again['time'] - t0 if again else None)))
+print('%s %s %d' % (figure(statistics.median(values) if values else None), figure(values[-1] if values else None),
+                    len(values)))
 PY
+) $(fault_figures "$LOG/events-$n.jsonl" "$fault")"
+}
+
+frozen() {  # N: start a supervised job, freeze the last worker (podman pause); prints "sign seen quick training"
+  local n=$1 job=scale-frozen-$1-$$ worker t0 i
+  worker=lab-worker-$((n - 1))
+  if ! start_job "$n" "$job"; then echo "- - - -"; return; fi
+  sleep 20  # a few steps: each rank's pace is in its progress file
+  t0=$(date +%s.%N)
+  podman pause "$LAB_NAME-$worker" >/dev/null
+  for i in $(seq 1 450); do events_of "$job" | grep -q '"event": "\(training\|gave_up\)"' && break; sleep 2; done
+  events_of "$job" >"$LOG/events-frozen-$n.jsonl"
+  podman unpause "$LAB_NAME-$worker" >/dev/null
+  ansible-playbook playbooks/train.yml -i "$INV" -e training_state=stopped -e training_job_id="$job" \
+    >"$LOG/stop-frozen-$n.log" 2>&1 || echo "  the job's stop failed: $LOG/stop-frozen-$n.log" >&2
+  fault_figures "$LOG/events-frozen-$n.jsonl" "$t0"
 }
 
 for n in $NODES; do
@@ -184,6 +208,13 @@ for n in $NODES; do
       >"$LOG/health-$n.log" 2>&1
     health=$elapsed health_rc=$rc health_cpu=$cpu
   fi
+  if [[ (" $PARTS " == *" supervise "* || " $PARTS " == *" frozen "*) && " $PARTS " != *" site "* \
+        && " $PARTS " != *" converged "* && " $PARTS " != *" bare "* ]]; then
+    # a kept lab, set up by an earlier run: its supervisor host gets this tree's copy of the collection
+    # (a supervised start refuses a supervisor host that runs another)
+    ansible-playbook playbooks/site.yml -i "$INV" --tags supervisor >"$LOG/supervisor-$n.log" 2>&1 \
+      || echo "  site.yml --tags supervisor failed: $LOG/supervisor-$n.log" >&2
+  fi
   if [[ " $PARTS " != *" supervise "* ]]; then
     med=- max=- count=0 sign=- seen=- quick=- training=-
   elif [ "$SCALE_JOB" = light ] || [ "$n" -le "$SUPERVISE_MAX" ]; then
@@ -193,12 +224,16 @@ for n in $NODES; do
     echo "  no ddp job above SUPERVISE_MAX=$SUPERVISE_MAX nodes (memory: a torchrun agent and a rank a node;" \
          "SCALE_JOB=light runs at every size)"
   fi
-  printf '%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$first" "$again" "$changed" \
-    "$site_cpu" "$health" "$health_rc" "$health_cpu" "$med" "$max" "$count" "$sign" "$seen" "$quick" "$training" "$(load)" \
-    >>"$RESULTS"
-  printf '%3d node(s): site.yml %.0f s bare, %.0f s converged (%s changed, controller CPU %s s); health quick %.0f s (rc %s, controller CPU %s s); supervisor read median %s s, max %s s (%s reads); killed rank: glance sign %s s, fault %s s (quick read %s s), training again %s s; load %s\n' \
+  fsign=- fseen=- fquick=- ftraining=-
+  if [[ " $PARTS " == *" frozen "* ]] && { [ "$SCALE_JOB" = light ] || [ "$n" -le "$SUPERVISE_MAX" ]; }; then
+    read -r fsign fseen fquick ftraining < <(frozen "$n")
+  fi
+  printf '%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$n" "$first" \
+    "$again" "$changed" "$site_cpu" "$health" "$health_rc" "$health_cpu" "$med" "$max" "$count" "$sign" "$seen" "$quick" \
+    "$training" "$fsign" "$fseen" "$fquick" "$ftraining" "$(load)" >>"$RESULTS"
+  printf '%3d node(s): site.yml %.0f s bare, %.0f s converged (%s changed, controller CPU %s s); health quick %.0f s (rc %s, controller CPU %s s); supervisor read median %s s, max %s s (%s reads); killed rank: glance sign %s s, fault %s s (quick read %s s), training again %s s; frozen node: glance sign %s s, fault %s s (quick read %s s), training again %s s; load %s\n' \
     "$n" "$first" "$again" "$changed" "$site_cpu" "$health" "$health_rc" "$health_cpu" "$med" "$max" "$count" "$sign" \
-    "$seen" "$quick" "$training" "$(load)"
+    "$seen" "$quick" "$training" "$fsign" "$fseen" "$fquick" "$ftraining" "$(load)"
 done
 [ -n "${KEEP_LAB:-}" ] || lab -e lab_state=absent
 python3 - "$RESULTS" <<'PY'
@@ -216,8 +251,8 @@ for row in rows[1:]:
         except (ValueError, ZeroDivisionError):
             return '-'
     print('  %3s node(s): site.yml converged %s (controller CPU %s), health quick %s (controller CPU %s), supervisor '
-          'read (median) %s, killed rank seen %s s' % (row['nodes'], ratio('site_converged'), ratio('site_cpu'),
-                                                      ratio('health_quick'), ratio('health_cpu'), ratio('read_median'),
-                                                      row['seen']))
+          'read (median) %s, killed rank seen %s s, frozen node seen %s s'
+          % (row['nodes'], ratio('site_converged'), ratio('site_cpu'), ratio('health_quick'), ratio('health_cpu'),
+             ratio('read_median'), row['seen'], row['frozen_seen']))
 PY
 echo "logs and results.tsv: $LOG"
