@@ -12,7 +12,7 @@
 #   - PARTS frozen: the same job again, then the last worker frozen (podman pause): seconds to the glance's sign
 #     (its ranks late: training_supervise_late_seconds), to the fault event (and the seconds of its quick read)
 #     and to training again without it;
-# and each figure's ratio to the smallest size. The targets (issue of the 64-node scale): at 64 nodes a read
+# and each figure's ratio to the smallest size. The targets: at 64 nodes a read
 # within 3x its 4-node time and a killed rank seen within 30 s; quick health and converged site.yml within 3x.
 #   benchmarks/scale.sh                            # NODES="4 16 32 64" PARTS="site health supervise frozen"
 #   NODES="4 16" benchmarks/scale.sh
