@@ -790,8 +790,8 @@ def test_a_glance_names_the_nodes_of_ranks_late_past_their_bound_by_their_hosts(
     assert [s['kind'] for s in signs] == ['done', 'late']
     # since: the first rank became late (rank 2: 45 s silent, late past 30 s)
     assert signs[1:] == [{'kind': 'late', 'nodes': ['w1', 'w2'], 'since': NOW - 45 + 30,
-                      'why': 'rank(s) late: 1 on w1 wrote nothing for 31 s (its bound 30 s); '
-                             '2 on w2 wrote nothing for 45 s (its bound 30 s)'}]
+                          'why': 'rank(s) late: 1 on w1 wrote nothing for 31 s (its bound 30 s); '
+                                 '2 on w2 wrote nothing for 45 s (its bound 30 s)'}]
     assert [s['kind'] for s in sv.glance_signs({}, ranks, NODES, 1, 600, NOW, late_seconds=0)] == ['done']  # 0: none late
     # a rank past the stall bound is quiet, not late; a host that names no node of the job: no node named,
     # the job is read whole
