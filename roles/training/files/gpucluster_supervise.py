@@ -873,10 +873,8 @@ class Supervisor:
         ended = False
         while True:
             if nodes:
-                obs = observe(self.read(nodes=nodes), attempt=self.attempt if self.attempt_began else None)
-                status = {'job': obs} if obs['state'] != 'unknown' or obs.get('stale') else None
-                if status is not None:
-                    obs['quick_read'] = list(nodes)
+                status = self.read(nodes=nodes)
+                obs = self.observed(status, nodes)
                 break
             obs = self.quick_look()
             if obs is not None:
@@ -886,7 +884,7 @@ class Supervisor:
             if status is ENDED:
                 ended = True
                 continue
-            obs = observe(status, attempt=self.attempt if self.attempt_began else None)
+            obs = self.observed(status)
             break
         if obs['step'] is None and self.seen_step is not None:
             # a read that reached no rank's figures (a node hangs, a quick read): the last step read before
@@ -928,15 +926,21 @@ class Supervisor:
             return None
         ended = [n for n in sign.get('nodes') or [] if n in nodes[1:]]
         sign['quick_read'] = True  # one quick read a sign
-        status = self.read(nodes=[nodes[0]] + ended)
-        obs = observe(status, attempt=self.attempt if self.attempt_began else None)
+        obs = self.observed(self.read(nodes=[nodes[0]] + ended), [nodes[0]] + ended)
         lost = sign['kind'] == 'late' and needs_confirming(obs)
         if obs['state'] != 'failed' and not lost:
             self.log_text('# %s the quick read of %s (%.1f s) saw no failure (%s); the job is read whole\n'
                           % (time.strftime('%Y-%m-%dT%H:%M:%S'), ', '.join([nodes[0]] + ended), self.quick_seconds,
                              obs['why'] or obs['state']))
             return None
-        obs['quick_read'] = [nodes[0]] + ended
+        return obs
+
+    def observed(self, status, nodes=None):
+        """observe() of a status read, for the attempt in progress once it began (a read of an earlier one is
+        stale); nodes: those a quick read read (the observation's quick_read)."""
+        obs = observe(status, attempt=self.attempt if self.attempt_began else None)
+        if nodes:
+            obs['quick_read'] = list(nodes)
         return obs
 
     def start_probe(self, nodes):
