@@ -4,7 +4,7 @@
 """Action of gpucluster.multinode.training_job: the module on the node (see plugins/modules/training_job.py).
 
 Its two waits (state first_step and finished) run in slices of progress_seconds, with a line on the
-controller after each (plugin_utils/job_wait.py): a long wait says how it goes instead of staying
+controller after each (plugin_utils/training/job_wait.py): a long wait says how it goes instead of staying
 silent. Every other state is the module, unchanged."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_wait
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_wait
 
 display = Display()
 MODULE = 'gpucluster.multinode.training_job'

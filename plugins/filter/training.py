@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""The training role's filters: the job's verdict (decided in plugin_utils/job_state.py), its layout, the
+"""The training role's filters: the job's verdict (decided in plugin_utils/training/job_state.py), its layout, the
 versions its nodes must share, what a stop did."""
 
 from __future__ import annotations
@@ -13,26 +13,26 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
 from ansible_collections.gpucluster.multinode.plugins.module_utils import deepspeed_ops
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state as js
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_state as js
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
 
 
 def training_verdict(results, nodes=None):
     """The job's verdict from the per-node results of training_job state=status, head first
-    (plugin_utils/job_state.launch_verdict)."""
+    (plugin_utils/training/job_state.launch_verdict)."""
     return js.launch_verdict(results, nodes)
 
 
 def training_status_record(result, progress=None):
     """The status file's record for the job's supervisor: the verdicts and the job's one state
-    (plugin_utils/job_state.status_record)."""
+    (plugin_utils/training/job_state.status_record)."""
     return js.status_record(result, progress)
 
 
 def training_job_state(results, hosts, nodes=None, job_id=None, left_out=None):
     """The job's verdict from the status read registered on every host (in the order of hosts): unknown,
     naming the nodes that could not be read, else training_verdict's; left_out: the job's nodes a status of
-    training_status_nodes did not read (plugin_utils/job_state.job_verdict)."""
+    training_status_nodes did not read (plugin_utils/training/job_state.job_verdict)."""
     return js.job_verdict(results, hosts, nodes, job_id, left_out)
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state as js
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_view as jv
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import rank_failure as rfail
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_state as js
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_view as jv
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import rank_failure as rfail
 
 
 def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_regex=None, checkpoint_seconds=None):

@@ -1,11 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
-"""The summary train.yml prints at the end of a start (plugin_utils/job_summary.py)."""
+"""The summary train.yml prints at the end of a start (plugin_utils/training/job_summary.py)."""
 
 from __future__ import annotations
 
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_summary
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_summary
 
 
 def training_summary(job_id, job_dir, nodes, state=None, inventory=None, local_jobs_dir='', supervised=False,

@@ -264,6 +264,29 @@ def test_the_training_jobs_own_code_is_one_package():
     assert any(p.startswith('plugins/module_utils/training/') for p in shipped_by)
 
 
+# The controller's plugins of a training job: they read the job's state and show it.
+TRAINING_PLUGINS = ('filter/training.py', 'filter/training_monitor.py', 'filter/training_summary.py',
+                    'action/training_job.py')
+
+
+def test_the_controller_s_training_code_is_one_package():
+    """What only the training plugins use on the controller lives in plugins/plugin_utils/training/ (the job's
+    state, how it is shown, the waits, the summary): beside plugins/module_utils/training/, an import map
+    shows training as one package on each side."""
+    used_by = {}
+    plugins = [p for kind in ('filter', 'action', 'lookup', 'test') for p in source_files(kind)]
+    for plugin in plugins:
+        for path in payload(plugin):
+            used_by.setdefault(rel(path), set()).add(rel(plugin)[len('plugins/'):])
+    assert all(os.path.isfile(os.path.join(PLUGINS, p)) for p in TRAINING_PLUGINS)
+    stray = sorted(path for path, users in used_by.items()
+                   if path.startswith('plugins/plugin_utils/') and not path.startswith('plugins/plugin_utils/training/')
+                   and users <= set(TRAINING_PLUGINS))
+    assert not stray, 'only the training plugins use %s: move it to plugins/plugin_utils/training/' % ', '.join(stray)
+    decider = 'plugins/plugin_utils/training/job_state.py'
+    assert set(TRAINING_PLUGINS[:2]) <= used_by.get(decider, set()), 'the training filters read the job\'s state in %s' % decider
+
+
 def test_a_test_file_is_filed_under_the_layer_of_its_code():
     """tests/unit/plugins/<directory>/ holds the tests of plugins/<directory>: each file there uses code of
     that directory (a plugin_utils test may use module_utils to make its input, not the other way

@@ -5,7 +5,7 @@
 runs, what every node does (``launcher`` on the head and ``ranks`` elsewhere, or an ``agent`` per node), the
 files it needs (hostfile, environment), how its status and the node that failed are read from its output,
 and what one node's status result says of the job (exit codes, the failure's node, the state once it
-ended: plugin_utils/job_state.py decides the job's state with these). job.py runs them.
+ended: plugin_utils/training/job_state.py decides the job's state with these). job.py runs them.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Launcher:
         """The log the head watches for the first step."""
         return self.job.log
 
-    # ----- what one node's status result says of the job (plugin_utils/job_state.py decides with these) -----
+    # ----- what one node's status result says of the job (plugin_utils/training/job_state.py decides with these) -----
     @classmethod
     def exit_codes(cls, result):
         """{node: exit code} one node's status result gives: its own part's exit code, and the nodes the

@@ -2,7 +2,7 @@
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
 """What a running job does on one node, read without touching it (the training_progress module).
-The cluster's view of every node's rows is plugin_utils/job_view.py, on the controller.
+The cluster's view of every node's rows is plugin_utils/training/job_view.py, on the controller.
 
 The ranks of the job are found in /proc the way processes.py finds a job (owned by the account,
 GPUCLUSTER_JOB_ID in the environment) and told apart by their RANK variable. For each rank: its

@@ -50,7 +50,7 @@ EVENT_KINDS = {
 }
 ENDINGS = {'gave_up': 'gave up', 'done': 'finished', 'stopped': 'stopped'}
 
-# What a read of the job says that stops it (the job's one state, plugins/plugin_utils/job_state.py).
+# What a read of the job says that stops it (the job's one state, plugins/plugin_utils/training/job_state.py).
 FAULTS = ('failed', 'unreachable', 'stalled')
 
 # The kinds of failure in the order they name a job's culprit: a part whose container started again (or that

@@ -80,7 +80,7 @@ restart {nodes, left_out, resume_step, lost_steps}, restart_failed {nodes; why: 
 from ansible.log}, training {step}, done {step}, gave_up {step}, stopped, report_failed, metrics_failed;
 each with its why.
 
-The job's state is decided on the controller, where the status read runs (plugins/plugin_utils/job_state.py:
+The job's state is decided on the controller, where the status read runs (plugins/plugin_utils/training/job_state.py:
 the status file's job); the supervisor decides what to do about it with the supervision core (supervision.py,
 installed beside it; plugins/module_utils/training/supervision.py, shared with the pod agent on Kubernetes):
 decide() what a read asks for, the culprits' order, plan_restart(), the events' vocabulary and writer, and
@@ -137,7 +137,7 @@ def observe(status, now=None, attempt=None):
     step, last_step_time, why, time} (and stale: true for a read of an earlier attempt).
 
     status: what train.yml -e training_state=status wrote (training_status_file). Its `job` is the job's one
-    state, decided on the controller (plugins/plugin_utils/job_state.py, job_state()): running, succeeded,
+    state, decided on the controller (plugins/plugin_utils/training/job_state.py, job_state()): running, succeeded,
     stopped, failed (a rank or launcher exited non-zero), unreachable (a node could not be read; a rank that
     failed as well is in failed_nodes), stalled (no rank logged a step or heartbeat for
     training_stall_seconds) or unknown; the supervisor takes it as it is. Its own: a read of an attempt

@@ -7,7 +7,7 @@ import os
 from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import training_progress_view
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import report as jr
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state as js
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_state as js
 
 NOW = 1795600000.0
 # attempt 1 ran 4 ranks on head, w1, w2 and died two hours ago; attempt 2 runs 3 ranks (w2 was left out)

@@ -14,7 +14,7 @@ import pytest
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import report as jr
 from ansible_collections.gpucluster.multinode.plugins.module_utils import report_html as rh
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_state
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report_fixtures as rf  # noqa: E402

@@ -8,8 +8,8 @@ import pytest
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training.monitor import slowest_node
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state as js
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_view as jv
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_state as js
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_view as jv
 
 # the rows the node side reads from the recorded progress files (tests/unit/fixtures/job_monitor)
 sys.path.insert(0, os.path.normpath(os.path.join(os.path.dirname(__file__), '..', 'module_utils')))

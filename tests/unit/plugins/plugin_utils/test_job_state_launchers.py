@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_state as js
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_state as js
 
 sys.path.insert(0, os.path.normpath(os.path.join(os.path.dirname(__file__), '..', 'module_utils')))
 from test_launchers import NODES, FakeRunner, fixture, job, lab, write_log  # noqa: E402,F401 (lab: a fixture)

@@ -1,9 +1,9 @@
 # -*- coding: utf-8 -*-
-"""The summary train.yml ends a start with (plugin_utils/job_summary.py)."""
+"""The summary train.yml ends a start with (plugin_utils/training/job_summary.py)."""
 
 from __future__ import annotations
 
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_summary as js
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_summary as js
 
 NODES = [{'name': 'lab-head'}, {'name': 'lab-worker-1'}]
 

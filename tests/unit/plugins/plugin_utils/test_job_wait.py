@@ -1,9 +1,9 @@
 # -*- coding: utf-8 -*-
-"""The long waits of a training job in slices, a line after each (plugin_utils/job_wait.py)."""
+"""The long waits of a training job in slices, a line after each (plugin_utils/training/job_wait.py)."""
 
 from __future__ import annotations
 
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_wait as jw
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_wait as jw
 
 ARGS = {'state': 'finished', 'job_id': 'tiny-001', 'watch_timeout': 900, 'progress_seconds': 60}
 

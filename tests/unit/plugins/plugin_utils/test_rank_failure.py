@@ -4,7 +4,7 @@ from the recorded logs of tests/unit/fixtures/rank_errors) and its lines."""
 import os
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import rank_errors as re_
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import rank_failure as rfail
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import rank_failure as rfail
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures')
 

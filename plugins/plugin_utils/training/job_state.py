@@ -19,14 +19,14 @@ supervisor reads: a fault is what job_state() says, the supervisor only decides 
 whether a watch that ended failed: watch_outcome().
 
 The training filters (training_verdict, training_job_state, training_progress_view, training_status_record)
-read these for status, watch and the supervisor; plugin_utils/job_view.py prints them."""
+read these for status, watch and the supervisor; plugin_utils/training/job_view.py prints them."""
 
 from __future__ import annotations
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training.monitor import slowest_node
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training.launchers import LAUNCHERS, Launcher
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import job_view as jv
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import rank_failure as rfail
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_view as jv
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import rank_failure as rfail
 
 
 # ----- the launchers' read ---------------------------------------------------------------------

@@ -2,7 +2,7 @@
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
 """How a job is shown: one line per rank, a phase, the ranks of older attempts left out, each node's
-containers, and the end-of-job summary. The job's state is decided in plugin_utils/job_state.py, which
+containers, and the end-of-job summary. The job's state is decided in plugin_utils/training/job_state.py, which
 prints its lines with these. Controller only."""
 
 from __future__ import annotations
