@@ -113,6 +113,17 @@ start_job() {  # N JOB: start a supervised job of the kind SCALE_JOB says on the
   fi
   for i in $(seq 1 300); do events_of "$job" | grep -q '"event": "supervising"' && break; sleep 2; done
 }
+recovered() {  # JOB EVENTS: wait (15 min at most) for the supervisor's training or gave_up event; save its events
+  local i
+  for i in $(seq 1 450); do events_of "$1" | grep -q '"event": "\(training\|gave_up\)"' && break; sleep 2; done
+  events_of "$1" >"$2"
+}
+
+stop_job() {  # JOB LOG: stop the job (train.yml training_state=stopped), its output in LOG
+  ansible-playbook playbooks/train.yml -i "$INV" -e training_state=stopped -e training_job_id="$1" \
+    >"$2" 2>&1 || echo "  the job's stop failed: $2" >&2
+}
+
 fault_figures() {  # EVENTS T0: "sign seen quick training" of the first fault after T0 and the training after it
   python3 - "$1" "$2" <<'PY'
 import json, sys
@@ -141,10 +152,8 @@ supervised() {  # N: start a supervised job, sample its reads, kill a rank; prin
   pid=$(on_head head -1 "$rank" | sed -n 's/.* pid=\([0-9]*\).*/\1/p')
   fault=$(date +%s.%N)
   podman exec --user train "$LAB_NAME-$worker" kill -9 "$pid"
-  for i in $(seq 1 450); do events_of "$job" | grep -q '"event": "\(training\|gave_up\)"' && break; sleep 2; done
-  events_of "$job" >"$LOG/events-$n.jsonl"
-  ansible-playbook playbooks/train.yml -i "$INV" -e training_state=stopped -e training_job_id="$job" \
-    >"$LOG/stop-$n.log" 2>&1 || echo "  the job's stop failed: $LOG/stop-$n.log" >&2
+  recovered "$job" "$LOG/events-$n.jsonl"
+  stop_job "$job" "$LOG/stop-$n.log"
   echo "$(python3 - "$LOG/heartbeats-$n.jsonl" <<'PY'
 import json, statistics, sys
 reads = {}
@@ -170,11 +179,9 @@ frozen() {  # N: start a supervised job, freeze the last worker (podman pause); 
   sleep 20  # a few steps: each rank's pace is in its progress file
   t0=$(date +%s.%N)
   podman pause "$LAB_NAME-$worker" >/dev/null
-  for i in $(seq 1 450); do events_of "$job" | grep -q '"event": "\(training\|gave_up\)"' && break; sleep 2; done
-  events_of "$job" >"$LOG/events-frozen-$n.jsonl"
+  recovered "$job" "$LOG/events-frozen-$n.jsonl"
   podman unpause "$LAB_NAME-$worker" >/dev/null
-  ansible-playbook playbooks/train.yml -i "$INV" -e training_state=stopped -e training_job_id="$job" \
-    >"$LOG/stop-frozen-$n.log" 2>&1 || echo "  the job's stop failed: $LOG/stop-frozen-$n.log" >&2
+  stop_job "$job" "$LOG/stop-frozen-$n.log"
   fault_figures "$LOG/events-frozen-$n.jsonl" "$t0"
 }
 
