@@ -30,6 +30,7 @@ EVENTS = 'events.jsonl'
 EVENT_KINDS = {
     'supervising': 'the supervisor took the job (nodes, restarts)',
     'read_missed': 'a node a read could not reach and a second read or the direct probe did: not a fault',
+    'late': "ranks wrote nothing for their late bound and a quick read of their nodes read no failure: not a fault",
     'blind': 'reads in a row failed: nothing is stopped until one works again',
     'sighted': 'a read works again after blind',
     'glance': "the glances at the job's files on the shared storage turned off or on again",

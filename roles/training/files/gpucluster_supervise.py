@@ -58,7 +58,8 @@ non-zero, or of late ranks whose nodes their headers name, the read is first a q
 head only (train.yml status with training_status_nodes, --limit; quick_seconds): a failure it reads is the fault
 at once (the fault event's quick_read), and after a late sign a node it cannot reach is confirmed by a second
 quick read of the same nodes and the direct probe, without a read of every node, whose cost grows with the
-cluster; else the job is read whole. A
+cluster; late nodes that the quick read reached with no failure are a late event (no fault); else the job is
+read whole. A
 sign a read judged is not read for again while it lasts. A glance that fails or hangs turns the glances off (a glance event, the heartbeat's glance)
 until one works again; the reads go on at their interval. A node a read could not reach (and no
 failed rank) is a fault only when a second read still cannot reach it and the direct probe fails: a TCP
@@ -73,7 +74,7 @@ names an earlier attempt is ignored (the new one has not written yet), and is no
 is done or it gives up, it writes the job's report page (train.yml -e training_state=report); a report run
 that fails is an event (report_failed), never a crash.
 
-Events (each with time, event, attempt): supervising, read_missed {nodes}, blind {failed_reads},
+Events (each with time, event, attempt): supervising, read_missed {nodes}, late {nodes}, blind {failed_reads},
 sighted {failed_reads}, glance (off or on again), fault {seen, nodes, step, last_step_time, step_read, sign,
 sign_time}, job_stopped, checked {nodes},
 restart {nodes, left_out, resume_step, lost_steps}, restart_failed {nodes; why: the failing task's message
@@ -926,12 +927,21 @@ class Supervisor:
             return None
         ended = [n for n in sign.get('nodes') or [] if n in nodes[1:]]
         sign['quick_read'] = True  # one quick read a sign
-        obs = self.observed(self.read(nodes=[nodes[0]] + ended), [nodes[0]] + ended)
+        status = self.read(nodes=[nodes[0]] + ended)
+        obs = self.observed(status, [nodes[0]] + ended)
         lost = sign['kind'] == 'late' and needs_confirming(obs)
         if obs['state'] != 'failed' and not lost:
             self.log_text('# %s the quick read of %s (%.1f s) saw no failure (%s); the job is read whole\n'
                           % (time.strftime('%Y-%m-%dT%H:%M:%S'), ', '.join([nodes[0]] + ended), self.quick_seconds,
                              obs['why'] or obs['state']))
+            job = status.get('job') if isinstance(status, dict) else None
+            # reached: the nodes read answered and read no failure (a read of part of the job cannot say more)
+            reached = isinstance(job, dict) and not obs.get('stale') and (
+                obs['state'] == 'running' or (obs['state'] == 'unknown' and job.get('left_out')))
+            if sign['kind'] == 'late' and ended and reached:
+                # the late nodes answered: no fault, but a frozen or slow node that came back is on record
+                self.event('late', nodes=ended, why='%s; the quick read of %s (%.1f s) reached them and read no '
+                           'failure: not a fault' % (sign['why'], ', '.join([nodes[0]] + ended), self.quick_seconds))
             return None
         return obs
 

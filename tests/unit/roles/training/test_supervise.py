@@ -848,13 +848,36 @@ def test_a_late_rank_on_a_node_that_answers_costs_a_quick_read_and_one_whole_rea
     rc, calls, events = _supervise(tmp_path, [running, quick_running, running, finished], [], interval=1.5,
                                    glance_seconds=0.05, late_seconds=30, job_files={'progress/rank-3.log': rank},
                                    meanwhile=evaluating)
-    assert rc == 0 and [e['event'] for e in events] == ['supervising', 'done']
+    # no fault; the late node that answered is on record (a frozen node that came back says so too)
+    assert rc == 0 and [e['event'] for e in events] == ['supervising', 'late', 'done']
+    late = events[1]
+    assert late['nodes'] == ['w2'] and late['why'].startswith('rank(s) late: 3 on w2 wrote nothing for ')
+    assert late['why'].endswith('the quick read of head, w2 (%.1f s) reached them and read no failure: not a fault'
+                                % float(late['why'].rsplit('(', 1)[1].split(' s)')[0]))
     # the sign: a quick read of the head and w2 that saw it running, then the job read whole; the same sign is
     # not read for again while it lasts: the next read waited for the interval
     assert [c[1] for c in calls if c[0] == 'status'] == ['', 'head,w2', '', '']
     assert time.time() - began >= 1.5
     log = (tmp_path / 'state' / 'ansible.log').read_text()
     assert 'the quick read of head, w2' in log and 'saw no failure' in log
+
+
+def test_a_late_rank_whose_quick_read_gave_no_answer_is_no_late_event_the_job_is_read_whole(tmp_path):
+    running = {'result': {'state': 'running'}, 'progress': _progress(12)}
+    finished = {'result': {'state': 'succeeded'}, 'progress': dict(_progress(40), state='finished')}
+    rank = ('# gpucluster-progress rank=3 host=w2 pid=7 world=4 attempt=1 time=%.3f\nstep=1 loss=0.5 time=%.3f\n'
+            % (time.time() - 60, time.time() - 59))
+
+    def evaluating(job):
+        os.utime(str(job / 'progress' / 'rank-3.log'), (time.time() - 59, time.time() - 59))
+        return []
+
+    # the quick read wrote no status (None): nothing is said of w2, the whole read decides
+    rc, calls, events = _supervise(tmp_path, [running, None, running, finished], [], interval=1.5,
+                                   glance_seconds=0.05, late_seconds=30, job_files={'progress/rank-3.log': rank},
+                                   meanwhile=evaluating)
+    assert rc == 0 and [e['event'] for e in events] == ['supervising', 'done']
+    assert [c[1] for c in calls if c[0] == 'status'][:3] == ['', 'head,w2', '']
 
 
 def test_a_glance_names_a_node_whose_part_exited_non_zero_the_earliest_first_and_only_the_jobs_nodes_now():
