@@ -927,12 +927,13 @@ class Supervisor:
             return None
         ended = [n for n in sign.get('nodes') or [] if n in nodes[1:]]
         sign['quick_read'] = True  # one quick read a sign
-        status = self.read(nodes=[nodes[0]] + ended)
-        obs = self.observed(status, [nodes[0]] + ended)
+        read = [nodes[0]] + ended
+        status = self.read(nodes=read)
+        obs = self.observed(status, read)
         lost = sign['kind'] == 'late' and needs_confirming(obs)
         if obs['state'] != 'failed' and not lost:
             self.log_text('# %s the quick read of %s (%.1f s) saw no failure (%s); the job is read whole\n'
-                          % (time.strftime('%Y-%m-%dT%H:%M:%S'), ', '.join([nodes[0]] + ended), self.quick_seconds,
+                          % (time.strftime('%Y-%m-%dT%H:%M:%S'), ', '.join(read), self.quick_seconds,
                              obs['why'] or obs['state']))
             job = status.get('job') if isinstance(status, dict) else None
             # reached: the nodes read answered and read no failure (a read of part of the job cannot say more)
@@ -941,7 +942,7 @@ class Supervisor:
             if sign['kind'] == 'late' and ended and reached:
                 # the late nodes answered: no fault, but a frozen or slow node that came back is on record
                 self.event('late', nodes=ended, why='%s; the quick read of %s (%.1f s) reached them and read no '
-                           'failure: not a fault' % (sign['why'], ', '.join([nodes[0]] + ended), self.quick_seconds))
+                           'failure: not a fault' % (sign['why'], ', '.join(read), self.quick_seconds))
             return None
         return obs
 
