@@ -628,7 +628,7 @@ class Job:
             while time.time() < deadline and self.launcher.slurm_status(sid)['state'] in slurm.ACTIVE_STATES:
                 sleep(1)
         outcome = pr.stop_job(self.job_id, self.uid, grace=self.p['stop_timeout'], proc=self.proc,
-                              leaders=self.leaders(), sleep=sleep, clock=clock)
+                              leaders=self.leaders(), sleep=sleep, clock=clock, daemons=self.launcher.daemons)
         # a podman run stopped while it was making its container leaves that container behind (created,
         # never started): the job's label finds it once its processes are gone
         late = self.containers()

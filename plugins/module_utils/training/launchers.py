@@ -44,6 +44,9 @@ class Launcher:
     # What node_tools installs for it (its package groups), and the training_job options only it reads.
     tools = ()
     options = ()
+    # Programs of the launcher that run the ranks on a node without the job's environment (so only
+    # as the ranks' parent are they known to be the job's): a stop ends them with the ranks.
+    daemons = ()
 
     def __init__(self, job):
         self.job = job
@@ -227,6 +230,9 @@ class Mpirun(Launcher):
     name = 'mpirun'
     uses_ssh = True
     tools = ('openmpi',)
+    # Open MPI 4's orted (5's prted), started over SSH by mpirun: it outlives the ranks it started for a
+    # moment after they are killed, until the head's mpirun is gone
+    daemons = ('orted', 'prted')
 
     def binary(self):
         return self.job.runner.which('mpirun') or 'mpirun'

@@ -275,6 +275,17 @@ def test_stop_ends_the_jobs_processes_only(lab, proc, kills, launcher, node):
     assert all(call[1] not in (700, 803) for call in kills)
 
 
+@pytest.mark.parametrize('launcher,stopped', [('mpirun', [830, 831]), ('torchrun', [831])])
+def test_the_stop_of_an_mpirun_worker_ends_the_orted_that_started_its_rank(lab, proc, kills, launcher, stopped):
+    # Open MPI's orted, started over SSH by the head's mpirun, has no job id in its environment: only as
+    # its rank's parent is it the job's, and only the mpirun launcher has it
+    fake_proc(proc, 830, pgid=829, comm='orted', cmdline=('/usr/bin/orted', '-mca', 'ess', 'env'), env={})
+    fake_proc(proc, 831, ppid=830, pgid=829, env={pr.JOB_ENV: 'tiny-001', 'RANK': '2'})
+    out = job(lab, launcher, 'charlie').stop(sleep=lambda s: None)
+    assert out['stopped_pids'] == stopped and out['running'] is False
+    assert (proc / '830').exists() is (launcher != 'mpirun')
+
+
 def test_stop_with_an_owner_reaches_only_that_accounts_processes(lab, proc, kills):
     import pwd
     other = [a for a in pwd.getpwall() if a.pw_uid != ME][0]

@@ -16,12 +16,12 @@ OTHER = ME + 4242
 
 
 def fake_proc(root, pid, uid=ME, start_time=1000, pgid=None, env=None, cmdline=('python', 'train.py'),
-              comm='python', state='S', sockets=()):
+              comm='python', state='S', sockets=(), ppid=1):
     """One process in a fake /proc tree, laid out as the kernel does."""
     d = root / str(pid)
     d.mkdir(parents=True)
     pgid = pid if pgid is None else pgid
-    rest = [state, '1', str(pgid), str(pgid)] + ['0'] * 15 + [str(start_time)] + ['0'] * 30
+    rest = [state, str(ppid), str(pgid), str(pgid)] + ['0'] * 15 + [str(start_time)] + ['0'] * 30
     (d / 'stat').write_text('%d (%s) %s\n' % (pid, comm, ' '.join(rest)))
     (d / 'status').write_text('Name:\t%s\nState:\t%s\nUid:\t%d\t%d\t%d\t%d\n' % (comm, state, uid, uid, uid, uid))
     (d / 'environ').write_bytes(b''.join(('%s=%s' % kv).encode() + b'\0' for kv in (env or {}).items()))
@@ -150,6 +150,68 @@ def test_stop_as_root_reaches_only_the_accounts_processes(proc, kills):
     assert out['refused'] and out['refused'][0]['pid'] == 101
     assert [p['pid'] for p in out['left']] == [101]
     assert (proc / '100').exists()
+
+
+def orted_tree(proc):
+    """A worker of an mpirun job: Open MPI's orted (started over SSH, no job id in its environment,
+    in its SSH session's group) and the rank it started; beside them an orted of another job and one
+    of another account."""
+    fake_proc(proc, 50, pgid=49, comm='orted', cmdline=('/usr/bin/orted', '-mca', 'ess', 'env'), env={})
+    fake_proc(proc, 51, ppid=50, pgid=49, env={pr.JOB_ENV: 'job-1', 'RANK': '1'})
+    fake_proc(proc, 60, pgid=59, comm='orted', cmdline=('/usr/bin/orted',), env={})
+    fake_proc(proc, 61, ppid=60, pgid=59, env={pr.JOB_ENV: 'job-2', 'RANK': '1'})
+    fake_proc(proc, 70, uid=OTHER, pgid=69, comm='orted', cmdline=('/usr/bin/orted',), env={})
+    fake_proc(proc, 71, uid=OTHER, ppid=70, pgid=69, env={pr.JOB_ENV: 'job-1', 'RANK': '1'})
+
+
+def test_the_stop_ends_the_launcher_daemon_that_started_the_job_s_ranks(proc, kills):
+    orted_tree(proc)
+    found = pr.daemons_of(pr.job_processes('job-1', ME, str(proc)), ('orted', 'prted'), ME, str(proc))
+    assert [(d['pid'], d['cmdline']) for d in found] == [(50, '/usr/bin/orted -mca ess env')]
+    out = pr.stop_job('job-1', ME, grace=1, proc=str(proc), sleep=lambda s: None, daemons=('orted', 'prted'))
+    assert out['signalled'] == [50, 51] and out['left'] == []
+    # each alone (their group is the SSH session's); another job's and another account's orted are not
+    assert ('kill', 50, signal.SIGTERM) in kills and not any(c[0] == 'killpg' for c in kills)
+    assert sorted(pr.pids(str(proc))) == [60, 61, 70, 71]
+
+
+def test_without_daemons_the_stop_leaves_the_orted_it_does_not_know(proc, kills):
+    orted_tree(proc)
+    out = pr.stop_job('job-1', ME, grace=1, proc=str(proc), sleep=lambda s: None)
+    assert out['signalled'] == [51] and (proc / '50').exists()
+
+
+def test_a_daemon_that_outlives_sigterm_is_killed_and_waited_for(proc, monkeypatch):
+    orted_tree(proc)
+    calls = []
+
+    def kill(pid, sig):
+        calls.append((pid, sig))
+        if pid != 50 or sig == signal.SIGKILL:  # orted ignores SIGTERM
+            shutil.rmtree(str(proc / str(pid)))
+
+    monkeypatch.setattr(pr.os, 'kill', kill)
+    monkeypatch.setattr(pr.os, 'killpg', None)  # no group here is the job's
+    ticks = iter(range(0, 10000, 1))
+    out = pr.stop_job('job-1', ME, grace=3, proc=str(proc), sleep=lambda s: None, clock=lambda: next(ticks),
+                      daemons=('orted',))
+    assert (50, signal.SIGTERM) in calls and (50, signal.SIGKILL) in calls
+    assert out['left'] == [] and not (proc / '50').exists()
+
+
+def test_a_daemon_that_survives_sigkill_is_reported_left(proc, monkeypatch):
+    orted_tree(proc)
+
+    def kill(pid, sig):
+        if pid != 50:
+            shutil.rmtree(str(proc / str(pid)))
+
+    monkeypatch.setattr(pr.os, 'kill', kill)
+    monkeypatch.setattr(pr.os, 'killpg', None)  # no group here is the job's
+    ticks = iter(range(0, 10000, 1))
+    out = pr.stop_job('job-1', ME, grace=1, proc=str(proc), sleep=lambda s: None, clock=lambda: next(ticks),
+                      daemons=('orted',))
+    assert [p['pid'] for p in out['left']] == [50]
 
 
 def test_stale_pidfile_pointing_at_an_unrelated_process_is_ignored_by_stop(proc, kills, tmp_path):
