@@ -181,13 +181,15 @@ def test_without_daemons_the_stop_leaves_the_orted_it_does_not_know(proc, kills)
     assert out['signalled'] == [51] and (proc / '50').exists()
 
 
-def test_a_daemon_that_outlives_sigterm_is_killed_and_waited_for(proc, monkeypatch):
+@pytest.mark.parametrize('dies_on,left', [(signal.SIGKILL, []), (None, [50])])
+def test_a_daemon_that_outlives_sigterm_is_killed_waited_for_and_reported_left(proc, monkeypatch, dies_on, left):
+    # an orted that ignores SIGTERM: SIGKILL ends it; one that survives SIGKILL too is left, by its pid
     orted_tree(proc)
     calls = []
 
     def kill(pid, sig):
         calls.append((pid, sig))
-        if pid != 50 or sig == signal.SIGKILL:  # orted ignores SIGTERM
+        if pid != 50 or sig == dies_on:
             shutil.rmtree(str(proc / str(pid)))
 
     monkeypatch.setattr(pr.os, 'kill', kill)
@@ -196,22 +198,7 @@ def test_a_daemon_that_outlives_sigterm_is_killed_and_waited_for(proc, monkeypat
     out = pr.stop_job('job-1', ME, grace=3, proc=str(proc), sleep=lambda s: None, clock=lambda: next(ticks),
                       daemons=('orted',))
     assert (50, signal.SIGTERM) in calls and (50, signal.SIGKILL) in calls
-    assert out['left'] == [] and not (proc / '50').exists()
-
-
-def test_a_daemon_that_survives_sigkill_is_reported_left(proc, monkeypatch):
-    orted_tree(proc)
-
-    def kill(pid, sig):
-        if pid != 50:
-            shutil.rmtree(str(proc / str(pid)))
-
-    monkeypatch.setattr(pr.os, 'kill', kill)
-    monkeypatch.setattr(pr.os, 'killpg', None)  # no group here is the job's
-    ticks = iter(range(0, 10000, 1))
-    out = pr.stop_job('job-1', ME, grace=1, proc=str(proc), sleep=lambda s: None, clock=lambda: next(ticks),
-                      daemons=('orted',))
-    assert [p['pid'] for p in out['left']] == [50]
+    assert [p['pid'] for p in out['left']] == left and (proc / '50').exists() is bool(left)
 
 
 def test_stale_pidfile_pointing_at_an_unrelated_process_is_ignored_by_stop(proc, kills, tmp_path):
