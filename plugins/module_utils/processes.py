@@ -373,43 +373,22 @@ def jobs_running(uid=None, proc='/proc'):
 KILL_WAIT_SECONDS = 15.0
 
 
-def daemons_of(procs, names, uid=None, proc='/proc'):
-    """[{pid, pgid, uid, start_time, cmdline}] of the parents of procs whose program is one of names
-    and that uid owns: a launcher's daemon on this node (Open MPI's orted, started over SSH without
-    the job's environment) that belongs to the job because it started the job's ranks."""
-    uid = os.geteuid() if uid is None else uid
-    names = set(names or ())
-    found, seen = [], set()
-    for p in procs if names else ():
-        child = read_stat(p['pid'], proc)
-        parent = read_stat(child['ppid'], proc) if child else None
-        if parent is None or parent['pid'] in seen or parent['state'] in ('Z', 'X') or parent['pid'] <= 1:
-            continue
-        if parent['comm'] in names and read_uid(parent['pid'], proc) == uid:
-            seen.add(parent['pid'])
-            found.append({'pid': parent['pid'], 'pgid': parent['pgid'], 'uid': uid,
-                          'start_time': parent['start_time'], 'cmdline': read_cmdline(parent['pid'], proc)})
-    return found
-
-
 def stop_job(job_id, uid=None, grace=10.0, proc='/proc', leaders=(), sleep=time.sleep, clock=time.time,
              daemons=()):
     """SIGTERM a job's processes (see job_processes), wait up to grace seconds, SIGKILL what is left.
 
     Process groups are signalled whole only when their leader is a verified leader or itself one of
     the job's processes; other processes one by one, each re-checked (same start time) first.
-    daemons: program names of a launcher's daemons (daemons_of), found as the parents of the job's
-    processes before the first signal and signalled, waited for and reported with them.
+    daemons: processes of the job that do not carry its id (a launcher's daemon, found by the caller),
+    signalled, waited for and reported with them while each is still the process recorded.
     Returns {signalled: [pids], refused: [{pid, reason}], left: [processes]}."""
     uid = os.geteuid() if uid is None else uid
     signalled, refused = [], []
     own_group = os.getpgid(0)
-    helpers = daemons_of(job_processes(job_id, uid, proc, leaders), daemons, uid, proc)
 
     def remaining():
         mine = job_processes(job_id, uid, proc, leaders)
-        pids_now = {p['pid'] for p in mine}
-        return mine + [h for h in helpers if h['pid'] not in pids_now and same_process(h, proc)]
+        return mine + [d for d in daemons if d['pid'] not in {p['pid'] for p in mine} and same_process(d, proc)]
 
     for sig, wait in ((signal.SIGTERM, float(grace)), (signal.SIGKILL, KILL_WAIT_SECONDS)):
         procs = remaining()

@@ -26,7 +26,7 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils.training impo
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launch_failures as lf
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import rank_errors as re_
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training.launchers import (
-    BIG, LAUNCHERS, SSH_CONNECT_TIMEOUT, UNBUFFERED_ENV, JobError)
+    BIG, LAUNCHERS, SSH_CONNECT_TIMEOUT, UNBUFFERED_ENV, JobError, daemons_of)
 
 
 class Runner:
@@ -627,8 +627,10 @@ class Job:
             deadline = time.time() + self.p['stop_timeout'] + 30
             while time.time() < deadline and self.launcher.slurm_status(sid)['state'] in slurm.ACTIVE_STATES:
                 sleep(1)
+        # the launcher's daemons that started the job's ranks here, found before the first signal
+        daemons = daemons_of(procs, self.launcher.daemons, self.uid, self.proc)
         outcome = pr.stop_job(self.job_id, self.uid, grace=self.p['stop_timeout'], proc=self.proc,
-                              leaders=self.leaders(), sleep=sleep, clock=clock, daemons=self.launcher.daemons)
+                              leaders=self.leaders(), sleep=sleep, clock=clock, daemons=daemons)
         # a podman run stopped while it was making its container leaves that container behind (created,
         # never started): the job's label finds it once its processes are gone
         late = self.containers()

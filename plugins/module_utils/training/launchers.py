@@ -34,6 +34,23 @@ class JobError(Exception):
 
 
 # ----- the launchers ---------------------------------------------------------------------------
+def daemons_of(procs, names, uid, proc='/proc'):
+    """[{pid, pgid, uid, start_time, cmdline}] of the parents of procs whose program is one of names and that
+    uid owns: a launcher's daemon on this node (Open MPI's orted, started over SSH without the job's
+    environment) that is the job's because it started the job's ranks."""
+    found, seen = [], set()
+    for p in procs if names else ():
+        child = pr.read_stat(p['pid'], proc)
+        parent = pr.read_stat(child['ppid'], proc) if child else None
+        if parent is None or parent['pid'] in seen or parent['state'] in ('Z', 'X') or parent['pid'] <= 1:
+            continue
+        if parent['comm'] in names and pr.read_uid(parent['pid'], proc) == uid:
+            seen.add(parent['pid'])
+            found.append({'pid': parent['pid'], 'pgid': parent['pgid'], 'uid': uid,
+                          'start_time': parent['start_time'], 'cmdline': pr.read_cmdline(parent['pid'], proc)})
+    return found
+
+
 class Launcher:
     name = None
     # The versions that must be the same on every node for this launcher (env_versions keys): Ray,

@@ -275,6 +275,15 @@ def test_stop_ends_the_jobs_processes_only(lab, proc, kills, launcher, node):
     assert all(call[1] not in (700, 803) for call in kills)
 
 
+def test_the_daemons_of_a_job_are_the_parents_of_its_ranks_that_run_a_named_program(proc):
+    from test_processes import orted_tree
+    orted_tree(proc)
+    found = ln.daemons_of(pr.job_processes('job-1', ME, str(proc)), ('orted', 'prted'), ME, str(proc))
+    # job-1's orted; not job-2's, not another account's (whose rank of job-1 is not ours either)
+    assert [(d['pid'], d['cmdline']) for d in found] == [(50, '/usr/bin/orted -mca ess env')]
+    assert ln.daemons_of(pr.job_processes('job-1', ME, str(proc)), (), ME, str(proc)) == []
+
+
 @pytest.mark.parametrize('launcher,stopped', [('mpirun', [830, 831]), ('torchrun', [831])])
 def test_the_stop_of_an_mpirun_worker_ends_the_orted_that_started_its_rank(lab, proc, kills, launcher, stopped):
     # Open MPI's orted, started over SSH by the head's mpirun, has no job id in its environment: only as

@@ -164,18 +164,20 @@ def orted_tree(proc):
     fake_proc(proc, 71, uid=OTHER, ppid=70, pgid=69, env={pr.JOB_ENV: 'job-1', 'RANK': '1'})
 
 
-def test_the_stop_ends_the_launcher_daemon_that_started_the_job_s_ranks(proc, kills):
+def orted_of_job_1(proc):
+    return [dict(pr.identity(50, str(proc)), cmdline='/usr/bin/orted')]
+
+
+def test_the_stop_ends_the_daemons_it_is_given_with_the_job(proc, kills):
     orted_tree(proc)
-    found = pr.daemons_of(pr.job_processes('job-1', ME, str(proc)), ('orted', 'prted'), ME, str(proc))
-    assert [(d['pid'], d['cmdline']) for d in found] == [(50, '/usr/bin/orted -mca ess env')]
-    out = pr.stop_job('job-1', ME, grace=1, proc=str(proc), sleep=lambda s: None, daemons=('orted', 'prted'))
+    out = pr.stop_job('job-1', ME, grace=1, proc=str(proc), sleep=lambda s: None, daemons=orted_of_job_1(proc))
     assert out['signalled'] == [50, 51] and out['left'] == []
     # each alone (their group is the SSH session's); another job's and another account's orted are not
     assert ('kill', 50, signal.SIGTERM) in kills and not any(c[0] == 'killpg' for c in kills)
     assert sorted(pr.pids(str(proc))) == [60, 61, 70, 71]
 
 
-def test_without_daemons_the_stop_leaves_the_orted_it_does_not_know(proc, kills):
+def test_without_daemons_the_stop_leaves_the_orted_it_is_not_given(proc, kills):
     orted_tree(proc)
     out = pr.stop_job('job-1', ME, grace=1, proc=str(proc), sleep=lambda s: None)
     assert out['signalled'] == [51] and (proc / '50').exists()
@@ -196,7 +198,7 @@ def test_a_daemon_that_outlives_sigterm_is_killed_waited_for_and_reported_left(p
     monkeypatch.setattr(pr.os, 'killpg', None)  # no group here is the job's
     ticks = iter(range(0, 10000, 1))
     out = pr.stop_job('job-1', ME, grace=3, proc=str(proc), sleep=lambda s: None, clock=lambda: next(ticks),
-                      daemons=('orted',))
+                      daemons=orted_of_job_1(proc))
     assert (50, signal.SIGTERM) in calls and (50, signal.SIGKILL) in calls
     assert [p['pid'] for p in out['left']] == left and (proc / '50').exists() is bool(left)
 
