@@ -11,8 +11,10 @@ short_description: A collection-wide default (environment path, NCCL profile, po
 version_added: "0.1.0"
 description:
   - Returns the collection's own default for each name given, defined once in
-    C(plugins/module_utils/cluster_defaults.py); the roles' defaults chain to it, for example
-    C(cluster_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path'))).
+    C(plugins/module_utils/cluster_defaults.py), whatever the inventory sets. A role reads a
+    cluster-wide value with the C(gpucluster.multinode.cluster_value) lookup (the inventory's
+    C(cluster_<name>), else this default); this one is for the values no inventory variable sets (port
+    counts, the Ray unit's paths) and for the training image of given pins.
   - C(env_path) (C(/opt/gpucluster/env)), C(nccl_profile) (C(/etc/profile.d/gpucluster-nccl.sh)), C(shared_dir) (C(/shared)), C(user_uid) (2000),
     C(master_port) (29500), C(rendezvous_port_count), C(max_slots) (1024), C(ray_port),
     C(ray_dashboard_port), C(ray_client_server_port), C(ray_client_port_count), C(bandwidth_port)
@@ -38,9 +40,9 @@ options:
 '''
 
 EXAMPLES = r'''
-- name: The environment path other roles fall back to
+- name: The collection's environment path, whatever the inventory sets
   ansible.builtin.debug:
-    msg: "{{ cluster_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path')) }}"
+    msg: "{{ lookup('gpucluster.multinode.cluster_default', 'env_path') }}"
 
 - name: The training image of the environment's pins
   ansible.builtin.debug:

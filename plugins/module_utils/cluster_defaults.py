@@ -2,9 +2,10 @@
 # Copyright: gpucluster.multinode contributors
 # Apache License 2.0
 """The collection-wide defaults, defined once: modules take them as their argument defaults, and
-roles chain to them through the ``gpucluster.multinode.cluster_default`` lookup, e.g.
+roles read a cluster-wide value through the ``gpucluster.multinode.cluster_value`` lookup (the
+inventory's cluster_<name>, else the default here), e.g.
 
-    cluster_tests_env_path: "{{ cluster_env_path | default(lookup('gpucluster.multinode.cluster_default', 'env_path')) }}"
+    cluster_tests_env_path: "{{ lookup('gpucluster.multinode.cluster_value', 'env_path') }}"
 """
 
 from __future__ import annotations

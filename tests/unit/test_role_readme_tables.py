@@ -1,6 +1,8 @@
 """A role README's variable tables agree with its argument spec: a variable is listed once, every
 listed variable is one the role takes, every variable the role takes is named in its README, and a
-table is not broken by a blank line (which ends it on every Markdown renderer)."""
+table is not broken by a blank line (which ends it on every Markdown renderer). The README and docs/
+describe a role's variables in no table of their own (the role's README does), and every variable
+their tables name is one the collection reads."""
 
 from __future__ import annotations
 
@@ -17,7 +19,17 @@ ROLES = sorted(os.path.basename(os.path.dirname(os.path.dirname(p)))
                for p in glob.glob(os.path.join(ROOT, 'roles', '*', 'meta', 'argument_specs.yml')))
 
 
-def _spec(role):
+def _spec(role, root=os.path.join(ROOT, 'roles')):
+    """The options of every entry point of the role (main, and e.g. a role's other task files)."""
+    with open(os.path.join(root, role, 'meta', 'argument_specs.yml')) as f:
+        specs = yaml.safe_load(f)['argument_specs']
+    out = {}
+    for entry in specs.values():
+        out.update(entry.get('options') or {})
+    return out
+
+
+def _main_spec(role):
     with open(os.path.join(ROOT, 'roles', role, 'meta', 'argument_specs.yml')) as f:
         return yaml.safe_load(f)['argument_specs']['main']['options']
 
@@ -79,7 +91,87 @@ def test_the_readme_tables_agree_with_the_argument_spec(role):
     listed = [name for _, names in rows for name in names]
     twice = sorted(name for name, count in collections.Counter(listed).items() if count > 1)
     unknown = sorted(set(listed) - set(spec))
-    unnamed = sorted(name for name in spec if name not in listed and '`%s`' % name not in text)
+    unnamed = sorted(name for name in _main_spec(role) if name not in listed and '`%s`' % name not in text)
     assert (twice, unknown, unnamed, splits) == ([], [], [], []), (
         'listed twice %s; listed but not in meta/argument_specs.yml %s; in the spec but named nowhere in '
         'the README %s; blank line inside a variable table at line(s) %s' % (twice, unknown, unnamed, splits))
+
+
+def _docs():
+    return [os.path.join(ROOT, 'README.md')] + sorted(glob.glob(os.path.join(ROOT, 'docs', '*.md')))
+
+
+def _known_elsewhere():
+    """{variable: where} of what the tables outside roles/ may name: the lab role's variables (docs/lab.md
+    is its description), the cluster-wide values (cluster_<name> of module_utils/cluster_defaults.py) and
+    the inventory contract's own (plugin_utils/inventory_contract.py reads them)."""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, 'plugins', 'module_utils'))
+    try:
+        import cluster_defaults
+    finally:
+        sys.path.pop(0)
+    known = dict(('cluster_' + n, 'cluster_defaults.py') for n in list(cluster_defaults.DEFAULTS) + list(cluster_defaults.DERIVED))
+    with open(os.path.join(ROOT, 'plugins', 'plugin_utils', 'inventory_contract.py')) as f:
+        known.update((n, 'inventory_contract.py') for n in re.findall(r"'([a-z]+_[a-z0-9_]+)'", f.read()))
+    known.update((n, 'lab/roles/lab') for n in _spec('lab', os.path.join(ROOT, 'lab', 'roles')))
+    return known
+
+
+def doc_table_problems(paths, role_vars, known):
+    """The lines that describe a role's variable outside its README (a table whose second column is its
+    default), name a variable nothing reads, or describe one variable in two tables (tables with a
+    `meaning` column; a table of values set, `| variable | value | why |`, names what is described
+    elsewhere)."""
+    problems, seen = [], {}
+    for path in paths:
+        with open(path) as f:
+            text = f.read()
+        rows, splits = variable_tables(text, role_vars)
+        headers = dict((n, line) for n, line in enumerate(text.splitlines(), 1) if re.match(r'\|\s*variable\s*\|', line))
+        described = set(n for n, line in headers.items() if re.match(r'\|\s*variable\s*\|\s*default\s*\|', line))
+        meaning = set(n for n, line in headers.items() if 'meaning' in line)
+        where = os.path.relpath(path, ROOT)
+        for number, names in rows:
+            for name in names:
+                if name in role_vars and _table_of(text, number) in described:
+                    problems.append('%s:%d describes %s, a variable of role %s: its README\'s table does'
+                                    % (where, number, name, role_vars[name]))
+                if name not in role_vars and name not in known:
+                    problems.append('%s:%d names %s, which no role, lab role or cluster-wide value reads'
+                                    % (where, number, name))
+                if _table_of(text, number) not in meaning:
+                    continue
+                if name in seen:
+                    problems.append('%s:%d describes %s, described at %s too' % (where, number, name, seen[name]))
+                seen.setdefault(name, '%s:%d' % (where, number))
+        problems += ['%s:%d: blank line inside a variable table' % (where, n) for n in splits]
+    return problems
+
+
+def _table_of(text, number):
+    """The line number of the header of the table line number is in."""
+    lines = text.splitlines()
+    at = number - 1
+    while at > 0 and lines[at - 1].startswith('|'):
+        at -= 1
+    return at + 1
+
+
+def test_the_docs_describe_no_role_variable_and_name_only_what_is_read():
+    role_vars = dict((name, role) for role in ROLES for name in _spec(role))
+    assert doc_table_problems(_docs(), role_vars, _known_elsewhere()) == []
+
+
+def test_a_docs_table_of_a_role_s_variables_or_of_an_unknown_one_is_refused(tmp_path):
+    page = tmp_path / 'page.md'
+    page.write_text('| variable | default | meaning |\n| --- | --- | --- |\n| `training_state` | `started` | x |\n'
+                    '| `cluster_user` | `train` | y |\n\n| variable | value | why |\n| --- | --- | --- |\n'
+                    '| `training_state` | `status` | z |\n| `cluster_nosuch` | 1 | w |\n\n'
+                    '| variable | where | meaning |\n| --- | --- | --- |\n| `cluster_user` | all | v |\n')
+    problems = doc_table_problems([str(page)], {'training_state': 'training'}, {'cluster_user': 'x'})
+    where = os.path.relpath(str(page), ROOT)
+    assert problems == [
+        '%s:3 describes training_state, a variable of role training: its README\'s table does' % where,
+        '%s:9 names cluster_nosuch, which no role, lab role or cluster-wide value reads' % where,
+        '%s:13 describes cluster_user, described at %s:4 too' % (where, where)]
