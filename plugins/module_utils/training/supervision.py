@@ -232,6 +232,24 @@ def policy_action(policy, kind, exit_code=None):
     return 'restart', None
 
 
+def restart_decision(used, allowed, variable, policy=None, kind=None, exit_code=None,
+                     policy_variable='train.failure_policy'):
+    """Whether a fault is restarted, the one rule of both supervisors: {action: restart or give_up, counted,
+    why}. The failure policy's first rule for the fault's kind decides (policy_action): fail gives up,
+    restart_uncounted restarts without counting it; a counted restart is one of allowed (the variable that
+    sets it, of which used are spent), and none left gives up."""
+    action, rule = policy_action(policy, kind, exit_code)
+    if action == 'fail':
+        return {'action': 'give_up', 'counted': False,
+                'why': '%s[%d] fails the job on a %s failure' % (policy_variable, rule, kind)}
+    if action != 'restart':
+        return {'action': 'restart', 'counted': False, 'why': 'restart not counted (%s[%d])' % (policy_variable, rule)}
+    used_up = restarts_used_up(used, allowed, variable)
+    if used_up:
+        return {'action': 'give_up', 'counted': True, 'why': used_up}
+    return {'action': 'restart', 'counted': True, 'why': 'restart %d of %d (%s)' % (used + 1, allowed, variable)}
+
+
 def bad_nodes(health, nodes):
     """Nodes whose quick health check failed, or gave no answer (no record of it in the report that is ok or
     warn: a node that could not be reached has none, or only unknown ones)."""
@@ -255,9 +273,9 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
     nodes = list(state['nodes'])
     head = nodes[0]
     left_out = [n for n in nodes if n in health_bad]
-    used_up = restarts_used_up(state['restarts'], settings['restarts'], 'training_restarts')
-    if used_up:
-        return {'action': 'give_up', 'why': used_up}
+    budget = restart_decision(state['restarts'], settings['restarts'], 'training_restarts')
+    if budget['action'] == 'give_up':
+        return {'action': 'give_up', 'why': budget['why']}
     previous = (state.get('failures') or [])[-1:]
     reached = fault.get('step')
     if previous and reached is not None and previous[0].get('step') is not None and reached <= previous[0]['step'] \

@@ -576,22 +576,16 @@ class Agent:
                 return  # stopped by the user meanwhile
             record['history'].append({'attempt': attempt, 'failed_pod': pod, 'reason': reason, 'kind': kind,
                                       'at': time.time()})
-            action, rule = supervision.policy_action(self.job.get('failure_policy'), kind, culprit.get('exit_code'))
-            used, allowed = int(record.get('restarts_used', 0)), int(record.get('restarts', 0))
-            why = ''
-            if action == 'fail':
-                why = 'train.failure_policy[%d] fails the job on a %s failure' % (rule, kind)
-            elif action == 'restart':
-                why = supervision.restarts_used_up(used, allowed, 'train.restarts')
+            used = int(record.get('restarts_used', 0))
+            decision = supervision.restart_decision(used, int(record.get('restarts', 0)), 'train.restarts',
+                                                    self.job.get('failure_policy'), kind, culprit.get('exit_code'))
+            why = decision['why'] if decision['action'] == 'give_up' else ''
             if not why:
                 attempt += 1
-                if action == 'restart':
-                    used += 1
+                used += 1 if decision['counted'] else 0
                 record.update(attempt=attempt, restarts_used=used, updated=time.time())
                 write_job_record(root, job_id, record)
-                counted = ('restart %d of %d (train.restarts)' % (used, allowed) if action == 'restart'
-                           else 'restart not counted (train.failure_policy[%d])' % rule)
-                self.say('job %s: %s, attempt %d, after pod %s %s' % (job_id, counted, attempt, pod, reason))
+                self.say('job %s: %s, attempt %d, after pod %s %s' % (job_id, decision['why'], attempt, pod, reason))
                 # a pod that did not answer may be on a lost node: the StatefulSet makes it again only once
                 # the pod is deleted, so the restart waits for it train.lost_pod_wait, not peer_wait
                 bound = int(self.job.get('lost_pod_wait', 120) if kind == 'unreachable' else self.job.get('peer_wait', 300))
@@ -600,7 +594,7 @@ class Agent:
                     'pod %s: %s after %d s' % (sorted(why_peers)[0], why_peers[sorted(why_peers)[0]], bound)
                 if not problem:
                     job_event(root, job_id, 'restart', attempt=attempt, nodes=[p['name'] for p in self.job['pods']],
-                              left_out=[], why='pod %s %s' % (pod, reason), counted=action == 'restart',
+                              left_out=[], why='pod %s %s' % (pod, reason), counted=decision['counted'],
                               restarts_used=used)
                     misses = {}
                     continue

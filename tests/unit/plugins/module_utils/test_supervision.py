@@ -124,6 +124,19 @@ def test_the_first_matching_rule_decides_and_no_rule_restarts():
     assert core.policy_action([], 'exit', 1) == ('restart', None)
 
 
+@pytest.mark.parametrize('used,kind,code,decision', [
+    (0, 'exit', 3, {'action': 'give_up', 'counted': False, 'why': 'train.failure_policy[0] fails the job on a exit failure'}),
+    (2, 'exit', 1, {'action': 'restart', 'counted': False, 'why': 'restart not counted (train.failure_policy[1])'}),
+    (1, 'unreachable', None, {'action': 'restart', 'counted': True, 'why': 'restart 2 of 2 (train.restarts)'}),
+    (2, 'unreachable', None, {'action': 'give_up', 'counted': True, 'why': 'train.restarts (2) used up'}),
+])
+def test_one_rule_decides_a_restart_for_both_supervisors(used, kind, code, decision):
+    policy = [{'on': ['exit'], 'exit_codes': [3, 4], 'action': 'fail'}, {'on': ['exit', 'signal'], 'action': 'restart_uncounted'}]
+    assert core.restart_decision(used, 2, 'train.restarts', policy, kind, code) == decision
+    # the head's supervisor has no failure policy: its restarts are counted, training_restarts bounds them
+    assert core.restart_decision(used, 2, 'training_restarts')['action'] == ('restart' if used < 2 else 'give_up')
+
+
 # ----- the plan after a fault ---------------------------------------------------------------------
 def _state(nodes=None, restarts=0, failures=None):
     return {'nodes': list(nodes or NODES), 'restarts': restarts, 'failures': list(failures or [])}
