@@ -26,7 +26,7 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils.training impo
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launch_failures as lf
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import rank_errors as re_
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training.launchers import (
-    BIG, LAUNCHERS, SSH_CONNECT_TIMEOUT, UNBUFFERED_ENV, JobError, daemons_of)
+    BIG, LAUNCHERS, SSH_CONNECT_TIMEOUT, UNBUFFERED_ENV, JobError, daemons_of, read_layout, write_file)
 
 
 class Runner:
@@ -48,36 +48,7 @@ class Runner:
         return env_versions.read(self.module, python, imports=False, environ=environ, timeout=120)
 
 
-def write_file(path, content, mode=0o644):
-    """Write through a temp file and a rename, mode set before the content lands; True when changed."""
-    try:
-        with open(path) as handle:
-            if handle.read() == content and (os.stat(path).st_mode & 0o777) == mode:
-                return False
-    except (IOError, OSError):
-        pass
-    tmp = '%s.tmp%d' % (path, os.getpid())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, 'w') as handle:
-        handle.write(content)
-    os.chmod(tmp, mode)
-    os.rename(tmp, path)
-    return True
-
-
 # ----- the job on this node --------------------------------------------------------------------
-def read_layout(path):
-    """{node: ranks} a job was started with (layout.json in its directory); {} when absent or unreadable."""
-    try:
-        with open(path) as handle:
-            data = json.load(handle)
-    except (IOError, OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return dict((str(k), v) for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0)
-
-
 def matched_line(text, match):
     """The whole line of text in which match (a re match object on text) begins, without its end."""
     start = text.rfind('\n', 0, match.start()) + 1
@@ -401,8 +372,9 @@ class Job:
         problems, _, _ = self.check()
         if problems:
             self.fail('node %s cannot start job %s: %s' % (self.me, self.job_id, '; '.join(problems)))
-        if self.launcher.name == 'slurm':
-            return self.start_slurm()
+        submitted = self.launcher.submit()
+        if submitted is not None:
+            return submitted
         cmd = self.launcher.command()
         if cmd is None:
             return self.result(changed=False, command='', started=False,
@@ -423,52 +395,6 @@ class Job:
         record = spawn(line, env, self.job_dir, self.log, self.state_dir, job_id=self.job_id,
                        exit_files=[os.path.join(self.exit_dir, self.me)])
         return self.result(changed=True, command=tr.join(cmd), pid=record['pid'], started=True)
-
-    def start_slurm(self):
-        if not self.is_head:
-            return self.result(changed=False, command='', started=False, msg='Slurm starts the ranks of %s' % self.me)
-        sid = self.launcher.slurm_id() if self.p.get('slurm_requeue') else None
-        record = self.launcher.slurm_record(sid) if sid else {}
-        if record and slurm.is_held(record):
-            return self.release_slurm(sid, record)
-        command = 'sbatch --parsable %s' % self.sbatch
-        if self.runner.check_mode:
-            return self.result(changed=True, command=command, started=False)
-        self.prepare()
-        try:
-            os.unlink(os.path.join(self.state_dir, 'slurm_attempt'))
-        except OSError:
-            pass
-        rc, out, err = self.runner.run(['sbatch', '--parsable', self.sbatch], cwd=self.job_dir)
-        if rc != 0:
-            self.fail('sbatch refused job %s: %s' % (self.job_id, (err or out).strip()))
-        sid = out.strip().split(';')[0]
-        write_file(os.path.join(self.state_dir, 'slurm_job_id'), sid + '\n', 0o600)
-        return self.result(changed=True, command=command, started=True, slurm_job_id=sid,
-                           log=self.launcher.slurm_log(sid))
-
-    def release_slurm(self, sid, record):
-        """Start again the Slurm job this job's stop requeued and held (slurm_hold): the same job id and
-        place in the queue, on this run's nodes (ReqNodeList, NumNodes), the nodes it ran on before and runs
-        on no more excluded (ExcNodeList); its batch script reads the launch line and environment written now."""
-        names = [n['name'] for n in self.nodes]
-        before = list(read_layout(self.layout_file))
-        excluded = [n for n in (slurm.hostlist(record.get('ExcNodeList')) + before) if n not in names]
-        excluded = sorted(set(excluded), key=excluded.index)
-        update = slurm.requeue_update(sid, names, excluded)
-        attempt = slurm.restarts(record) + 1
-        command = '%s; scontrol release %s' % (tr.join(update), sid)
-        if self.runner.check_mode:
-            return self.result(changed=True, command=command, started=False, slurm_job_id=sid)
-        self.prepare()
-        write_file(os.path.join(self.state_dir, 'slurm_attempt'), '%d\n' % attempt, 0o600)
-        for argv in (update, ['scontrol', 'release', sid]):
-            rc, out, err = self.runner.run(argv, cwd=self.job_dir)
-            if rc != 0:
-                self.fail('%s refused the requeued Slurm job %s (job %s): %s'
-                          % (tr.join(argv), sid, self.job_id, (err or out).strip()), slurm_job_id=sid)
-        return self.result(changed=True, command=command, started=True, slurm_job_id=sid, requeued=True,
-                           slurm_attempt=attempt, excluded=excluded, log=self.launcher.slurm_log(sid))
 
     # ----- watch, status, stop -----------------------------------------------------------------
     def exit_codes(self):
@@ -609,24 +535,14 @@ class Job:
         if flight_dump and not self.runner.check_mode:
             dumped = self.flight_dump(flight_dump_timeout, sleep=sleep, clock=clock)
         procs = self.processes()
-        sid = self.launcher.slurm_id() if self.launcher.name == 'slurm' and self.is_head else None
+        sid = self.launcher.scheduled()
         boxes = self.containers()
         if self.runner.check_mode:
             return self.result(changed=bool(procs) or bool(sid) or bool(boxes), running=bool(procs),
                                stopped_pids=[p['pid'] for p in procs], removed_containers=[c['name'] for c in boxes])
         if boxes:
             self.remove_containers(boxes)
-        held = None
-        if sid and slurm_hold:
-            # requeued and held (the job keeps its id and place in the queue): a restart releases it
-            held = self.hold_slurm(sid, sleep)
-        elif sid:
-            rc, out, err = self.runner.run(['scancel', sid])
-            if rc != 0:
-                self.fail('scancel %s (job %s) failed: %s' % (sid, self.job_id, (err or out).strip()))
-            deadline = time.time() + self.p['stop_timeout'] + 30
-            while time.time() < deadline and self.launcher.slurm_status(sid)['state'] in slurm.ACTIVE_STATES:
-                sleep(1)
+        held = self.launcher.unschedule(sid, sleep, hold=slurm_hold) if sid else None
         # the launcher's daemons that started the job's ranks here, found before the first signal
         daemons = daemons_of(procs, self.launcher.daemons, self.uid, self.proc)
         outcome = pr.stop_job(self.job_id, self.uid, grace=self.p['stop_timeout'], proc=self.proc,
@@ -648,27 +564,3 @@ class Job:
         return self.result(changed=bool(outcome['signalled']) or bool(sid) or bool(boxes), running=False,
                            stopped_pids=outcome['signalled'], refused=outcome['refused'],
                            removed_containers=[c['name'] for c in boxes], **dumped)
-
-    def hold_slurm(self, sid, sleep):
-        """scontrol requeuehold: the Slurm job's tasks end and it waits, held, under the same id (a running or
-        an ended job Slurm still knows); True once it is pending and held. A job Slurm cannot requeue (submitted
-        without --requeue, or forgotten) is cancelled instead: False."""
-        record = self.launcher.slurm_record(sid)
-        if record and slurm.is_held(record):
-            return True
-        rc, out, err = self.runner.run(['scontrol', 'requeuehold', sid])
-        if rc != 0:
-            rc2, out2, err2 = self.runner.run(['scancel', sid])
-            if rc2 != 0 and self.launcher.slurm_status(sid)['state'] in slurm.ACTIVE_STATES:
-                self.fail('scontrol requeuehold %s (job %s) failed: %s; scancel failed too: %s'
-                          % (sid, self.job_id, (err or out).strip(), (err2 or out2).strip()))
-            return False
-        deadline = time.time() + self.p['stop_timeout'] + 30
-        while time.time() < deadline:
-            record = self.launcher.slurm_record(sid)
-            if record and slurm.is_held(record):
-                return True
-            sleep(1)
-        self.fail('Slurm job %s (job %s) was requeued but is not pending and held after %d s (state %s)'
-                  % (sid, self.job_id, self.p['stop_timeout'] + 30, (record or {}).get('JobState', 'unknown')),
-                  slurm_job_id=sid)

@@ -10,7 +10,9 @@ ended: plugin_utils/training/job_state.py decides the job's state with these). j
 
 from __future__ import annotations
 
+import json
 import os
+import time
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import containers as cn
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
@@ -34,6 +36,35 @@ class JobError(Exception):
 
 
 # ----- the launchers ---------------------------------------------------------------------------
+def write_file(path, content, mode=0o644):
+    """Write through a temp file and a rename, mode set before the content lands; True when changed."""
+    try:
+        with open(path) as handle:
+            if handle.read() == content and (os.stat(path).st_mode & 0o777) == mode:
+                return False
+    except (IOError, OSError):
+        pass
+    tmp = '%s.tmp%d' % (path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, 'w') as handle:
+        handle.write(content)
+    os.chmod(tmp, mode)
+    os.rename(tmp, path)
+    return True
+
+
+def read_layout(path):
+    """{node: ranks} a job was started with (layout.json in its directory); {} when absent or unreadable."""
+    try:
+        with open(path) as handle:
+            data = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return dict((str(k), v) for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+
+
 def daemons_of(procs, names, uid, proc='/proc'):
     """[{pid, pgid, uid, start_time, cmdline}] of the parents of procs whose program is one of names and that
     uid owns: a launcher's daemon on this node (Open MPI's orted, started over SSH without the job's
@@ -72,6 +103,20 @@ class Launcher:
     def tools_for(cls, deepspeed_launcher):
         """The node_tools package groups this launcher needs, given how deepspeed reaches the nodes."""
         return list(cls.tools)
+
+    def submit(self):
+        """The start of a launcher that hands the job to a scheduler (its result); None: the job runs command()
+        on this node itself."""
+        return None
+
+    def scheduled(self):
+        """The scheduler's id of the job, on the node that submitted it; None where no scheduler runs it."""
+        return None
+
+    def unschedule(self, sid, sleep, hold=False):
+        """End the scheduler's job sid before the job's processes are stopped; held (True, False) with hold, else
+        None."""
+        return None
 
     def role(self):
         if self.per_node:
@@ -333,6 +378,98 @@ class Slurm(Launcher):
 
     def binary(self):
         return self.job.runner.which('sbatch') or 'sbatch'
+
+    def submit(self):
+        """sbatch on the head (the ranks of the other nodes are Slurm's to start); a job this job's stop
+        requeued and held is released instead (release())."""
+        j = self.job
+        if not j.is_head:
+            return j.result(changed=False, command='', started=False, msg='Slurm starts the ranks of %s' % j.me)
+        sid = self.slurm_id() if j.p.get('slurm_requeue') else None
+        record = self.slurm_record(sid) if sid else {}
+        if record and slurm.is_held(record):
+            return self.release(sid, record)
+        command = 'sbatch --parsable %s' % j.sbatch
+        if j.runner.check_mode:
+            return j.result(changed=True, command=command, started=False)
+        j.prepare()
+        try:
+            os.unlink(os.path.join(j.state_dir, 'slurm_attempt'))
+        except OSError:
+            pass
+        rc, out, err = j.runner.run(['sbatch', '--parsable', j.sbatch], cwd=j.job_dir)
+        if rc != 0:
+            j.fail('sbatch refused job %s: %s' % (j.job_id, (err or out).strip()))
+        sid = out.strip().split(';')[0]
+        write_file(os.path.join(j.state_dir, 'slurm_job_id'), sid + '\n', 0o600)
+        return j.result(changed=True, command=command, started=True, slurm_job_id=sid, log=self.slurm_log(sid))
+
+    def release(self, sid, record):
+        """Start again the Slurm job this job's stop requeued and held (slurm_hold): the same job id and
+        place in the queue, on this run's nodes (ReqNodeList, NumNodes), the nodes it ran on before and runs
+        on no more excluded (ExcNodeList); its batch script reads the launch line and environment written now."""
+        j = self.job
+        names = [n['name'] for n in j.nodes]
+        before = list(read_layout(j.layout_file))
+        excluded = [n for n in (slurm.hostlist(record.get('ExcNodeList')) + before) if n not in names]
+        excluded = sorted(set(excluded), key=excluded.index)
+        update = slurm.requeue_update(sid, names, excluded)
+        attempt = slurm.restarts(record) + 1
+        command = '%s; scontrol release %s' % (tr.join(update), sid)
+        if j.runner.check_mode:
+            return j.result(changed=True, command=command, started=False, slurm_job_id=sid)
+        j.prepare()
+        write_file(os.path.join(j.state_dir, 'slurm_attempt'), '%d\n' % attempt, 0o600)
+        for argv in (update, ['scontrol', 'release', sid]):
+            rc, out, err = j.runner.run(argv, cwd=j.job_dir)
+            if rc != 0:
+                j.fail('%s refused the requeued Slurm job %s (job %s): %s'
+                       % (tr.join(argv), sid, j.job_id, (err or out).strip()), slurm_job_id=sid)
+        return j.result(changed=True, command=command, started=True, slurm_job_id=sid, requeued=True,
+                        slurm_attempt=attempt, excluded=excluded, log=self.slurm_log(sid))
+
+    def scheduled(self):
+        return self.slurm_id() if self.job.is_head else None
+
+    def unschedule(self, sid, sleep, hold=False):
+        """scancel, and wait (the stop's grace and 30 s) until Slurm has ended the job; with hold, the job is
+        requeued and held instead (hold())."""
+        j = self.job
+        if hold:
+            # requeued and held (the job keeps its id and place in the queue): a restart releases it
+            return self.hold(sid, sleep)
+        rc, out, err = j.runner.run(['scancel', sid])
+        if rc != 0:
+            j.fail('scancel %s (job %s) failed: %s' % (sid, j.job_id, (err or out).strip()))
+        deadline = time.time() + j.p['stop_timeout'] + 30
+        while time.time() < deadline and self.slurm_status(sid)['state'] in slurm.ACTIVE_STATES:
+            sleep(1)
+        return None
+
+    def hold(self, sid, sleep):
+        """scontrol requeuehold: the Slurm job's tasks end and it waits, held, under the same id (a running or
+        an ended job Slurm still knows); True once it is pending and held. A job Slurm cannot requeue (submitted
+        without --requeue, or forgotten) is cancelled instead: False."""
+        j = self.job
+        record = self.slurm_record(sid)
+        if record and slurm.is_held(record):
+            return True
+        rc, out, err = j.runner.run(['scontrol', 'requeuehold', sid])
+        if rc != 0:
+            rc2, out2, err2 = j.runner.run(['scancel', sid])
+            if rc2 != 0 and self.slurm_status(sid)['state'] in slurm.ACTIVE_STATES:
+                j.fail('scontrol requeuehold %s (job %s) failed: %s; scancel failed too: %s'
+                       % (sid, j.job_id, (err or out).strip(), (err2 or out2).strip()))
+            return False
+        deadline = time.time() + j.p['stop_timeout'] + 30
+        while time.time() < deadline:
+            record = self.slurm_record(sid)
+            if record and slurm.is_held(record):
+                return True
+            sleep(1)
+        j.fail('Slurm job %s (job %s) was requeued but is not pending and held after %d s (state %s)'
+               % (sid, j.job_id, j.p['stop_timeout'] + 30, (record or {}).get('JobState', 'unknown')),
+               slurm_job_id=sid)
 
     def script(self):
         j = self.job
