@@ -299,6 +299,15 @@ class Mpirun(Launcher):
     def binary(self):
         return self.job.runner.which('mpirun') or 'mpirun'
 
+    def start_env(self, env):
+        # the head starts every node's daemon itself: Open MPI's tree spawn (past 64 daemons, its radix) has
+        # daemons start others over SSH, node to node, which only the head is sure to reach (its preflight
+        # checks it; worker to worker SSH is cluster_ssh_all_to_all's). Open MPI 4 reads OMPI_MCA_, 5's PRRTE
+        # PRTE_MCA_; each ignores the other's.
+        env['OMPI_MCA_plm_rsh_no_tree_spawn'] = '1'
+        env['PRTE_MCA_plm_ssh_no_tree_spawn'] = '1'
+        return env
+
     def command(self):
         j = self.job
         if not j.is_head:

@@ -145,6 +145,11 @@ def test_mpirun_runs_the_sum_of_slots_from_an_openmpi_hostfile(lab):
     job(lab, 'mpirun').start(spawn=spawn)
     line = spawn.calls[0]['line']
     assert '-np 5 --map-by slot' in line and 'plm_rsh_args' in line
+    # the head starts every node's daemon (no tree spawn: workers need not reach each other over SSH),
+    # told to mpirun alone, not forwarded to the ranks
+    env = spawn.calls[0]['env']
+    assert env['OMPI_MCA_plm_rsh_no_tree_spawn'] == '1' and env['PRTE_MCA_plm_ssh_no_tree_spawn'] == '1'
+    assert 'no_tree_spawn' not in line
     assert (lab / 'jobs' / 'tiny-001' / 'hostfile').read_text().splitlines()[0] == 'alpha slots=2'
 
 
