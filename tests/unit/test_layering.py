@@ -50,8 +50,9 @@ PAYLOAD_MAX = {
     # the training package (module_utils/training/): rank_errors, the tracebacks of the status read; ranks
     # (training_progress's read): a status read takes the figures in the same pass, one payload on every node
     # where there were two; launchers: each launcher's rules of what its status result says (exit_codes,
-    # failure_node, ended), which the controller's job_state reads; slurm requeue and release
-    'training_job': (18, 5980),
+    # failure_node, ended), which the controller's job_state reads; slurm requeue and release; the launchers'
+    # own steps (Slurm's submit and hold, mpirun's daemons and their spawn)
+    'training_job': (18, 6000),
     # rank_errors: the logs' tracebacks; flight_recorder: the stall verdict, the dump request; ranks: the
     # module's own read, which training_job's status makes too
     'training_progress': (9, 2750),
