@@ -59,10 +59,9 @@ def read_layout(path):
         with open(path) as handle:
             data = json.load(handle)
     except (IOError, OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    return dict((str(k), v) for k, v in data.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+        data = None
+    items = data.items() if isinstance(data, dict) else ()
+    return dict((str(k), v) for k, v in items if isinstance(v, int) and not isinstance(v, bool) and v > 0)
 
 
 def daemons_of(procs, names, uid, proc='/proc'):
