@@ -10,6 +10,8 @@ Controller only: the training_job action uses it."""
 
 from __future__ import annotations
 
+import time
+
 WAITS = ('first_step', 'finished')
 LINE_CHARS = 200
 
@@ -51,27 +53,30 @@ def done(state, result):
     return bool(result.get('ended'))
 
 
-def run_wait(args, call, say):
+def run_wait(args, call, say, clock=time.monotonic):
     """Run the wait of args (training_job's arguments, state first_step or finished) in slices.
 
     call(args) runs the module once and returns its result; say(line) prints a line. Each slice waits
-    at most progress_seconds; the whole wait at most watch_timeout (the sum of the slices' own elapsed
-    seconds). Returns the last slice's result with elapsed (the whole wait) and timed_out of the whole
-    wait; a failed module run (a node that cannot be read, a bad input) is returned as it is, at once."""
+    at most progress_seconds; the whole wait at most watch_timeout of the controller's clock: each slice's
+    login and module start count too (on a loaded head they took seconds a slice, and a wait that counted
+    the slices' own seconds alone outlived the task's bound). Returns the last slice's result with elapsed
+    (the whole wait) and timed_out of the whole wait; a failed module run (a node that cannot be read, a bad
+    input) is returned as it is, at once."""
     state = args.get('state')
     total = float(args.get('watch_timeout', 900))
     every = int(args.get('progress_seconds') or 0)
     job_id = args.get('job_id', '?')
     if every <= 0 or every >= total:
         return call(dict(args))
+    start = clock()
     elapsed = 0.0
     while True:
         this = min(float(every), total - elapsed)
         result = call(dict(args, watch_timeout=max(1, int(round(this)))))
         if result.get('failed') or result.get('unreachable'):
             return result
-        elapsed = round(elapsed + float(result.get('elapsed') or this), 1)
+        # the slices' own seconds, or the clock's when more went by (logins, module starts)
+        elapsed = round(max(elapsed + float(result.get('elapsed') or this), clock() - start), 1)
         if done(state, result) or elapsed >= total:
-            result = dict(result, elapsed=elapsed, timed_out=bool(result.get('timed_out')) and elapsed >= total)
-            return result
+            return dict(result, elapsed=elapsed, timed_out=bool(result.get('timed_out')) and elapsed >= total)
         say(progress_line(state, job_id, elapsed, total, result))

@@ -77,3 +77,30 @@ def test_a_failed_module_run_is_returned_at_once_and_no_progress_means_one_call(
 def test_durations_read_as_a_person_says_them():
     assert [jw.duration(s) for s in (0, 59.4, 60, 200, 3600, 7500)] == [
         '0 s', '59 s', '1 min 00 s', '3 min 20 s', '1 h 00 min', '2 h 05 min']
+
+
+class Clock:
+    """The controller's clock: each slice takes its own seconds and a login and module start of `overhead`."""
+
+    def __init__(self, module, overhead):
+        self.module, self.overhead, self.now = module, overhead, 1000.0
+
+    def __call__(self):
+        return self.now
+
+    def call(self, args):
+        result = self.module(args)
+        self.now += float(result.get('elapsed') or 0) + self.overhead
+        return result
+
+
+def test_the_logins_of_the_slices_count_so_the_wait_ends_within_watch_timeout_of_the_controllers_clock():
+    # on a loaded head each slice's login and module start took about 7 s: a wait of 150 s counted in the
+    # slices' own seconds would have lasted 3 slices and 21 s more; it ends at 150 s of the clock
+    module = Module([running(), running(), {'ended': False, 'timed_out': True, 'elapsed': 16.0, 'last_step': None}])
+    clock = Clock(module, overhead=7.0)
+    lines = []
+    out = jw.run_wait(dict(ARGS, watch_timeout=150), clock.call, lines.append, clock=clock)
+    assert [c['watch_timeout'] for c in module.calls] == [60, 60, 16]
+    assert lines[0].startswith('job tiny-001: running for 1 min 07 s (waits at most 1 min 23 s more)')
+    assert out['timed_out'] and out['elapsed'] == 157.0 and clock.now - 1000.0 == 157.0
