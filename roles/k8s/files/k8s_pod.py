@@ -31,8 +31,8 @@ import tempfile
 import threading
 import time
 
-# the supervision core, mounted beside this program from the ConfigMap
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the supervision core, mounted beside this program from the ConfigMap: Python puts a program's own directory
+# (its links resolved) first on its path
 import supervision  # noqa: E402  pylint: disable=wrong-import-position
 
 CONFIG_DIR = os.environ.get('GPUCLUSTER_CONFIG_DIR', '/etc/gpucluster')

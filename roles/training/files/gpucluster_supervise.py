@@ -103,8 +103,8 @@ import tempfile
 import threading
 import time
 
-# the supervision core (plugins/module_utils/training/supervision.py), installed beside this program
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the supervision core (plugins/module_utils/training/supervision.py), installed beside this program: Python
+# puts a program's own directory first on its path
 import supervision as core  # noqa: E402  pylint: disable=wrong-import-position
 
 LOCK = 'lock'
@@ -1119,9 +1119,6 @@ class Supervisor:
 
     def progress_module(self):
         """gpucluster_progress, which sits beside this program: the progress and checkpoint formats."""
-        here = os.path.dirname(os.path.abspath(__file__))
-        if here not in sys.path:
-            sys.path.insert(0, here)
         import gpucluster_progress  # pylint: disable=import-outside-toplevel
         return gpucluster_progress
 
