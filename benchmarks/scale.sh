@@ -218,8 +218,10 @@ for n in $NODES; do
   if [[ (" $PARTS " == *" supervise "* || " $PARTS " == *" frozen "*) && " $PARTS " != *" site "* \
         && " $PARTS " != *" converged "* && " $PARTS " != *" bare "* ]]; then
     # a kept lab, set up by an earlier run: its supervisor host gets this tree's copy of the collection
-    # (a supervised start refuses a supervisor host that runs another)
-    ansible-playbook playbooks/site.yml -i "$INV" --tags supervisor >"$LOG/supervisor-$n.log" 2>&1 \
+    # (a supervised start refuses a supervisor host that runs another); site.yml's timeout: the first sudo on
+    # every node of a lab started again (as after a reboot) took more than 62 s at 64 nodes
+    env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" --tags supervisor \
+      >"$LOG/supervisor-$n.log" 2>&1 \
       || echo "  site.yml --tags supervisor failed: $LOG/supervisor-$n.log" >&2
   fi
   if [[ " $PARTS " != *" supervise "* ]]; then

@@ -20,7 +20,6 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import contai
 from ansible_collections.gpucluster.multinode.plugins.module_utils import env_versions
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
-from ansible_collections.gpucluster.multinode.plugins.module_utils import slurm
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as tr
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import flight_recorder as fr
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launch_failures as lf
@@ -64,10 +63,10 @@ class Job:
         try:
             self.job_id = tr.check_job_id(p['job_id'])
             self.env = tr.check_env(p['env'])
-            if p['launcher'] == 'slurm':
-                tr.check_slurm_settings(p['slurm_time'], p['slurm_partition'])
+            kind = LAUNCHERS[p['launcher']]
+            kind.check_settings(p)
             self.container = cn.check_spec(p.get('container'))
-            if self.container and self.container['runtime'] == 'enroot' and p['launcher'] != 'slurm':
+            if self.container and self.container['runtime'] == 'enroot' and not kind.schedules:
                 raise cn.ContainerError('container runtime enroot runs under Slurm only (through pyxis), not with '
                                         'launcher %s; use podman or apptainer' % p['launcher'])
         except (tr.TrainingError, cn.ContainerError) as exc:
@@ -119,12 +118,12 @@ class Job:
                 # auto: the GPUs where the node offers them (a CDI spec for podman, the driver for apptainer)
                 self.container['gpus'] = any(os.path.exists(path) for path in (
                     cn.CDI_SPECS if self.container['runtime'] == 'podman' else ('/dev/nvidiactl',)))
-                if p['launcher'] == 'slurm' and self.container['runtime'] != 'podman':
+                if kind.schedules and self.container['runtime'] != 'podman':
                     # pyxis and Apptainer in a Slurm step: the GPUs are the allocation's
                     self.container['gpus'] = bool(p['slurm_gpus_per_node'])
             # sealed: the caches of this node's container in the job's directory, never the home
             self.container['cache_dir'] = cn.job_cache_dir(self.job_dir, self.me)
-            if p['launcher'] == 'slurm':
+            if kind.schedules:
                 self.container['expect_gpus'] = p['slurm_gpus_per_node'] or 0
             elif self.container['gpus']:
                 self.container['expect_gpus'] = self.slots
@@ -230,7 +229,7 @@ class Job:
     def check(self):
         """(problems, versions, command line) of this node's part; changes nothing."""
         problems = []
-        if self.container and (self.launcher.starts_here() or self.launcher.name == 'mpirun'):
+        if self.container and self.launcher.runs_containers():
             problems.extend(self.memlock_problems())
         launcher = self.launcher
         binary = launcher.binary()
@@ -238,7 +237,7 @@ class Job:
         if self.container:
             # the launcher and its Python are in the image: the image is checked instead
             problems.extend(self.image_problems())
-            if launcher.name in ('mpirun', 'slurm') and launcher.starts_here() and not self.runner.which(binary):
+            if launcher.host_launcher() and launcher.starts_here() and not self.runner.which(binary):
                 problems.append('launcher %s is not installed on the host (%s not found)' % (launcher.name, binary))
         else:
             if launcher.starts_here() and not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
@@ -251,24 +250,16 @@ class Job:
         # run them: the preflight (state checked, before anything started) refused leftovers there.
         if (self.p.get('state') != 'started' or launcher.starts_here()) and self.processes():
             problems.append('job %s already has processes here' % self.job_id)
-        if self.is_head and launcher.name != 'slurm':
+        if self.is_head and not launcher.schedules:
             holders = pr.port_listeners(self.p['master_port'], proc=self.proc)
             if holders:
                 problems.append(pr.describe_listeners(self.p['master_port'], holders) +
                                 '; stop that job or choose another master_port')
         if self.is_head and launcher.uses_ssh and self.p['ssh_check'] and len(self.nodes) > 0:
             problems.extend(self.ssh_refusals())
-        if launcher.name == 'slurm' and self.is_head and self.p['slurm_partition'] \
-                and self.runner.which('sbatch') and self.runner.which('sinfo'):
-            rc, out, err = self.runner.run(['sinfo', '--noheader', '--format', '%R'])
-            known = slurm.partitions(out) if rc == 0 else []
-            if rc != 0:
-                problems.append('sinfo cannot reach the Slurm controller: %s' % (err or out).strip()[-300:])
-            elif self.p['slurm_partition'] not in known:
-                problems.append('slurm_partition %s does not exist (partitions: %s)'
-                                % (self.p['slurm_partition'], ', '.join(known) or 'none'))
+        problems.extend(launcher.problems())
         versions = {}
-        if self.container and launcher.name != 'slurm':
+        if self.container and not launcher.schedules:
             versions = {'image': self.image_info.get('id') if self.image_info else None}
         elif self.container:
             versions = {}
@@ -281,7 +272,7 @@ class Job:
                 problems.append('torch is not installed in %s' % self.p['env_path'])
             versions = dict((k, versions.get(k)) for k in launcher.compared)
         cmd = launcher.command()
-        if cmd and self.container and launcher.name != 'mpirun':
+        if cmd and self.container and not launcher.container_per_rank:
             cmd = self.in_container(cmd)
         return problems, versions, tr.join(cmd) if cmd else ''
 
@@ -291,7 +282,7 @@ class Job:
     def image_problems(self):
         """The runtime is installed and this node has the job's image (the pinned one, when pinned)."""
         spec = self.container
-        if self.p['launcher'] == 'slurm' and not self.is_head:
+        if self.launcher.schedules and not self.is_head:
             return []
         runtime = 'apptainer' if spec['runtime'] == 'apptainer' and not self.runner.which('apptainer') \
             and self.runner.which('singularity') else spec['runtime']
@@ -379,7 +370,7 @@ class Job:
         if cmd is None:
             return self.result(changed=False, command='', started=False,
                                msg='the %s launcher on the head starts the ranks of %s' % (self.launcher.name, self.me))
-        if self.container and self.launcher.name != 'mpirun':
+        if self.container and not self.launcher.container_per_rank:
             cmd = self.in_container(cmd)
         if self.runner.check_mode:
             return self.result(changed=True, command=tr.join(cmd), started=False)
@@ -390,7 +381,7 @@ class Job:
             pass
         env = self.launcher.start_env(self.base_env())
         # in a container the env files are sourced inside (the host's copies are mounted there)
-        line = ('exec ' if self.container and self.launcher.name != 'mpirun' else self.shell_prefix() + 'exec ') \
+        line = ('exec ' if self.container and not self.launcher.container_per_rank else self.shell_prefix() + 'exec ') \
             + tr.join(cmd)
         record = spawn(line, env, self.job_dir, self.log, self.state_dir, job_id=self.job_id,
                        exit_files=[os.path.join(self.exit_dir, self.me)])

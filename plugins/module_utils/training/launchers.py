@@ -94,9 +94,32 @@ class Launcher:
     # Programs of the launcher that run the ranks on a node without the job's environment (so only
     # as the ranks' parent are they known to be the job's): a stop ends them with the ranks.
     daemons = ()
+    # In a container (training_container): True where the launcher runs on the host and starts a container
+    # a rank (mpirun: its command carries the container, every node runs ranks' containers), False where the
+    # launcher itself runs in the node's container (command() is wrapped).
+    container_per_rank = False
+    # A scheduler places the ranks (Slurm): the rendezvous port is on the allocation's first node, not the
+    # head; the image is checked where the job is submitted; the runtime may be enroot (pyxis).
+    schedules = False
 
     def __init__(self, job):
         self.job = job
+
+    @classmethod
+    def check_settings(cls, params):
+        """Raise TrainingError on a training_job option of this launcher that cannot be used (before anything)."""
+
+    def host_launcher(self):
+        """Whether this node's launcher runs on the host in a containerised job (its binary is the host's)."""
+        return self.container_per_rank or self.schedules
+
+    def runs_containers(self):
+        """Whether this node runs the job's containers itself (their memlock limit matters here)."""
+        return self.starts_here() or self.container_per_rank
+
+    def problems(self):
+        """What this launcher finds wrong on this node before a start, besides the job's common checks."""
+        return []
 
     @classmethod
     def tools_for(cls, deepspeed_launcher):
@@ -294,6 +317,7 @@ class Mpirun(Launcher):
     # Open MPI 4's orted (5's prted), started over SSH by mpirun: it outlives the ranks it started for a
     # moment after they are killed, until the head's mpirun is gone
     daemons = ('orted', 'prted')
+    container_per_rank = True
 
     def binary(self):
         return self.job.runner.which('mpirun') or 'mpirun'
@@ -351,6 +375,25 @@ class Mpirun(Launcher):
 class Slurm(Launcher):
     name = 'slurm'
     options = ('slurm_partition', 'slurm_time', 'slurm_gpus_per_node', 'slurm_cpus_per_task')
+    schedules = True
+
+    @classmethod
+    def check_settings(cls, params):
+        tr.check_slurm_settings(params['slurm_time'], params['slurm_partition'])
+
+    def problems(self):
+        """The partition asked for exists (on the head, where sbatch and sinfo are)."""
+        j = self.job
+        if not (j.is_head and j.p['slurm_partition'] and j.runner.which('sbatch') and j.runner.which('sinfo')):
+            return []
+        rc, out, err = j.runner.run(['sinfo', '--noheader', '--format', '%R'])
+        if rc != 0:
+            return ['sinfo cannot reach the Slurm controller: %s' % (err or out).strip()[-300:]]
+        known = slurm.partitions(out)
+        if j.p['slurm_partition'] not in known:
+            return ['slurm_partition %s does not exist (partitions: %s)'
+                    % (j.p['slurm_partition'], ', '.join(known) or 'none')]
+        return []
 
     @staticmethod
     def cancelled(result):

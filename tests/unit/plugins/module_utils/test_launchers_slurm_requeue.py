@@ -152,3 +152,17 @@ def test_held_is_a_pending_job_waiting_for_its_release():
     assert slurm.is_held(slurm.parse_oneline(held()))
     assert not slurm.is_held(slurm.parse_oneline(FAILED))
     assert slurm.restarts(slurm.parse_oneline(held(restarts=3))) == 3
+
+
+def test_the_head_refuses_a_partition_slurm_does_not_have_or_a_controller_sinfo_cannot_reach(lab):  # noqa: F811
+    problems, _, _ = job(lab, 'slurm', runner=FakeRunner({'sinfo': (0, 'cpu\ngpu\n', '')}),
+                         slurm_partition='a100').check()
+    assert 'slurm_partition a100 does not exist (partitions: cpu, gpu)' in problems
+    down = FakeRunner({'sinfo': (1, '', 'slurm_load_partitions: Unable to contact slurm controller (connect failure)')})
+    problems, _, _ = job(lab, 'slurm', runner=down, slurm_partition='cpu').check()
+    assert any(p.startswith('sinfo cannot reach the Slurm controller: slurm_load_partitions: Unable to contact')
+               for p in problems)
+    # a worker asks nothing of Slurm: the head submits
+    worker = FakeRunner({'sinfo': (0, 'cpu\n', '')})
+    problems, _, _ = job(lab, 'slurm', 'bravo-2', runner=worker, slurm_partition='a100').check()
+    assert not [p for p in problems if 'slurm' in p] and not [c for c in worker.calls if c[0] == 'sinfo']
