@@ -51,8 +51,9 @@ PAYLOAD_MAX = {
     # (training_progress's read): a status read takes the figures in the same pass, one payload on every node
     # where there were two; launchers: each launcher's rules of what its status result says (exit_codes,
     # failure_node, ended), which the controller's job_state reads; slurm requeue and release; the launchers'
-    # own steps (Slurm's submit and hold, mpirun's daemons and their spawn)
-    'training_job': (18, 6000),
+    # own steps (Slurm's submit and hold, mpirun's daemons and their spawn); what sets a launcher apart in a
+    # container or under a scheduler (container_per_rank, schedules, Slurm's partition check)
+    'training_job': (18, 6020),
     # rank_errors: the logs' tracebacks; flight_recorder: the stall verdict, the dump request; ranks: the
     # module's own read, which training_job's status makes too
     'training_progress': (9, 2750),

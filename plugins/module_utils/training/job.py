@@ -229,7 +229,7 @@ class Job:
     def check(self):
         """(problems, versions, command line) of this node's part; changes nothing."""
         problems = []
-        if self.container and self.launcher.runs_containers():
+        if self.container and (self.launcher.starts_here() or self.launcher.container_per_rank):
             problems.extend(self.memlock_problems())
         launcher = self.launcher
         binary = launcher.binary()
@@ -237,7 +237,8 @@ class Job:
         if self.container:
             # the launcher and its Python are in the image: the image is checked instead
             problems.extend(self.image_problems())
-            if launcher.host_launcher() and launcher.starts_here() and not self.runner.which(binary):
+            if (launcher.container_per_rank or launcher.schedules) and launcher.starts_here() \
+                    and not self.runner.which(binary):
                 problems.append('launcher %s is not installed on the host (%s not found)' % (launcher.name, binary))
         else:
             if launcher.starts_here() and not (os.path.isfile(binary) and os.access(binary, os.X_OK)):

@@ -94,12 +94,10 @@ class Launcher:
     # Programs of the launcher that run the ranks on a node without the job's environment (so only
     # as the ranks' parent are they known to be the job's): a stop ends them with the ranks.
     daemons = ()
-    # In a container (training_container): True where the launcher runs on the host and starts a container
-    # a rank (mpirun: its command carries the container, every node runs ranks' containers), False where the
-    # launcher itself runs in the node's container (command() is wrapped).
+    # In a container: mpirun runs on the host and starts a container a rank (its command carries it); the
+    # others run in the node's container. A scheduler (Slurm) places the ranks: no rendezvous port on the
+    # head, the image checked where the job is submitted, enroot (pyxis) allowed.
     container_per_rank = False
-    # A scheduler places the ranks (Slurm): the rendezvous port is on the allocation's first node, not the
-    # head; the image is checked where the job is submitted; the runtime may be enroot (pyxis).
     schedules = False
 
     def __init__(self, job):
@@ -107,18 +105,10 @@ class Launcher:
 
     @classmethod
     def check_settings(cls, params):
-        """Raise TrainingError on a training_job option of this launcher that cannot be used (before anything)."""
-
-    def host_launcher(self):
-        """Whether this node's launcher runs on the host in a containerised job (its binary is the host's)."""
-        return self.container_per_rank or self.schedules
-
-    def runs_containers(self):
-        """Whether this node runs the job's containers itself (their memlock limit matters here)."""
-        return self.starts_here() or self.container_per_rank
+        """Raise TrainingError on an option of this launcher that cannot be used."""
 
     def problems(self):
-        """What this launcher finds wrong on this node before a start, besides the job's common checks."""
+        """What this launcher finds wrong on this node before a start, besides the job's own checks."""
         return []
 
     @classmethod
