@@ -175,3 +175,29 @@ def test_a_docs_table_of_a_role_s_variables_or_of_an_unknown_one_is_refused(tmp_
         '%s:3 describes training_state, a variable of role training: its README\'s table does' % where,
         '%s:9 names cluster_nosuch, which no role, lab role or cluster-wide value reads' % where,
         '%s:13 describes cluster_user, described at %s:4 too' % (where, where)]
+
+
+def _read_cluster_values():
+    """{name: first file} of the cluster-wide values a role, playbook or plugin reads through the cluster_value
+    lookup."""
+    found = {}
+    for top in ('roles', 'playbooks', 'plugins', 'lab'):
+        for path in sorted(glob.glob(os.path.join(ROOT, top, '**', '*.y*ml'), recursive=True)):
+            with open(path) as f:
+                for name in re.findall(r"""lookup\(\s*['"]gpucluster\.multinode\.cluster_value['"]\s*,\s*['"]([a-z0-9_]+)['"]""",
+                                       f.read()):
+                    found.setdefault(name, os.path.relpath(path, ROOT))
+    return found
+
+
+def test_every_cluster_wide_value_a_role_reads_is_in_the_readmes_inventory_table():
+    # the inventory table (| variable | where | meaning |) is where a user learns what cluster_<name> sets
+    with open(os.path.join(ROOT, 'README.md')) as f:
+        text = f.read()
+    rows = [line for line in text.splitlines() if line.startswith('| `cluster_')]
+    described = set(re.findall(r'`(cluster_[a-z0-9_]+)`', '\n'.join(line.split('|')[1] for line in rows)))
+    read = _read_cluster_values()
+    assert len(read) >= 25   # the lookup's calls were found (the pattern matches how roles write it)
+    missing = ['cluster_%s (read in %s)' % (name, where) for name, where in sorted(read.items())
+               if 'cluster_' + name not in described]
+    assert not missing, 'README.md\'s inventory table does not describe: %s' % ', '.join(missing)
