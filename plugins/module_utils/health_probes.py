@@ -189,15 +189,17 @@ def start_child(func, *args):
 
 def wait_children(children, deadline):
     """{key: (pid, fd)} -> {key: {'result': ...} | {'error': ...} | {'timeout': True}}, waiting
-    until time.monotonic() reaches deadline at most. A child that has not answered is killed
-    (SIGKILL reaches a task blocked on NFS) and never waited for."""
+    until time.monotonic() reaches deadline at most. What a child wrote before the deadline is read
+    even when the caller comes after it (the probe's other reads can outlast the bound on a loaded
+    node): only a child with nothing to read by then is late. A child that has not answered is
+    killed (SIGKILL reaches a task blocked on NFS) and never waited for."""
     bufs = dict((key, b'') for key in children)
     pending = dict((fd, key) for key, (_, fd) in children.items())
     while pending:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
+        left = max(0.0, deadline - time.monotonic())
         ready, _, _ = select.select(list(pending), [], [], left)
+        if not ready:
+            break
         for fd in ready:
             chunk = os.read(fd, 65536)
             if chunk:

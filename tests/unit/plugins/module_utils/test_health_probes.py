@@ -36,6 +36,21 @@ def test_a_hung_disk_path_is_a_timeout_naming_node_and_path(monkeypatch, tmp_pat
     assert disks[0]['timeout'] is False and 0 < disks[0]['free_pct'] <= 100
 
 
+def test_an_answer_given_in_time_counts_when_the_probe_collects_it_after_the_bound(monkeypatch, tmp_path):
+    # the probe reads names, versions and the kernel log before it collects the storage children; on a
+    # loaded node that took longer than storage_timeout, and every node's disks were called hung
+    monkeypatch.setattr(health_probes, 'disk', hang_on('/mnt/hung', health_probes.disk))
+    paths = [str(tmp_path), '/mnt/hung']
+    start = time.monotonic()
+    children = health_probes.start_storage(None, paths)
+    time.sleep(1.0)                       # the probe's other reads, past the bound below
+    shared, clock, disks = health_probes.collect_storage(children, None, paths, start + 0.3, 0.3, 'node-3')
+    assert time.monotonic() - start < 3
+    assert disks[0]['path'] == str(tmp_path) and disks[0]['timeout'] is False and 0 < disks[0]['free_pct'] <= 100
+    assert disks[1]['timeout'] is True
+    assert disks[1]['error'] == 'no answer from /mnt/hung on node-3 within 0.3 s (a hung mount?)'
+
+
 def test_the_hung_child_is_killed(monkeypatch):
     monkeypatch.setattr(health_probes, 'disk', hang_on('/mnt/hung', health_probes.disk))
     children = health_probes.start_storage(None, ['/mnt/hung'])
