@@ -33,7 +33,7 @@ import time
 
 # the supervision core, mounted beside this program from the ConfigMap: Python puts a program's own directory
 # (its links resolved) first on its path
-import supervision  # noqa: E402  pylint: disable=wrong-import-position
+import supervision
 
 CONFIG_DIR = os.environ.get('GPUCLUSTER_CONFIG_DIR', '/etc/gpucluster')
 JOB_ID_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$')

@@ -105,7 +105,7 @@ import time
 
 # the supervision core (plugins/module_utils/training/supervision.py), installed beside this program: Python
 # puts a program's own directory first on its path
-import supervision as core  # noqa: E402  pylint: disable=wrong-import-position
+import supervision as core
 
 LOCK = 'lock'
 HEARTBEAT = 'supervisor.json'
