@@ -201,3 +201,38 @@ def test_every_cluster_wide_value_a_role_reads_is_in_the_readmes_inventory_table
     missing = ['cluster_%s (read in %s)' % (name, where) for name, where in sorted(read.items())
                if 'cluster_' + name not in described]
     assert not missing, 'README.md\'s inventory table does not describe: %s' % ', '.join(missing)
+
+
+def cluster_file_rows(text):
+    """(line number, [field, ...]) of every row of the k8s README's cluster-file table (`| field |`):
+    `name`, `resources.cpu`, `train.master_port`, `train.agent_port`, ..."""
+    rows, inside = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith('| field |'):
+            inside = True
+        elif inside and line.startswith('| ---'):
+            continue
+        elif inside and line.startswith('|'):
+            rows.append((number, re.findall(r'`([a-z_]+(?:\.[a-z_]+)?)`', line.split('|')[1])))
+        else:
+            inside = False
+    return rows
+
+
+def test_the_k8s_cluster_file_table_lists_every_field_the_file_takes_once_and_no_other():
+    from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
+    nested = {'resources': kc.RESOURCES, 'network': kc.NETWORK, 'storage': kc.STORAGE, 'train': kc.TRAIN,
+              'nccl': kc.NCCL, 'security': kc.SECURITY}
+    taken = set(name for name in kc.TOP if name not in nested)
+    taken.update('%s.%s' % (parent, name) for parent, names in nested.items() for name in names)
+    assert set(nested) <= set(kc.TOP)
+    with open(os.path.join(ROOT, 'roles', 'k8s', 'README.md')) as f:
+        rows = cluster_file_rows(f.read())
+    seen = collections.Counter(name for _, names in rows for name in names)
+    assert len(rows) >= 30   # the table was found
+    twice = sorted(name for name, count in seen.items() if count > 1)
+    assert not twice, 'roles/k8s/README.md lists these cluster-file fields twice: %s' % ', '.join(twice)
+    unknown = sorted(set(seen) - taken)
+    assert not unknown, 'roles/k8s/README.md lists fields a cluster file does not take: %s' % ', '.join(unknown)
+    missing = sorted(taken - set(seen))
+    assert not missing, 'roles/k8s/README.md does not list the cluster-file fields: %s' % ', '.join(missing)
