@@ -99,6 +99,9 @@ class Launcher:
     # head, the image checked where the job is submitted, enroot (pyxis) allowed.
     container_per_rank = False
     schedules = False
+    # One log on the head holds every node's lines (Slurm's output file): a failure shows that log's lines, as
+    # no node has a log of its own.
+    one_log = False
 
     def __init__(self, job):
         self.job = job
@@ -366,6 +369,7 @@ class Slurm(Launcher):
     name = 'slurm'
     options = ('slurm_partition', 'slurm_time', 'slurm_gpus_per_node', 'slurm_cpus_per_task')
     schedules = True
+    one_log = True
 
     @classmethod
     def check_settings(cls, params):

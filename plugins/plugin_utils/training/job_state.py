@@ -122,7 +122,7 @@ def launch_verdict(results, nodes=None):
     if failed:
         by_node = {r.get('node'): r for r in results}
         culprit = failed[0]
-        source = by_node.get(culprit) or head
+        source = head if launcher_of(head).one_log else (by_node.get(culprit) or head)
         tail = source.get('log_tail') or []
         log = source.get('log')
         pdsh_tail = (head.get('node_log_tails') or {}).get(culprit)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import shlex
 
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training.launchers import LAUNCHERS
+
 PLAYBOOK = 'playbooks/train.yml'
 STATE_WORDS = {'running': 'runs', 'succeeded': 'finished', 'finished': 'finished', 'failed': 'failed',
                'stalled': 'is stalled', 'stopped': 'was stopped', 'unknown': 'could not be read'}
@@ -33,8 +35,13 @@ def summary_lines(job_id, job_dir, nodes, state=None, inventory=None, local_jobs
                                        ', '.join(nodes) or '?')]
     here = os.path.join(local_jobs_dir, job_id) if local_jobs_dir else ''
     lines.append('job directory: %s on every node%s' % (job_dir, ', %s on this machine' % here if here else ''))
-    lines.append("logs: %s/logs/<node>.log, one per node; each rank's progress: %s/progress/"
-                 % (here or job_dir, here or job_dir))
+    where = here or job_dir
+    launcher_cls = LAUNCHERS.get(launcher)
+    if launcher_cls is not None and launcher_cls.one_log:
+        logs = "logs: %s/logs/%s-<%s job id>.out, every node's lines" % (where, job_id, launcher)
+    else:
+        logs = 'logs: %s/logs/<node>.log, one per node' % where
+    lines.append("%s; each rank's progress: %s/progress/" % (logs, where))
     if supervised:
         # supervised: True (the events are in the job directory) or where the supervisor keeps them
         lines.append('supervisor events: %s' % (supervised if isinstance(supervised, str)

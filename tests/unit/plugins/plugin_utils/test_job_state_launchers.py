@@ -130,6 +130,10 @@ def test_slurm_a_failed_task_names_its_node_first(lab):
     verdict = js.launch_verdict(statuses(lab, 'slurm', runner), NAMES)
     assert verdict['state'] == 'failed' and verdict['failed_nodes'][0] == 'charlie'
     assert verdict['exit_codes']['charlie'] == 3
+    # one log holds every node's lines under Slurm (its output file, on the head): the failure shows it
+    first = verdict['first_failure']
+    assert first['log'] == str(lab / 'jobs' / 'tiny-001' / 'logs' / 'tiny-001-3.out')
+    assert first['log_tail'] and first['log_tail'][-1] == text.rstrip('\n').splitlines()[-1]
 
 
 def test_slurm_a_cancelled_job_is_stopped_though_srun_names_the_tasks_it_killed(lab):

@@ -35,3 +35,9 @@ def test_a_failed_job_says_so_and_quotes_what_the_shell_needs():
     lines = js.summary_lines('a b', '/shared/jobs/a b', ['h'], 'failed')
     assert lines[0] == 'job a b failed (launcher on h)'
     assert "-e 'training_job_id=a b'" in lines[-1]
+
+
+def test_a_slurm_job_names_slurm_s_output_file_where_every_node_s_lines_are():
+    lines = js.summary_lines('tiny-1', '/shared/jobs/tiny-1', NODES, 'running', launcher='slurm')
+    assert ("logs: /shared/jobs/tiny-1/logs/tiny-1-<slurm job id>.out, every node's lines; each rank's progress: "
+            "/shared/jobs/tiny-1/progress/") in lines
