@@ -490,6 +490,11 @@ log_tail:
   returned: state is status
   type: list
   elements: str
+loss_line:
+  description: The last loss line of this node's log (the last C(final loss) line, else the last with C( loss )), read
+    from its last 64 KiB, or null; the job's C(last loss line) comes from it.
+  returned: state is status
+  type: str
 containers:
   description: The job's containers on this node (podman, by the job label), with id, name, image, image_id, state,
     exit_code (null until it exited) and node.

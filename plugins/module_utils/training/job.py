@@ -23,6 +23,7 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import proces
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import commands as tr
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import flight_recorder as fr
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launch_failures as lf
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as mon
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import rank_errors as re_
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training.launchers import (
     BIG, LAUNCHERS, SSH_CONNECT_TIMEOUT, UNBUFFERED_ENV, JobError, daemons_of, read_layout, write_file)
@@ -478,6 +479,9 @@ class Job:
         self.launcher.read_status(out)
         if errors:
             out['errors'] = self.rank_errors(out.get('log') or self.log)
+            # the log's last loss line, from more than its tail: the end of a log can be a launcher's
+            # shutdown lines (under Slurm, every node's agent in one file)
+            out['loss_line'] = mon.log_loss_line(out.get('log') or self.log)
         return out
 
     def rank_errors(self, log):

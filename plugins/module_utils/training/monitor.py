@@ -291,6 +291,24 @@ def progress_figures(progress, now, window=60.0):
     return out
 
 
+LOSS_TAIL_BYTES = 65536  # a log's end read for its last loss line (a launcher's shutdown lines come after it)
+
+
+def last_loss_line(lines, last=None):
+    """The loss line a log's lines end with: the last `final loss` line, else the last line with ` loss `;
+    last: the line found so far (of other lines, other nodes), which a `final loss` line it holds keeps."""
+    for line in lines or []:
+        if 'final loss' in line or (last is None or 'final loss' not in last) and ' loss ' in line:
+            last = line.strip()
+    return last
+
+
+def log_loss_line(path, max_bytes=LOSS_TAIL_BYTES):
+    """last_loss_line of the last max_bytes of a log (None where it cannot be read or holds none)."""
+    read = pr.tail_text(path, max_bytes)
+    return last_loss_line(read[0].splitlines()) if read else None
+
+
 def median(values):
     values = sorted(values)
     if not values:

@@ -23,7 +23,7 @@ read these for status, watch and the supervisor; plugin_utils/training/job_view.
 
 from __future__ import annotations
 
-from ansible_collections.gpucluster.multinode.plugins.module_utils.training.monitor import slowest_node
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training.monitor import last_loss_line, slowest_node
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training.launchers import LAUNCHERS, Launcher
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_view as jv
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import rank_failure as rfail
@@ -134,10 +134,8 @@ def launch_verdict(results, nodes=None):
                     if r.get('rank_failure') and launcher_of(r).failure_node(r) == culprit]
         first['error'] = rfail.first_error(rfail.node_errors(results), failed, order, reported[0] if reported else None)
     last = None
-    for r in results:
-        for line in r.get('log_tail') or []:
-            if 'final loss' in line or (last is None or 'final loss' not in last) and ' loss ' in line:
-                last = line.strip()
+    for r in results:   # each node's loss line (read from more of its log than the tail), else its tail's
+        last = last_loss_line([r['loss_line']] if r.get('loss_line') else r.get('log_tail'), last)
     lines = ['job %s: %s' % (head.get('job_id', '?'), state)]
     if first:
         lines.extend(rfail.failure_lines(first['error'], codes, first['node']))

@@ -148,6 +148,16 @@ def test_slurm_a_completed_job_succeeded(lab):
     assert js.launch_verdict(statuses(lab, 'slurm', runner), NAMES)['state'] == 'succeeded'
 
 
+def test_slurm_a_finished_job_s_loss_line_is_found_above_the_agents_shutdown_lines(lab):
+    # one file holds every node's lines: the agents' lines at the end push the final loss out of the tail
+    chatter = ''.join('[W1201 02:%02d:00.000 socket.cpp:752] [c10d] The client socket has failed to connect '
+                      'to [mol-slurm-head]:29500 (errno: 111 - Connection refused).\n' % i for i in range(30))
+    runner = slurm_job(lab, 'scontrol_show_job_completed.txt', 'step 19 loss 0.2500\nfinal loss 0.1234\n' + chatter)
+    verdict = js.launch_verdict(statuses(lab, 'slurm', runner), NAMES)
+    assert verdict['state'] == 'succeeded' and verdict['last_loss_line'] == 'final loss 0.1234'
+    assert 'last loss line: final loss 0.1234' in verdict['lines']
+
+
 # ----- a node that could not be read --------------------------------------------------------------------
 def test_a_node_that_could_not_be_read_makes_the_job_unknown_whatever_the_others_say(lab):
     for node in NAMES:
