@@ -50,6 +50,9 @@ SUPERVISE_MAX=${SUPERVISE_MAX:-32}  # the most nodes of a ddp job (memory); a li
 PARTS=${PARTS:-site health supervise frozen}  # what is run at each size (site: both site.yml runs; bare: the first
                                        # alone; converged: the second alone, on a kept lab site.yml set up)
 READ_SECONDS=${READ_SECONDS:-90}
+# The head's ssh connect bound of the supervised job (training_ssh_connect_timeout; 5 by default): the start's SSH
+# check logs in to every node at once, and at 64 nodes on 2 cores sshd's banner came later than 5 s (load 33-38)
+SSH_CONNECT_TIMEOUT=${SSH_CONNECT_TIMEOUT:-30}
 LAB_NAME=${LAB_NAME:-lab-scale}
 LAB_SUBNET=${LAB_SUBNET:-10.213.52.0/24}
 LAB_UP_TIMEOUT=${LAB_UP_TIMEOUT:-1800}
@@ -109,7 +112,8 @@ start_job() {  # N JOB: start a supervised job of the kind SCALE_JOB says on the
     job_vars=(-e '{"training_script_args": ["--engine", "ddp", "--steps", "100000", "--step-delay", "1"]}')
   fi
   if ! ansible-playbook playbooks/train.yml -i "$INV" -e training_job_id="$job" -e training_supervise=true \
-      -e training_restarts=1 -e training_wait_timeout=900 "${job_vars[@]}" \
+      -e training_restarts=1 -e training_wait_timeout=900 -e training_ssh_connect_timeout="$SSH_CONNECT_TIMEOUT" \
+      "${job_vars[@]}" \
       >"$LOG/train-$job.log" 2>&1; then
     echo "  the supervised job did not start: $LOG/train-$job.log" >&2; return 1
   fi

@@ -150,6 +150,12 @@ options:
       it cannot reach over SSH; with V(false) the start goes on and O(state=first_step) names such a node.
     type: bool
     default: true
+  ssh_connect_timeout:
+    description: >-
+      Seconds the head's SSH to a node may take to connect (ssh's C(ConnectTimeout)): the SSH check before a
+      start (each login bounded at twice this plus 5 s), pdsh's ssh under C(deepspeed) and mpirun's C(plm_rsh_args).
+    type: int
+    default: 5
   watch_timeout:
     description: Seconds O(state=first_step) waits for the first step, O(state=finished) for the end.
     type: int
@@ -606,6 +612,7 @@ def main():
             slurm_requeue=dict(type='bool', default=False),
             slurm_hold=dict(type='bool', default=False),
             ssh_check=dict(type='bool', default=True),
+            ssh_connect_timeout=dict(type='int', default=5),
             owner=dict(type='str'),
             watch_timeout=dict(type='int', default=900),
             progress_seconds=dict(type='int', default=60),
@@ -633,6 +640,9 @@ def main():
     state = module.params['state']
     try:
         job = Job(module.params, Runner(module))
+        if module.params['ssh_connect_timeout'] < 1:
+            job.fail('node %s: ssh_connect_timeout must be 1 or more seconds, got %d'
+                     % (job.me, module.params['ssh_connect_timeout']))
         if state == 'checked':
             problems, versions, cmd = job.check()
             if problems:

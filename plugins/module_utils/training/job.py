@@ -198,19 +198,24 @@ class Job:
     def processes(self):
         return pr.job_processes(self.job_id, self.uid, self.proc, self.leaders())
 
+    @property
+    def ssh_connect_timeout(self):
+        """Seconds the head's ssh to a node may take to connect (the ssh_connect_timeout option)."""
+        return int(self.p.get('ssh_connect_timeout') or SSH_CONNECT_TIMEOUT)
+
     def ssh_refusals(self):
         """A line for every node the head cannot log in to over SSH and run `true` on, naming the stage
         that did not finish (launch_failures.probe_refusals); a node that connected and authenticated
         but whose login session or command was slow is probed once more (within a second bound)."""
         targets = [n['name'] for n in self.nodes]
-        rc, out, err = self.runner.run(['bash', '-c', lf.ssh_probe_script(targets, SSH_CONNECT_TIMEOUT)])
+        rc, out, err = self.runner.run(['bash', '-c', lf.ssh_probe_script(targets, self.ssh_connect_timeout)])
         results = lf.parse_ssh_probe(out)
         again = lf.probe_retry_targets(results, targets)
         if again:
-            rc, out, err = self.runner.run(['bash', '-c', lf.ssh_probe_script(again, SSH_CONNECT_TIMEOUT)])
+            rc, out, err = self.runner.run(['bash', '-c', lf.ssh_probe_script(again, self.ssh_connect_timeout)])
             results.update(lf.parse_ssh_probe(out))
         return lf.probe_refusals(results, targets, self.user, uid=self.uid,
-                                 limit=lf.probe_attempt_limit(SSH_CONNECT_TIMEOUT))
+                                 limit=lf.probe_attempt_limit(self.ssh_connect_timeout))
 
     def memlock_problems(self):
         """podman's --ulimit memlock=-1:-1 only where asked (true or auto) and the account's hard limit

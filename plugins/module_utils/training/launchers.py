@@ -252,7 +252,7 @@ class DeepSpeed(Launcher):
             return env
         env['DS_ENV_FILE'] = self.job.ds_env_file
         # pdsh's ssh: no prompt, pinned keys, a bounded connect
-        env['PDSH_SSH_ARGS_APPEND'] = ' '.join(lf.SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % SSH_CONNECT_TIMEOUT))
+        env['PDSH_SSH_ARGS_APPEND'] = ' '.join(lf.SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % self.job.ssh_connect_timeout))
         return env
 
     def read_status(self, out):
@@ -329,7 +329,7 @@ class Mpirun(Launcher):
         if not j.is_head:
             return None
         names = tr.forwarded_env_names(list(j.base_env()) + list(j.env))
-        ssh_args = ' '.join(lf.SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % SSH_CONNECT_TIMEOUT))
+        ssh_args = ' '.join(lf.SSH_OPTIONS + ('-o', 'ConnectTimeout=%d' % j.ssh_connect_timeout))
         argv = tr.mpirun_command(j.bin, j.hostfile, hf.world_size(j.nodes), names, j.p['script'], j.p['script_args'],
                                  mpirun=self.binary(), node_prefix=j.shell_prefix(), ssh_args=ssh_args)
         if j.container:

@@ -183,6 +183,19 @@ def test_check_names_every_node_the_head_cannot_reach_over_ssh(lab):
     assert 'BatchMode=yes' in script and 'StrictHostKeyChecking=yes' in script and 'ConnectTimeout=5' in script
 
 
+def test_the_ssh_connect_bound_is_the_setting_in_the_check_pdsh_and_mpirun(lab):
+    # many nodes, or a loaded head: sshd's banner comes later than 5 s, and the user raises the bound
+    runner = FakeRunner({'ssh-probe': probe_ok})
+    job(lab, runner=runner, ssh_connect_timeout=30).check()
+    script = runner.calls[0][2]
+    assert 'ConnectTimeout=30' in script and 'timeout 65 ssh' in script and 'ConnectTimeout=5' not in script
+    spawn = Spawn()
+    job(lab, ssh_connect_timeout=30).start(spawn=spawn)
+    assert 'ConnectTimeout=30' in spawn.calls[0]['env']['PDSH_SSH_ARGS_APPEND']
+    mpirun = job(lab, 'mpirun', ssh_connect_timeout=30).launcher.command()
+    assert 'ConnectTimeout=30' in ' '.join(mpirun)
+
+
 def test_check_of_torchrun_needs_no_ssh_and_a_worker_never_probes(lab):
     runner = FakeRunner()
     job(lab, 'torchrun', runner=runner).check()
