@@ -53,6 +53,10 @@ READ_SECONDS=${READ_SECONDS:-90}
 # The head's ssh connect bound of the supervised job (training_ssh_connect_timeout; 5 by default): the start's SSH
 # check logs in to every node at once, and at 64 nodes on 2 cores sshd's banner came later than 5 s (load 33-38)
 SSH_CONNECT_TIMEOUT=${SSH_CONNECT_TIMEOUT:-30}
+# The supervisor's own Ansible timeout (supervisor_ssh_timeout, 10 by default; sudo's prompt waits 2 s more), given
+# to every site.yml run: at 64 nodes, load 20-30, the start's read as the supervisor will read (sudo to the
+# training account on the head) took more than 12 s
+SUPERVISOR_SSH_TIMEOUT=${SUPERVISOR_SSH_TIMEOUT:-60}
 LAB_NAME=${LAB_NAME:-lab-scale}
 LAB_SUBNET=${LAB_SUBNET:-10.213.52.0/24}
 LAB_UP_TIMEOUT=${LAB_UP_TIMEOUT:-1800}
@@ -203,13 +207,13 @@ for n in $NODES; do
   first=0 again=0 changed=- health=0 health_rc=- site_cpu=- health_cpu=-
   if [[ " $PARTS " == *" site "* || " $PARTS " == *" converged "* || " $PARTS " == *" bare "* ]]; then
     if [[ " $PARTS " == *" site "* || " $PARTS " == *" bare "* ]]; then
-      seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml \
+      seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml -e supervisor_ssh_timeout="$SUPERVISOR_SSH_TIMEOUT" \
         -i "$INV" >"$LOG/site-first-$n.log" 2>&1
       first=$elapsed
       if [ "$rc" -ne 0 ]; then echo "site.yml failed on $n node(s) (rc $rc): $LOG/site-first-$n.log"; break; fi
     fi
     if [[ " $PARTS " != *" bare "* ]]; then
-      seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml \
+      seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml -e supervisor_ssh_timeout="$SUPERVISOR_SSH_TIMEOUT" \
         -i "$INV" >"$LOG/site-again-$n.log" 2>&1
       again=$elapsed site_cpu=$cpu
       changed=$(changed_of "$LOG/site-again-$n.log")
@@ -226,7 +230,7 @@ for n in $NODES; do
     # a kept lab, set up by an earlier run: its supervisor host gets this tree's copy of the collection
     # (a supervised start refuses a supervisor host that runs another); site.yml's timeout: the first sudo on
     # every node of a lab started again (as after a reboot) took more than 62 s at 64 nodes
-    env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" --tags supervisor \
+    env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" -e supervisor_ssh_timeout="$SUPERVISOR_SSH_TIMEOUT" --tags supervisor \
       >"$LOG/supervisor-$n.log" 2>&1 \
       || echo "  site.yml --tags supervisor failed: $LOG/supervisor-$n.log" >&2
   fi
