@@ -207,14 +207,14 @@ for n in $NODES; do
   first=0 again=0 changed=- health=0 health_rc=- site_cpu=- health_cpu=-
   if [[ " $PARTS " == *" site "* || " $PARTS " == *" converged "* || " $PARTS " == *" bare "* ]]; then
     if [[ " $PARTS " == *" site "* || " $PARTS " == *" bare "* ]]; then
-      seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml -e supervisor_ssh_timeout="$SUPERVISOR_SSH_TIMEOUT" \
-        -i "$INV" >"$LOG/site-first-$n.log" 2>&1
+      seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml \
+        -i "$INV" -e supervisor_ssh_timeout="$SUPERVISOR_SSH_TIMEOUT" >"$LOG/site-first-$n.log" 2>&1
       first=$elapsed
       if [ "$rc" -ne 0 ]; then echo "site.yml failed on $n node(s) (rc $rc): $LOG/site-first-$n.log"; break; fi
     fi
     if [[ " $PARTS " != *" bare "* ]]; then
-      seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml -e supervisor_ssh_timeout="$SUPERVISOR_SSH_TIMEOUT" \
-        -i "$INV" >"$LOG/site-again-$n.log" 2>&1
+      seconds timeout "$SITE_TIMEOUT" env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml \
+        -i "$INV" -e supervisor_ssh_timeout="$SUPERVISOR_SSH_TIMEOUT" >"$LOG/site-again-$n.log" 2>&1
       again=$elapsed site_cpu=$cpu
       changed=$(changed_of "$LOG/site-again-$n.log")
       [ "$rc" -eq 0 ] || echo "  the converged site.yml failed (rc $rc): $LOG/site-again-$n.log"
@@ -230,8 +230,8 @@ for n in $NODES; do
     # a kept lab, set up by an earlier run: its supervisor host gets this tree's copy of the collection
     # (a supervised start refuses a supervisor host that runs another); site.yml's timeout: the first sudo on
     # every node of a lab started again (as after a reboot) took more than 62 s at 64 nodes
-    env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" -e supervisor_ssh_timeout="$SUPERVISOR_SSH_TIMEOUT" --tags supervisor \
-      >"$LOG/supervisor-$n.log" 2>&1 \
+    env ANSIBLE_TIMEOUT="$SITE_ANSIBLE_TIMEOUT" ansible-playbook playbooks/site.yml -i "$INV" --tags supervisor \
+      -e supervisor_ssh_timeout="$SUPERVISOR_SSH_TIMEOUT" >"$LOG/supervisor-$n.log" 2>&1 \
       || echo "  site.yml --tags supervisor failed: $LOG/supervisor-$n.log" >&2
   fi
   if [[ " $PARTS " != *" supervise "* ]]; then
