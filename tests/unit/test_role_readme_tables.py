@@ -50,18 +50,18 @@ def _names(cell, spec=()):
     return names
 
 
-def variable_tables(text, spec=()):
-    """(line number, names) of every row of every table whose header is `| variable |`, and the
-    line numbers of blank lines that split such a table (a row follows with no header)."""
+def table_rows(text, header, names):
+    """(line number, names(first cell)) of every row of every table whose header line starts with
+    `header`, and the line numbers of blank lines that split such a table (a row follows with no header)."""
     lines = text.splitlines()
     rows, splits, inside = [], [], False
     for number, line in enumerate(lines, 1):
-        if line.startswith('| variable |'):
+        if line.startswith(header):
             inside = True
         elif inside and line.startswith('| ---'):
             continue
         elif inside and line.startswith('|'):
-            rows.append((number, _names(line.split('|')[1], spec)))
+            rows.append((number, names(line.split('|')[1])))
         elif inside:
             inside = False
             following = lines[number:number + 2]
@@ -69,6 +69,12 @@ def variable_tables(text, spec=()):
                     len(following) > 1 and following[1].startswith('| ---')):
                 splits.append(number)
     return rows, splits
+
+
+def variable_tables(text, spec=()):
+    """(line number, names) of every row of every table whose header is `| variable |`, and the
+    blank lines that split such a table."""
+    return table_rows(text, '| variable |', lambda cell: _names(cell, spec))
 
 
 def test_the_names_of_a_shorthand_row_are_read_whole():
@@ -205,18 +211,8 @@ def test_every_cluster_wide_value_a_role_reads_is_in_the_readmes_inventory_table
 
 def cluster_file_rows(text):
     """(line number, [field, ...]) of every row of the k8s README's cluster-file table (`| field |`):
-    `name`, `resources.cpu`, `train.master_port`, `train.agent_port`, ..."""
-    rows, inside = [], False
-    for number, line in enumerate(text.splitlines(), 1):
-        if line.startswith('| field |'):
-            inside = True
-        elif inside and line.startswith('| ---'):
-            continue
-        elif inside and line.startswith('|'):
-            rows.append((number, re.findall(r'`([a-z_]+(?:\.[a-z_]+)?)`', line.split('|')[1])))
-        else:
-            inside = False
-    return rows
+    `name`, `resources.cpu`, `train.master_port`, `train.agent_port`, ..., and the blank lines that split it."""
+    return table_rows(text, '| field |', lambda cell: re.findall(r'`([a-z_]+(?:\.[a-z_]+)?)`', cell))
 
 
 def test_the_k8s_cluster_file_table_lists_every_field_the_file_takes_once_and_no_other():
@@ -227,7 +223,8 @@ def test_the_k8s_cluster_file_table_lists_every_field_the_file_takes_once_and_no
     taken.update('%s.%s' % (parent, name) for parent, names in nested.items() for name in names)
     assert set(nested) <= set(kc.TOP)
     with open(os.path.join(ROOT, 'roles', 'k8s', 'README.md')) as f:
-        rows = cluster_file_rows(f.read())
+        rows, splits = cluster_file_rows(f.read())
+    assert not splits, 'a blank line splits the cluster-file table of roles/k8s/README.md at line %s' % splits
     seen = collections.Counter(name for _, names in rows for name in names)
     assert len(rows) >= 30   # the table was found
     twice = sorted(name for name, count in seen.items() if count > 1)
