@@ -415,10 +415,19 @@ job_failed:
   returned: state is finished
   type: bool
 last_step:
-  description: The last step line of the head's log when the wait returned (null when none).
-  returned: state is finished
+  description:
+    - The last step line of the head's log when the wait returned (null when none).
+    - With O(state=first_step), when a node failed after the job logged steps (it started, then failed at that step).
+  returned: state is finished, or state is first_step and a node failed
   type: str
   sample: "lab-head: step 120 loss 0.4120"
+failed_at_step:
+  description:
+    - The step number of RV(last_step) when a node failed after the job logged steps (null when it failed before
+      its first step line, or the line holds no number).
+  returned: state is first_step and a node failed
+  type: int
+  sample: 25
 failures:
   description: The nodes that failed or could not be reached while the job started, with the cause.
   returned: state is first_step

@@ -42,6 +42,13 @@ options:
     description: Most points of each plotted series (at least 2).
     type: int
     default: 2000
+  step_regex:
+    description:
+      - A script that writes no progress file - its steps from the logs C(<job_dir>/logs/<node>.log), the lines this
+        Python regex matches (the training role's C(training_progress_regex); group C(step), else the first number,
+        optional C(loss) and C(time)). Empty - progress files only.
+    type: str
+    default: ''
 attributes:
   check_mode:
     support: full
@@ -111,6 +118,7 @@ bytes:
 '''
 
 import os
+import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -146,6 +154,7 @@ def main():
             job_dir=dict(type='path', required=True),
             dest=dict(type='path'),
             max_points=dict(type='int', default=jr.MAX_POINTS),
+            step_regex=dict(type='str', default=''),
         ),
         supports_check_mode=True,
     )
@@ -160,7 +169,11 @@ def main():
     if not os.path.isdir(os.path.dirname(dest) or '.'):
         module.fail_json(msg='dest %s: its directory does not exist' % dest)
 
-    progress, events, summary, layout = jr.read_job(job_dir)
+    try:
+        re.compile(p['step_regex'])
+    except re.error as exc:
+        module.fail_json(msg='step_regex %r is not a regular expression: %s' % (p['step_regex'], exc))
+    progress, events, summary, layout = jr.read_job(job_dir, p['step_regex'])
     data = jr.job_data(p['job_id'], progress, events, summary, layout, max_points=p['max_points'])
     text = jr.render(data, job_dir)
     changed = read_text(dest) != text

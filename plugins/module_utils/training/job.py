@@ -56,6 +56,17 @@ def matched_line(text, match):
     return text[start:end if end >= 0 else len(text)].strip()
 
 
+def last_step_of(text, step_re):
+    """{line, step} of the last line of text that step_re matches (step: its step number, the progress
+    parser's rule: group step, else the first number of the match; None when it holds none), else None."""
+    last = None
+    for last in step_re.finditer(text):
+        pass
+    if last is None:
+        return None
+    return {'line': matched_line(text, last), 'step': mon.step_of(last)}
+
+
 class Job:
     def __init__(self, params, runner, proc='/proc'):
         self.p = p = params
@@ -405,17 +416,19 @@ class Job:
         return out
 
     def watch_once(self, step_re):
-        """(first_step_line, failure) from one look at the job: the head's log and every node's exit."""
+        """(first_step_line, failures, last_step) from one look at the job: the head's log and every node's exit.
+        last_step, with failures only: {line, step} of the last step line of the log when the job logged steps
+        before it failed (it started, then failed at that step), else None."""
         text = '\n'.join(pr.tail(self.launcher.watch_log(), BIG))
-        step = step_re.search(text)
         failures = self.launcher.failures(text)
         for node, code in self.exit_codes().items():
             if code and node not in [f['node'] for f in failures]:
                 what = 'agent' if self.launcher.per_node else 'launcher'
                 failures.append({'node': node, 'cause': 'its %s %s exited with code %d' % (self.launcher.name, what, code)})
         if failures:
-            return None, failures
-        return (matched_line(text, step) if step else None), []
+            return None, failures, last_step_of(text, step_re)
+        step = step_re.search(text)
+        return (matched_line(text, step) if step else None), [], None
 
     def watch_log_tail(self):
         """{log, log_tail}: the log the watch reads (the head's) and its last lines."""
@@ -428,11 +441,13 @@ class Job:
         step_re = re.compile(step_regex)
         start = clock()
         while True:
-            step, failures = self.watch_once(step_re)
+            step, failures, last = self.watch_once(step_re)
             elapsed = round(clock() - start, 1)
             if failures:
+                # a job that logged steps and then failed started: it failed at its last step, never "did not start"
                 return self.result(changed=False, first_step=None, elapsed=elapsed, failures=failures, timed_out=False,
-                                   **self.watch_log_tail())
+                                   failed_at_step=last['step'] if last else None,
+                                   last_step=last['line'] if last else None, **self.watch_log_tail())
             if step:
                 return self.result(changed=False, first_step=step, elapsed=elapsed, failures=[], timed_out=False)
             if self.exit_codes().get(self.me) == 0:

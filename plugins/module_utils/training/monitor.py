@@ -44,6 +44,7 @@ rule or its figures, and are returned as ``stale`` so that a reader sees they we
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 
@@ -220,6 +221,40 @@ def parse_log(text, regex, mtime):
         heartbeats = []
     tail = [line for line in (text or '').splitlines() if line.strip()][-3:]
     return {'header': {}, 'steps': steps, 'heartbeats': heartbeats, 'done': None, 'tail': tail, 'source': 'log'}
+
+
+LOG_READ_BYTES = 4 * 1024 * 1024
+
+
+def read_node_log(job_dir, node, regex):
+    """The steps of this node's ranks for a script that writes no progress file, None without a regex.
+
+    The node's own log (<job dir>/logs/<node>.log) when it holds steps. Otherwise the job's other logs:
+    first the lines of one prefixed with this node's name (the deepspeed launcher's log on the head holds
+    every node's lines as '<node>: ...'), else the log with the latest step - in synchronous training one
+    rank's steps are every rank's (a script that prints on rank 0 only). source says whose log it was."""
+    if not regex:
+        return None
+    folder = os.path.join(job_dir, 'logs')
+    read = pr.tail_text(os.path.join(folder, '%s.log' % node), LOG_READ_BYTES)
+    own = parse_log(read[0], regex, read[1]) if read else None
+    if own and (own['steps'] or own['heartbeats']):
+        return own
+    prefix = '%s: ' % node
+    latest = None
+    for path in sorted(glob.glob(os.path.join(folder, '*.log'))):
+        name = os.path.basename(path)[:-len('.log')]
+        read = pr.tail_text(path, LOG_READ_BYTES) if name != node else None
+        if not read:
+            continue
+        text, mtime = read
+        mine = parse_log('\n'.join(line for line in text.splitlines() if line.startswith(prefix)), regex, mtime)
+        if mine['steps']:
+            return dict(mine, source='log of %s' % name)
+        parsed = parse_log(text, regex, mtime)
+        if parsed['steps'] and (latest is None or parsed['steps'][-1]['time'] > latest['steps'][-1]['time']):
+            latest = dict(parsed, source='log of %s' % name)
+    return latest or own
 
 
 def phase_figures(progress, now):

@@ -100,40 +100,6 @@ def log_tails(job_dir, node, hostname, ranks, lines):
     return out, errors
 
 
-LOG_READ_BYTES = 4 * 1024 * 1024
-
-
-def read_node_log(job_dir, node, regex):
-    """The steps of this node's ranks for a script that writes no progress file, None without a regex.
-
-    The node's own log (<job dir>/logs/<node>.log) when it holds steps. Otherwise the job's other logs:
-    first the lines of one prefixed with this node's name (the deepspeed launcher's log on the head holds
-    every node's lines as '<node>: ...'), else the log with the latest step - in synchronous training one
-    rank's steps are every rank's (a script that prints on rank 0 only). source says whose log it was."""
-    if not regex:
-        return None
-    folder = os.path.join(job_dir, 'logs')
-    read = pr.tail_text(os.path.join(folder, '%s.log' % node), LOG_READ_BYTES)
-    own = jm.parse_log(read[0], regex, read[1]) if read else None
-    if own and (own['steps'] or own['heartbeats']):
-        return own
-    prefix = '%s: ' % node
-    latest = None
-    for path in sorted(glob.glob(os.path.join(folder, '*.log'))):
-        name = os.path.basename(path)[:-len('.log')]
-        read = pr.tail_text(path, LOG_READ_BYTES) if name != node else None
-        if not read:
-            continue
-        text, mtime = read
-        mine = jm.parse_log('\n'.join(line for line in text.splitlines() if line.startswith(prefix)), regex, mtime)
-        if mine['steps']:
-            return dict(mine, source='log of %s' % name)
-        parsed = jm.parse_log(text, regex, mtime)
-        if parsed['steps'] and (latest is None or parsed['steps'][-1]['time'] > latest['steps'][-1]['time']):
-            latest = dict(parsed, source='log of %s' % name)
-    return latest or own
-
-
 def read(module, p):
     """The node's read of job p['job_id'] (p: job_id, node, job_dir and READ_OPTIONS): the result
     training_progress returns. Bad options fail the module naming the node."""
@@ -168,7 +134,7 @@ def read(module, p):
     # only the newest attempt's files and processes are the job's ranks; an older one's are reported as stale
     fenced = jm.fence_attempts(progress, procs, host=p['node'])
     progress, procs = fenced['progress'], fenced['procs']
-    log = read_node_log(p['job_dir'], p['node'], p['step_regex']) if set(procs) - set(progress) else None
+    log = jm.read_node_log(p['job_dir'], p['node'], p['step_regex']) if set(procs) - set(progress) else None
     rows = jm.node_ranks(p['node'], hostname, procs, progress, cpu, mem, gpus, now, p['window'], gpu_note, log)
     result = dict(changed=False, ranks=rows, gpu_note=gpu_note, hostname=hostname, read_at=now, textfile='',
                   step_regex=p['step_regex'], attempt=fenced['attempt'], stale=fenced['stale'])

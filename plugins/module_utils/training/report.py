@@ -56,14 +56,36 @@ def read_events(path):
     return None if events is None else sorted(events, key=lambda e: e['time'])
 
 
-def read_job(job_dir):
+def read_job(job_dir, step_regex=None):
     """(progress {rank: parsed}, events or None, summary or None, layout or None) of a job directory;
     progress holds the files of the job's newest attempt only (a rank an older attempt had and the
-    newest has not leaves its file behind: monitor.fence_attempts)."""
+    newest has not leaves its file behind: monitor.fence_attempts). A job whose script writes no progress
+    file has its steps from the logs, the lines step_regex matches (log_progress)."""
     texts = jm.read_progress_files(job_dir)
     progress = jm.fence_attempts(dict((rank, jm.parse_progress(texts[rank])) for rank in sorted(texts)))['progress']
-    return (progress, read_events(os.path.join(job_dir, EVENTS)), read_json(os.path.join(job_dir, SUMMARY)),
-            read_json(os.path.join(job_dir, LAYOUT)))
+    layout = read_json(os.path.join(job_dir, LAYOUT))
+    if not progress and step_regex:
+        progress = log_progress(job_dir, layout, step_regex)
+    return (progress, read_events(os.path.join(job_dir, EVENTS)), read_json(os.path.join(job_dir, SUMMARY)), layout)
+
+
+def log_progress(job_dir, layout, step_regex):
+    """{rank: parsed} of a job whose script writes no progress file: each node's steps from the logs
+    (monitor.read_node_log, the reader of status and the supervisor: the node's own log, else its lines in
+    another node's log, else the log with the latest step), under the node's first rank (layout.json's
+    order, every node's ranks in turn), its header naming the node. Without layout.json, one entry per log."""
+    nodes = [(n, c) for n, c in layout.items() if isinstance(c, int)] if isinstance(layout, dict) else []
+    if not nodes:
+        folder = os.path.join(job_dir, 'logs')
+        names = sorted(f[:-len('.log')] for f in os.listdir(folder) if f.endswith('.log')) if os.path.isdir(folder) else []
+        nodes = [(n, 1) for n in names]
+    out, rank = {}, 0
+    for node, count in nodes:
+        parsed = jm.read_node_log(job_dir, node, step_regex)
+        if parsed and parsed['steps']:
+            out[rank] = dict(parsed, header=dict(parsed.get('header') or {}, host=node))
+        rank += max(1, count)
+    return out
 
 
 # ----- figures ---------------------------------------------------------------------------------

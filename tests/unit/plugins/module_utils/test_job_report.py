@@ -151,3 +151,22 @@ def test_nothing_in_the_data_can_end_the_script_element_or_reach_the_network(tmp
     assert page.count('<script') == 1 and '<b>' not in page.replace('<b id="slowest-node">', '')
     assert not re.search(r'(?i)\b(?:https?:|//[a-z])|@import|url\(|<link|<img|<iframe', page)
     assert "content=\"default-src 'none'; style-src 'unsafe-inline'\"" in html.unescape(page)
+
+
+def test_a_script_of_ones_own_without_progress_files_is_plotted_from_its_step_lines(tmp_path):
+    # the user's script prints "it N loss X" on every node (training_progress_regex), writes no progress file
+    job = tmp_path / 'fh-user'
+    (job / 'logs').mkdir(parents=True)
+    (job / 'layout.json').write_text(json.dumps({'alpha': 2, 'bravo': 1}))
+    for node in ('alpha', 'bravo'):
+        (job / 'logs' / ('%s.log' % node)).write_text(
+            'starting\n' + ''.join('it %d loss %.2f t %.1f\n' % (i, 3.0 - i / 10, 1795500000.0 + i) for i in range(1, 26)))
+    regex = r'it (?P<step>[0-9]+) loss (?P<loss>[0-9.]+) t (?P<time>[0-9.]+)'
+    progress, events, summary, layout = jr.read_job(str(job), regex)
+    data = jr.job_data(job.name, progress, events, summary, layout)
+    # the loss curve from rank 0's node's lines, each node under its first rank
+    assert data['loss']['points'][0] == [1, 2.9] and data['loss']['points'][-1] == [25, 0.5]
+    assert [(r['rank'], r['node'], r['last_step']) for r in data['ranks']] == [(0, 'alpha', 25), (2, 'bravo', 25)]
+    assert data['summary']['steps'] == 25 and data['ranks'][0]['mean_steps_per_s'] == 1.0
+    # without the pattern (or with one that matches nothing) the page says there is no progress
+    assert jr.read_job(str(job))[0] == {} and jr.read_job(str(job), 'step [0-9]+ loss')[0] == {}

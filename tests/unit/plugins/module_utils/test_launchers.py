@@ -409,6 +409,21 @@ def test_watch_names_a_torchrun_agent_that_exited_non_zero(lab):
     assert out['log_tail'] == ['waiting for the rendezvous'] and out['log'].endswith('.log')
 
 
+def test_watch_of_a_job_that_logged_steps_then_failed_says_it_failed_at_its_last_step(lab):
+    # a user's script with its own step lines (training_progress_regex): 25 iterations, then a node's agent exited 1,
+    # all before the watch's first look (a fast failure, or a watch that began late on a loaded head)
+    write_log(lab, 'alpha', ''.join('it %d loss %.2f\n' % (i, 2.0 - i / 100) for i in range(1, 26)) + 'Traceback ...\n')
+    clock = Clock()
+    charlie_exits_1_at(lab, clock, 0)(0)
+    out = job(lab, 'torchrun').watch(900, r'it (?P<step>[0-9]+) loss', sleep=clock.sleep, clock=clock)
+    assert out['failures'] == [{'node': 'charlie', 'cause': 'its torchrun agent exited with code 1'}]
+    assert out['failed_at_step'] == 25 and out['last_step'] == 'it 25 loss 1.75'
+    # the step pattern the start did not know (the old default) leaves the same failure a failed start
+    write_log(lab, 'alpha', 'waiting for the rendezvous\n')
+    out = job(lab, 'torchrun').watch(900, 'step [0-9]+ loss', sleep=clock.sleep, clock=clock)
+    assert out['failures'] and out['failed_at_step'] is None and out['last_step'] is None
+
+
 def test_watch_returns_the_first_step_and_times_out_bounded(lab):
     write_log(lab, 'alpha', 'alpha: step 0 loss 2.30\n')
     clock = Clock()
