@@ -6,6 +6,7 @@ and of the deep tier (from the cluster_tests reports), with their thresholds."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import interfaces
@@ -652,6 +653,29 @@ def setting_errors(settings):
                       'hung mount only if it ends before its task is stopped' % (settings['health_storage_timeout'],
                                                                                  settings['health_probe_timeout']))
     return errors
+
+
+def page_dir_error(path):
+    """Why path cannot take the report's page on the controller (health_report_page_dir), '' when it can:
+    it names a file, or a directory that cannot be created or written. A relative path is read from the
+    current directory, as the fetch of the page reads it."""
+    full = os.path.realpath(path)
+    if os.path.exists(full):
+        if not os.path.isdir(full):
+            return 'is a file on the controller; name a directory (it is created when missing)'
+        if not os.access(full, os.W_OK | os.X_OK):
+            return 'is a directory the controller cannot write; name one it can (it is created when missing)'
+        return ''
+    parent = os.path.dirname(full)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return ('cannot be created on the controller: %s is a file; name a directory (it is created when missing)'
+                % parent)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return ('cannot be created on the controller: %s cannot be written; name a directory that can '
+                '(it is created when missing)' % parent)
+    return ''
 
 
 def check_container_image(images, head, image):

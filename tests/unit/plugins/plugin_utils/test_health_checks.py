@@ -333,3 +333,19 @@ def test_container_image_without_the_heads_image_takes_the_most_common_and_none_
     by = {r['node']: r for r in hc.check_container_image({'head': '', 'w1': b, 'w2': b, 'w3': a}, 'head', 'i')}
     assert by['head']['status'] == 'fail' and by['w1']['status'] == 'ok' and by['w3']['status'] == 'fail'
     assert all(r['status'] == 'fail' for r in hc.check_container_image({'head': '', 'w1': ''}, 'head', 'i'))
+
+
+def test_the_controller_page_directory(tmp_path, monkeypatch):
+    """health_report_page_dir: a directory, existing or to be created, is taken; a file, or a path under
+    one, is refused with what to do (relative paths from the directory ansible-playbook runs in)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'reports').mkdir()
+    (tmp_path / 'reports' / 'x.html').write_text('')
+    assert health_checks.page_dir_error('reports') == ''
+    assert health_checks.page_dir_error('reports/new/pages') == ''
+    assert health_checks.page_dir_error('reports/x.html') == (
+        'is a file on the controller; name a directory (it is created when missing)')
+    assert health_checks.page_dir_error('reports/x.html/pages/more') == (
+        'cannot be created on the controller: %s is a file; name a directory (it is created when missing)'
+        % (tmp_path / 'reports' / 'x.html'))
+    assert not (tmp_path / 'reports' / 'new').exists()   # only looked at
