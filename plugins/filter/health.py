@@ -159,6 +159,11 @@ def health_setting_errors(settings):
     return health_checks.setting_errors(_plain(settings or {}))
 
 
+def health_page_dir_error(path):
+    """Why health_report_page_dir cannot take the page on the controller ('' when it can)."""
+    return health_checks.page_dir_error(str(path))
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -171,4 +176,5 @@ class FilterModule:
             'health_failing': health_failing,
             'health_slurm_lines': health_slurm_lines,
             'health_setting_errors': health_setting_errors,
+            'health_page_dir_error': health_page_dir_error,
         }

@@ -3,16 +3,23 @@
 # Apache License 2.0
 """The health report as one self-contained HTML page (the health_report module writes it beside the
 JSON, ``latest-<tier>.html``): every check of every node in a grid coloured by status, what failed or
-warned with its detail and remedy, the checks that could not be measured, and what changed since the
-last run of the tier. The report (health_reports.make_report, with its changes) is embedded as JSON
+warned with its detail and remedy, the checks that could not be measured, those that do not apply (n/a,
+in a neutral grey, with why), and what changed since the last run of the tier. The report (health_reports.make_report, with its changes) is embedded as JSON
 (DATA_ID)."""
 
 from __future__ import annotations
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import report_html as rh
-from ansible_collections.gpucluster.multinode.plugins.module_utils.health_records import _SEVERITY, fmt, worst
+from ansible_collections.gpucluster.multinode.plugins.module_utils.health_records import STATUSES, _SEVERITY, fmt, worst
+from ansible_collections.gpucluster.multinode.plugins.module_utils.health_reports import not_applicable_lines
 
 DATA_ID = 'gpucluster-health-data'
+# The CSS class of a status ('n/a' is no class name a selector can write plainly).
+STATUS_CLASS = {'n/a': 'na'}
+
+
+def status_class(status):
+    return STATUS_CLASS.get(status, status)
 
 
 def page_name(tier):
@@ -37,7 +44,7 @@ def _grid(report):
             title = '%s %s: %s (value %s, threshold %s)' % (
                 node, check, r.get('detail') or r['status'], fmt(r.get('value')), fmt(r.get('threshold')))
             row.append('<td class="%s" data-node="%s" data-check="%s" data-status="%s" title="%s">%s</td>'
-                       % (rh.esc(r['status']), rh.esc(node), rh.esc(check), rh.esc(r['status']), rh.esc(title),
+                       % (rh.esc(status_class(r['status'])), rh.esc(node), rh.esc(check), rh.esc(r['status']), rh.esc(title),
                           rh.esc(r['status'])))
         out.append('<tr>%s</tr>' % ''.join(row))
     out.append('</table>')
@@ -56,7 +63,7 @@ def render(report):
                rh.esc(state), rh.esc(state.upper())),
             '<p class="note">started %s, finished %s; %d node(s), %d check(s): %s</p>'
             % (rh.esc(report.get('started', '-')), rh.esc(report.get('finished', '-')), len(report.get('nodes') or []),
-               len(records), rh.esc(', '.join('%d %s' % (counts.get(s, 0), s) for s in ('ok', 'warn', 'fail', 'unknown'))))]
+               len(records), rh.esc(', '.join('%d %s' % (counts.get(s, 0), s) for s in STATUSES)))]
 
     bad = sorted((r for r in records if r['status'] in ('fail', 'warn')),
                  key=lambda r: (-_SEVERITY[r['status']], r['node'], r['check']))
@@ -91,4 +98,5 @@ def render(report):
     unknown = sorted({r['check'] for r in records if r['status'] == 'unknown'})
     if unknown:
         body.append('<p class="note">unknown (not measurable here): %s</p>' % rh.esc(', '.join(unknown)))
+    body.extend('<p class="note not-applicable">%s</p>' % rh.esc(line) for line in not_applicable_lines(records))
     return rh.page(title, body, report, DATA_ID)

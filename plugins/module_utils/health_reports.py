@@ -39,14 +39,15 @@ def summary_lines(records, changes=None):
     for r in records:
         nodes.setdefault(r['node'], []).append(r)
     total = counts(records)
-    lines.append('health: %d node(s), %d check(s): %d ok, %d warn, %d fail, %d unknown'
-                 % (len(nodes), len(records), total['ok'], total['warn'], total['fail'], total['unknown']))
+    lines.append('health: %d node(s), %d check(s): %d ok, %d warn, %d fail, %d unknown, %d n/a; status %s'
+                 % (len(nodes), len(records), total['ok'], total['warn'], total['fail'], total['unknown'],
+                    total['n/a'], worst(r['status'] for r in records).upper()))
     w = max([len(n) for n in nodes] + [4])
-    lines.append('%s  %-7s %4s %4s %4s %7s' % ('NODE'.ljust(w), 'STATUS', 'OK', 'WARN', 'FAIL', 'UNKNOWN'))
+    lines.append('%s  %-7s %4s %4s %4s %7s %4s' % ('NODE'.ljust(w), 'STATUS', 'OK', 'WARN', 'FAIL', 'UNKNOWN', 'N/A'))
     for n, recs in nodes.items():
         c = counts(recs)
-        lines.append('%s  %-7s %4d %4d %4d %7d' % (n.ljust(w), worst(r['status'] for r in recs).upper(),
-                                                   c['ok'], c['warn'], c['fail'], c['unknown']))
+        lines.append('%s  %-7s %4d %4d %4d %7d %4d' % (n.ljust(w), worst(r['status'] for r in recs).upper(),
+                                                       c['ok'], c['warn'], c['fail'], c['unknown'], c['n/a']))
     bad = [r for r in records if r['status'] in ('fail', 'warn')]
     if bad:
         lines.append('problems:')
@@ -57,6 +58,7 @@ def summary_lines(records, changes=None):
     unknown = sorted(set(r['check'] for r in records if r['status'] == 'unknown'))
     if unknown:
         lines.append('unknown (not measurable here): %s' % ', '.join(unknown))
+    lines.extend(not_applicable_lines(records))
     if changes is not None:
         if changes:
             lines.append('changed since the last run:')
@@ -66,9 +68,20 @@ def summary_lines(records, changes=None):
     return lines
 
 
+def not_applicable_lines(records):
+    """One line per reason checks do not apply (n/a): the checks, the nodes and why."""
+    groups, every = {}, set(r['node'] for r in records)
+    for r in (r for r in records if r['status'] == 'n/a'):
+        checks, nodes = groups.setdefault(r['detail'], (set(), {}))
+        checks.add(r['check'])
+        nodes[r['node']] = True
+    return ['n/a (does not apply): %s on %s: %s' % (', '.join(sorted(checks)), 'every node' if set(nodes) == every
+                                                    else ', '.join(nodes), why) for why, (checks, nodes) in groups.items()]
+
+
 def junit_xml(records, tier, timestamp, duration_s=0.0):
     """JUnit XML: one testsuite per node, one testcase per check; fail -> <failure>,
-    unknown -> <skipped>, warn passes with the finding in <system-out>."""
+    unknown and n/a -> <skipped>, warn passes with the finding in <system-out>."""
     # imported here: xml.sax pulls in urllib, a third of the probe's start-up on every node
     from xml.sax.saxutils import escape as _xml_escape, quoteattr as _xml_quoteattr
     nodes = {}
@@ -77,11 +90,11 @@ def junit_xml(records, tier, timestamp, duration_s=0.0):
     c = counts(records)
     out = ['<?xml version="1.0" encoding="UTF-8"?>',
            '<testsuites name=%s tests="%d" failures="%d" skipped="%d" time="%.3f">'
-           % (_xml_quoteattr('gpucluster health %s' % tier), len(records), c['fail'], c['unknown'], duration_s)]
+           % (_xml_quoteattr('gpucluster health %s' % tier), len(records), c['fail'], c['unknown'] + c['n/a'], duration_s)]
     for node, recs in nodes.items():
         nc = counts(recs)
         out.append('  <testsuite name=%s tests="%d" failures="%d" errors="0" skipped="%d" timestamp=%s>'
-                   % (_xml_quoteattr(node), len(recs), nc['fail'], nc['unknown'], _xml_quoteattr(timestamp)))
+                   % (_xml_quoteattr(node), len(recs), nc['fail'], nc['unknown'] + nc['n/a'], _xml_quoteattr(timestamp)))
         for r in recs:
             head = '    <testcase classname=%s name=%s' % (_xml_quoteattr('%s.%s' % (tier, node)), _xml_quoteattr(r['check']))
             text = 'value %s, threshold %s: %s' % (fmt(r['value']), fmt(r['threshold']), r['detail'])
@@ -92,9 +105,9 @@ def junit_xml(records, tier, timestamp, duration_s=0.0):
                 out.append('      <failure message=%s type="fail">%s</failure>'
                            % (_xml_quoteattr(r['remedy']), _xml_escape(text)))
                 out.append('    </testcase>')
-            elif r['status'] == 'unknown':
+            elif r['status'] in ('unknown', 'n/a'):
                 out.append(head + '>')
-                out.append('      <skipped message=%s/>' % _xml_quoteattr('unknown: %s' % r['detail']))
+                out.append('      <skipped message=%s/>' % _xml_quoteattr('%s: %s' % (r['status'], r['detail'])))
                 out.append('    </testcase>')
             else:
                 out.append(head + '>')
@@ -138,7 +151,7 @@ VALUE_METRICS = {
 
 def prometheus_text(records, tier, timestamp_s):
     """node_exporter textfile collector format (text exposition format 0.0.4)."""
-    lines = gauge_lines('gpucluster_health_check_status', 'Health check status: 0 ok, 1 warn, 2 fail, 3 unknown.',
+    lines = gauge_lines('gpucluster_health_check_status', 'Health check status: 0 ok, 1 warn, 2 fail, 3 unknown, 4 n/a (does not apply).',
                         [([('tier', tier), ('node', r['node']), ('check', r['check'])], PROM_STATUS_VALUE[r['status']])
                          for r in records])
     numeric = [r for r in records if isinstance(r['value'], (int, float)) and not isinstance(r['value'], bool)]

@@ -20,7 +20,7 @@ import time
 CSP = "default-src 'none'; style-src 'unsafe-inline'"
 COLORS = ('#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f',
           '#bcbd22', '#17becf')
-STATUS_COLORS = {'ok': '#2e7d32', 'warn': '#ef6c00', 'fail': '#c62828', 'unknown': '#757575'}
+STATUS_COLORS = {'ok': '#2e7d32', 'warn': '#ef6c00', 'fail': '#c62828', 'unknown': '#757575', 'n/a': '#eceff1'}
 STYLE = '''
 body{font-family:"DejaVu Sans",Arial,Helvetica,sans-serif;margin:24px;color:#222;background:#fff;max-width:1100px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
@@ -28,6 +28,7 @@ table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;paddin
 th{background:#f4f4f4}.note{color:#555;font-size:13px}.badge{display:inline-block;padding:1px 8px;border-radius:9px;
 color:#fff;font-size:13px}.ok{background:#2e7d32}.warn{background:#ef6c00}.fail{background:#c62828}
 .unknown{background:#757575}.info{background:#1565c0}td.ok,td.warn,td.fail,td.unknown{color:#fff;text-align:center}
+.na{background:#eceff1;color:#546e7a;border:1px dashed #b0bec5}td.na{text-align:center;font-style:italic}
 svg{display:block;margin:6px 0}svg text{font-family:"DejaVu Sans",Arial,sans-serif;font-size:11px;fill:#333}
 .legend span{display:inline-block;margin-right:14px;font-size:13px}.legend i{display:inline-block;width:14px;height:3px;
 margin:0 5px 3px 0;vertical-align:middle}td.node,th.node{white-space:nowrap}

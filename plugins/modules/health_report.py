@@ -34,7 +34,11 @@ options:
     type: path
     required: true
   records:
-    description: The records (node, check, status, value, threshold, detail, remedy).
+    description:
+      - The records (node, check, status, value, threshold, detail, remedy).
+      - The status is C(ok), C(warn), C(fail), C(unknown) (could not be measured) or C(n/a) (does not
+        apply to what the inventory declares for the node; the detail says why). A run whose checks
+        are all C(ok) or C(n/a) is ok.
     type: list
     elements: dict
     default: []
@@ -128,7 +132,7 @@ counts:
   description: Records per status.
   returned: state is present
   type: dict
-  sample: {ok: 60, warn: 1, fail: 1, unknown: 4}
+  sample: {ok: 60, warn: 1, fail: 1, unknown: 0, "n/a": 4}
 removed:
   description: Old history files removed beyond O(keep).
   returned: state is present

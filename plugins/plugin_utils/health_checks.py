@@ -6,6 +6,7 @@ and of the deep tier (from the cluster_tests reports), with their thresholds."""
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import interfaces
@@ -28,8 +29,9 @@ DEFAULT_THRESHOLDS = {
     # clock event (throttle) reasons that warn; matched as substrings, case-insensitive
     'throttle_warn_reasons': ['hw_slowdown', 'hw_thermal_slowdown', 'hw_power_brake_slowdown',
                               'sw_thermal_slowdown', 'sw_power_cap'],
-    # auto: a node without GPUs fails when another node has GPUs, is unknown when none has;
-    # required: fails; optional: unknown
+    # auto: a node without GPUs fails when its gpu_slots is above 0, when GPUs are on its PCI bus unread,
+    # or when it sets no gpu_slots and another node has GPUs; its GPU checks are n/a when it declares
+    # none (gpu_slots 0, or not set where no node has GPUs); required: fails; optional: n/a
     'expect_gpus': 'auto',
     'persistence_mode_required': True,
     # deep tier: a link below this fraction of the median bandwidth is slow
@@ -76,6 +78,15 @@ VERSION_REMEDY = {
 }
 
 
+# A GPU component no node reports, on a node that declares GPUs (or may have them).
+VERSION_MISSING_REMEDY = {
+    'driver': 'install the NVIDIA driver on {node}: site.yml --tags nvidia_driver --limit {node} (see gpu)',
+    'cuda': 'install the NVIDIA driver on {node}: site.yml --tags nvidia_driver --limit {node} (see gpu)',
+    'torch_cuda': 'install a CUDA build of torch on {node}: site.yml --tags python_env --limit {node}',
+    'nccl_wheel': 'install a CUDA build of torch on {node}: site.yml --tags python_env --limit {node}',
+}
+
+
 def _pct_status(value, warn, fail):
     if value is None:
         return 'unknown'
@@ -106,6 +117,32 @@ def check_reachable(node):
     return record(node['name'], 'reachable', 'ok', 'reachable', 'answers over SSH')
 
 
+def gpus_not_declared(node, any_gpus, t):
+    """Why the GPU checks do not apply to a node (its records are n/a), or None when they do.
+
+    They do not when the node declares no GPU and none is seen: gpu_slots 0, or no gpu_slots where no
+    node has a GPU (or with expect_gpus optional). They always apply with expect_gpus required, to a
+    node with gpu_slots above 0, and to a node whose GPUs are readable or on the PCI bus."""
+    if t['expect_gpus'] == 'required':
+        return None
+    slots = node.get('gpu_slots')
+    undeclared = slots is None or slots == ''
+    if not undeclared and int(slots) != 0:
+        return None
+    gpu = node.get('gpu')
+    if not gpu or gpu.get('disabled'):
+        # not read (health_gpu_checks off): only what the inventory says
+        return None if undeclared else 'no GPU declared on this node (gpu_slots 0)'
+    on_bus = gpu.get('pci_gpu_count') if isinstance(gpu.get('pci_gpu_count'), int) else 0
+    if int(gpu.get('gpu_count') or 0) > 0 or on_bus > 0:
+        return None
+    if not undeclared:
+        return 'no GPU declared on this node (gpu_slots 0)'
+    if t['expect_gpus'] == 'auto' and any_gpus:
+        return None
+    return 'no GPU declared on this node (gpu_slots not set)'
+
+
 def check_gpu(node, any_gpus, t):
     """GPU count, ECC, remapped rows, retired pages, throttle reasons, persistence, Xid."""
     name = node['name']
@@ -120,6 +157,9 @@ def check_gpu(node, any_gpus, t):
     expect = t['expect_gpus']
     if count == 0:
         reason = gpu.get('reason') or 'no GPU found'
+        not_declared = gpus_not_declared(node, any_gpus, t)
+        if not_declared:
+            return record(name, 'gpu', 'n/a', 0, None, '%s; %s' % (not_declared, reason))
         on_bus = gpu.get('pci_gpu_count') if isinstance(gpu.get('pci_gpu_count'), int) else 0
         # auto: GPUs on the PCI bus that the driver cannot read are a fault, even on a lone node.
         must = (expect == 'required' or (expect == 'auto' and (any_gpus or on_bus > 0))
@@ -172,28 +212,39 @@ def check_gpu(node, any_gpus, t):
     return record(name, 'gpu', st, count, '>= %s' % (slots or 1), '; '.join(f[1] for f in findings), top[0][2])
 
 
-def check_versions(nodes, head):
-    """One record per node and component whose version at least one node reports."""
+def check_versions(nodes, head, any_gpus=False, thresholds=None):
+    """One record per node and component whose version at least one node reports. A GPU component
+    (VERSION_GPU_ONLY) that a node without a declared GPU does not report is n/a there, and that node
+    is left out of the comparison."""
+    t = dict(DEFAULT_THRESHOLDS)
+    t.update(thresholds or {})
     out = []
     live = [n for n in nodes if not n.get('unreachable') and n.get('probe')]
+    not_declared = dict((n['name'], gpus_not_declared(n, any_gpus, t)) for n in live)
     for comp, mismatch in VERSION_COMPONENTS.items():
         values = {n['name']: (n.get('versions') or {}).get(comp) for n in live}
         present = [v for v in values.values() if v]
         if not present and comp in VERSION_OPTIONAL:
             continue
+        compared = live
+        if comp in VERSION_GPU_ONLY:
+            na = [n for n in live if not values[n['name']] and not_declared[n['name']]]
+            for n in na:
+                out.append(record(n['name'], 'version.' + comp, 'n/a', None, None, not_declared[n['name']]))
+            compared = [n for n in live if n not in na]
         if not present:
-            for n in live:
+            for n in compared:
                 out.append(record(n['name'], 'version.' + comp, 'unknown', None, 'equal on all nodes',
                                   'no node reports a %s version' % comp,
-                                  'none needed without a GPU driver' if comp in VERSION_GPU_ONLY
-                                  else 'install the environment: site.yml --tags python_env'))
+                                  VERSION_MISSING_REMEDY.get(comp, 'install the environment: site.yml --tags python_env')
+                                  .format(node=n['name'])))
             continue
-        as_text = dict((k, v or 'absent') for k, v in values.items())
+        as_text = dict((n['name'], values[n['name']] or 'absent') for n in compared)
         ref = _majority(list(as_text.values()), as_text.get(head))
         agree = sorted(k for k, v in as_text.items() if v == ref)
-        for n in live:
+        for n in compared:
             v = as_text[n['name']]
-            thr = '== %s (%d of %d nodes)' % (ref, len(agree), len(live))
+            thr = '== %s (%d of %d nodes)' % (ref, len(agree), len(compared))
             if v == ref:
                 out.append(record(n['name'], 'version.' + comp, 'ok', v, thr))
             else:
@@ -442,7 +493,7 @@ def evaluate_quick(nodes, head, port, token=None, thresholds=None):
             recs.append(sh)
         recs.extend(check_disk(n, t))
         recs.append(check_clock(n, t))
-    for rec in check_versions(nodes, head) + check_mtu(nodes):
+    for rec in check_versions(nodes, head, any_gpus, t) + check_mtu(nodes):
         per_node[rec['node']].append(rec)
     return [r for recs in per_node.values() for r in recs]
 
@@ -602,6 +653,29 @@ def setting_errors(settings):
                       'hung mount only if it ends before its task is stopped' % (settings['health_storage_timeout'],
                                                                                  settings['health_probe_timeout']))
     return errors
+
+
+def page_dir_error(path):
+    """Why path cannot take the report's page on the controller (health_report_page_dir), '' when it can:
+    it names a file, or a directory that cannot be created or written. A relative path is read from the
+    current directory, as the fetch of the page reads it."""
+    full = os.path.realpath(path)
+    if os.path.exists(full):
+        if not os.path.isdir(full):
+            return 'is a file on the controller; name a directory (it is created when missing)'
+        if not os.access(full, os.W_OK | os.X_OK):
+            return 'is a directory the controller cannot write; name one it can (it is created when missing)'
+        return ''
+    parent = os.path.dirname(full)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return ('cannot be created on the controller: %s is a file; name a directory (it is created when missing)'
+                % parent)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return ('cannot be created on the controller: %s cannot be written; name a directory that can '
+                '(it is created when missing)' % parent)
+    return ''
 
 
 def check_container_image(images, head, image):

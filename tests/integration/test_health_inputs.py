@@ -22,12 +22,12 @@ pytestmark = [pytest.mark.integration,
                                  reason='ansible-playbook is not on PATH (source scripts/env.sh)')]
 
 
-def run(*extra):
+def run(*extra, cwd=ROOT):
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, 'ansible.cfg'), ANSIBLE_NOCOLOR='1',
                ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, '.build', 'collections'))
     cmd = ['ansible-playbook', PLAYBOOK, '-i', INVENTORY, '-e', 'ansible_connection=local',
            '-e', 'ansible_python_interpreter=' + shutil.which('python3')] + list(extra)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -110,3 +110,23 @@ def test_a_report_directory_that_cannot_be_written_is_refused(tmp_path):
     assert ('host gpu-master: health_report_dir %s/reports cannot be written: ' % blocked) in out, out[-3000:]
     assert 'No check was run.' in out
     assert no_check_ran(out)
+
+
+def test_a_page_directory_that_is_a_file_or_cannot_be_created_is_refused(tmp_path):
+    """health_report_page_dir is checked on the controller before any node is touched, not after the run
+    when the page is fetched (which failed with a bare 'Not a directory')."""
+    (tmp_path / 'reports').mkdir()
+    (tmp_path / 'reports' / 'x.html').write_text('<html></html>')
+    # relative, from the directory ansible-playbook was started from
+    rc, out = run('-e', 'health_report_page_dir=reports/x.html', cwd=str(tmp_path))
+    assert rc != 0
+    assert ('host gpu-master: health_report_page_dir reports/x.html is a file on the controller; name a directory '
+            '(it is created when missing). No check was run.') in one_line(out), out[-3000:]
+    assert no_check_ran(out) and 'Check that the head can keep the reports' not in out
+    # a directory under that file cannot be created
+    rc, out = run('-e', 'health_report_page_dir=%s/reports/x.html/pages' % tmp_path)
+    assert rc != 0
+    assert ('host gpu-master: health_report_page_dir %s/reports/x.html/pages cannot be created on the controller: '
+            '%s/reports/x.html is a file; name a directory (it is created when missing). No check was run.'
+            % (tmp_path, tmp_path)) in one_line(out), out[-3000:]
+    assert no_check_ran(out) and 'Check that the head can keep the reports' not in out

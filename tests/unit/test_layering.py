@@ -53,13 +53,15 @@ PAYLOAD_MAX = {
     # failure_node, ended), which the controller's job_state reads; slurm requeue and release; the launchers'
     # own steps (Slurm's submit and hold, mpirun's daemons and their spawn); what sets a launcher apart in a
     # container or under a scheduler (container_per_rank, schedules, Slurm's partition check)
-    # the first-step watch's last step line of a job that failed after its steps (failed at step N)
-    'training_job': (18, 6075),
+    # the first-step watch's last step line of a job that failed after its steps (failed at step N); health_reports
+    # (monitor's gauge_lines; the whole module is shipped for it): the health checks' n/a status
+    'training_job': (18, 6090),
     # rank_errors: the logs' tracebacks; flight_recorder: the stall verdict, the dump request; ranks: the
     # module's own read, which training_job's status makes too
-    'training_progress': (9, 2750),
-    # monitor's read_node_log: the steps of a script that writes no progress file, from its logs
-    'training_report': (9, 2830),
+    'training_progress': (9, 2765),
+    # monitor's read_node_log: the steps of a script that writes no progress file, from its logs; the same
+    # health_reports, and report_html's n/a style
+    'training_report': (9, 2850),
 }
 
 

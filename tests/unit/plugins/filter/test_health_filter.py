@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+
+import pytest
 
 from ansible_collections.gpucluster.multinode.plugins.filter import health as hf
+from ansible_collections.gpucluster.multinode.plugins.module_utils import health_page, health_reports
 
 FIX = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'health', 'lab-healthy')
 
@@ -74,7 +78,8 @@ def test_gpus_read_by_the_probe_are_judged():
     gpu = dict((r['node'], r) for r in recs if r['check'] == 'gpu')
     assert set(gpu) == set(groups['cluster'])
     assert gpu[head]['status'] == 'fail' and 'no NVIDIA driver' in gpu[head]['detail']
-    assert {gpu[w]['status'] for w in groups['workers']} == {'unknown'}
+    # the workers declare no GPU and show none: their GPU check does not apply
+    assert {gpu[w]['status'] for w in groups['workers']} == {'n/a'}
 
 
 def test_a_probe_past_its_task_timeout_names_the_node_and_the_others_are_checked():
@@ -125,10 +130,70 @@ def test_two_ranks_on_a_node_without_gpus_is_not_a_gpu_fault():
     hostvars[head]['node_slots'] = 2
     recs = quick(groups, hostvars, probes, prepare, meta)
     assert not [r for r in recs if r['status'] == 'fail']
-    assert [r['status'] for r in recs if r['node'] == head and r['check'] == 'gpu'] == ['unknown']
+    assert [r['status'] for r in recs if r['node'] == head and r['check'] == 'gpu'] == ['n/a']
     hostvars[head]['gpu_slots'] = 2
     recs = quick(groups, hostvars, probes, prepare, meta)
     assert [(r['node'], r['check']) for r in recs if r['status'] == 'fail'] == [(head, 'gpu')]
+
+
+# What the probe reads on a node without nvidia-smi (nvidia_smi.read_gpu_facts' reasons).
+NO_SMI = {'gpu_count': 0, 'gpus': [], 'pci_gpu_count': 0, 'reason': 'no NVIDIA GPU on the PCI bus and no nvidia-smi'}
+
+
+def cpu_cluster(gpu_slots):
+    """The recorded lab declared as a CPU cluster: 2 ranks on every node, gpu_slots as given (None: not set),
+    and the probe's GPU read as on a node without nvidia-smi."""
+    groups, hostvars, probes, prepare, meta = lab()
+    for name in hostvars:
+        hostvars[name]['node_slots'] = 2
+        if gpu_slots is not None:
+            hostvars[name]['gpu_slots'] = gpu_slots
+        probes[name]['gpu'] = dict(NO_SMI)
+    return groups, hostvars, probes, prepare, meta
+
+
+def overall(recs):
+    """The status the summary prints and the page's badge shows."""
+    line = hf.health_summary(recs)[0]
+    report = health_reports.make_report(recs, 'quick', '2026-11-25T05:00:00+00:00', '2026-11-25T05:00:41+00:00')
+    badge = re.search(r'<span class="badge (\w+)">(\w+)</span>', health_page.render(report)).groups()
+    return line.rsplit('; status ', 1)[1], badge
+
+
+@pytest.mark.parametrize('gpu_slots, why', [
+    (0, 'no GPU declared on this node (gpu_slots 0)'),
+    (None, 'no GPU declared on this node (gpu_slots not set)')])
+def test_a_cpu_cluster_is_ok_with_its_gpu_checks_n_a_and_why(gpu_slots, why):
+    """A cluster that declares ranks and no GPU is fine for what it declares: ok, not unknown."""
+    recs = quick(*cpu_cluster(gpu_slots))
+    assert overall(recs) == ('OK', ('ok', 'OK'))
+    assert {r['status'] for r in recs} == {'ok', 'n/a'}
+    na = sorted({r['check'] for r in recs if r['status'] == 'n/a'})
+    assert na == ['gpu', 'version.cuda', 'version.driver', 'version.nccl_wheel', 'version.torch_cuda']
+    gpu = [r for r in recs if r['check'] == 'gpu']
+    assert {r['detail'] for r in gpu} == {why + '; no NVIDIA GPU on the PCI bus and no nvidia-smi'}
+    summary = hf.health_summary(recs)
+    assert 'n/a (does not apply): gpu on every node: %s; no NVIDIA GPU on the PCI bus and no nvidia-smi' % why in summary
+    assert not [line for line in summary if line.startswith('unknown')]
+
+
+@pytest.mark.parametrize('reason, pci', [
+    ('no NVIDIA GPU on the PCI bus and no nvidia-smi', 0),
+    ('nvidia-smi not found: no NVIDIA driver is installed (2 NVIDIA GPU(s) on the PCI bus)', 2),
+    ('nvidia-smi failed (rc 9): NVIDIA-SMI has failed because it couldn\'t communicate with the NVIDIA driver', 2)])
+def test_a_node_that_declares_gpus_it_cannot_show_is_still_not_ok(reason, pci):
+    groups, hostvars, probes, prepare, meta = cpu_cluster(0)
+    worker = groups['workers'][0]
+    hostvars[worker]['gpu_slots'] = 2
+    probes[worker]['gpu'] = {'gpu_count': 0, 'gpus': [], 'pci_gpu_count': pci, 'reason': reason}
+    recs = quick(groups, hostvars, probes, prepare, meta)
+    assert overall(recs) == ('FAIL', ('fail', 'FAIL'))
+    mine = dict((r['check'], r) for r in recs if r['node'] == worker)
+    assert mine['gpu']['status'] == 'fail' and reason in mine['gpu']['detail']
+    assert mine['version.driver']['status'] == 'unknown'
+    assert 'site.yml --tags nvidia_driver --limit %s' % worker in mine['version.driver']['remedy']
+    # the other nodes still declare none
+    assert {r['status'] for r in recs if r['node'] != worker and r['check'] == 'gpu'} == {'n/a'}
 
 
 def test_results_come_as_arguments_not_from_register_names():

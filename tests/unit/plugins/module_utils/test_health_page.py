@@ -28,9 +28,11 @@ def test_each_failing_check_is_shown_with_its_node_and_remedy(scenario):
     assert [(n, c, s) for n, c, s, _ in rows if s == 'fail'] == [(r['node'], r['check'], 'fail') for r in bad]
     for record, (_, _, _, cells) in zip(bad, rows):
         assert '<td class="remedy">%s</td>' % html.escape(record['remedy'], quote=True) in cells
-    # the grid: one cell per record, coloured by its status
-    cells = re.findall(r'<td class="(\w+)" data-node="([^"]+)" data-check="([^"]+)" data-status="\w+"', page)
-    assert sorted((n, c, s) for s, n, c in cells) == sorted((r['node'], r['check'], r['status']) for r in report['records'])
+    # the grid: one cell per record, coloured by its status (n/a: class na)
+    cells = re.findall(r'<td class="(\w+)" data-node="([^"]+)" data-check="([^"]+)" data-status="([\w/]+)"', page)
+    expected = sorted((r['node'], r['check'], r['status']) for r in report['records'])
+    assert sorted((n, c, s) for _, n, c, s in cells) == expected
+    assert all(cls == {'n/a': 'na'}.get(s, s) for cls, _, _, s in cells)
     assert '<span class="badge fail">FAIL</span>' in page
     # what changed since the healthy run: the failing check, ok -> fail
     assert report['changes'] and all('<li>%s</li>' % html.escape(c, quote=True) in page for c in report['changes'])
@@ -50,8 +52,17 @@ def test_a_healthy_first_run_says_nothing_failed_and_has_nothing_to_compare():
     page = health_page.render(report)
     assert 'id="nothing-failed"' in page and 'id="no-previous"' in page
     assert 'class="problem"' not in page
-    # no GPU in the lab: those checks are unknown, and said to be
-    assert 'unknown (not measurable here): ' in page
+    # the lab declares no GPU and has none: a healthy cluster for what it declares, its GPU checks n/a
+    # (grey, not the unknown's colour) with why
+    assert '<span class="badge ok">OK</span>' in page
+    assert 'unknown (not measurable here)' not in page
+    assert ('<p class="note not-applicable">n/a (does not apply): version.cuda, version.driver, version.nccl_wheel, '
+            'version.torch_cuda on every node: no GPU declared on this node (gpu_slots not set)</p>') in page
+    assert re.search(r'<td class="na" data-node="lab-head" data-check="gpu" data-status="n/a" title="lab-head gpu: '
+                     r'no GPU declared on this node \(gpu_slots not set\); [^"]*">n/a</td>', page)
+    style = re.search(r'<style>(.*?)</style>', page, re.S).group(1)
+    na = re.search(r'\.na\{background:(#[0-9a-f]+)', style).group(1)
+    assert na not in {re.search(r'\.%s\{background:(#[0-9a-f]+)' % s, style).group(1) for s in ('ok', 'warn', 'fail', 'unknown')}
 
 
 def test_a_run_like_the_last_says_nothing_changed():

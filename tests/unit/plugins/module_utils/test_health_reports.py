@@ -84,6 +84,29 @@ def test_prometheus_values_are_in_base_units_one_unit_per_metric():
     assert not [x for x in lines if 'check_value' in x or 'percent' in x or 'pct' in x]
 
 
+def test_checks_that_do_not_apply_are_n_a_in_every_format():
+    """The lab declares no GPU: its GPU checks are n/a (4) in the textfile, skipped with why in JUnit, and
+    counted apart in the summary; the run's status is that of the other checks."""
+    recs = sample_records()
+    na = [r for r in recs if r['status'] == 'n/a']
+    assert len(na) == 20 and {r['check'] for r in na} == {'gpu', 'version.driver', 'version.cuda', 'version.torch_cuda',
+                                                          'version.nccl_wheel'}
+    lines = health_reports.prometheus_text(recs, 'quick', 1.0).splitlines()
+    assert 'gpucluster_health_check_status{tier="quick",node="lab-head",check="gpu"} 4' in lines
+    assert 'gpucluster_health_checks{tier="quick",status="n/a"} 20' in lines
+    assert 'gpucluster_health_checks{tier="quick",status="unknown"} 0' in lines
+    root = ET.fromstring(health_reports.junit_xml(recs, 'quick', '2026-11-23T05:00:00+00:00'))
+    assert int(root.get('skipped')) == 20 and int(root.get('failures')) == 1
+    gpu = [tc for tc in root.iter('testcase') if tc.get('name') == 'gpu'][0]
+    assert gpu.find('skipped').get('message') == ('n/a: no GPU declared on this node (gpu_slots not set); '
+                                                  'no NVIDIA GPU on the PCI bus')
+    summary = health_reports.summary_lines(recs)
+    assert summary[0] == 'health: 4 node(s), 73 check(s): 52 ok, 0 warn, 1 fail, 0 unknown, 20 n/a; status FAIL'
+    assert summary[2].split() == ['lab-head', 'OK', '14', '0', '0', '0', '5']
+    fixed = [r for r in recs if r['status'] != 'fail']
+    assert health_reports.summary_lines(fixed)[0].endswith('0 unknown, 20 n/a; status OK')
+
+
 def test_label_values_are_escaped():
     rec = health_records.record('n"1\\', 'c\nx', 'ok')
     assert 'node="n\\"1\\\\",check="c\\nx"' in health_reports.prometheus_text([rec], 'quick', 0)

@@ -151,6 +151,11 @@ def test_the_health_page_shows_each_failing_check_with_its_node_and_remedy(brows
             assert colour == {'fail': 'rgb(198, 40, 40)', 'warn': 'rgb(239, 108, 0)'}[r['status']]
         cells = opened.js('() => document.querySelectorAll("table.grid td[data-status]").length')
         assert cells == len(report['records'])
+        # a check that does not apply (the lab declares no GPU) is a neutral grey, not unknown's dark grey
+        na = opened.js('() => [...document.querySelectorAll(\'table.grid td[data-status="n/a"]\')]'
+                       '.map(td => getComputedStyle(td).backgroundColor)')
+        assert len(na) == len([r for r in report['records'] if r['status'] == 'n/a']) > 0
+        assert set(na) == {'rgb(236, 239, 241)'}
         assert opened.js('() => [...document.querySelectorAll("ul.changes li")].map(li => li.textContent)') == report['changes']
         assert opened.data(health_page.DATA_ID) == json.loads(json.dumps(report))
         opened.check_clean()

@@ -52,9 +52,12 @@ def test_the_healthy_lab_has_no_failure():
         assert by(recs, n['name'], 'rendezvous_port')['status'] == 'ok'
         assert by(recs, n['name'], 'shared_storage')['status'] == 'ok'
         assert by(recs, n['name'], 'clock_offset')['status'] == 'ok'
-        # no GPU anywhere: a clear "no GPU", never a failure
+        # no GPU declared and none anywhere: the GPU checks do not apply, and say why
         gpu = by(recs, n['name'], 'gpu')
-        assert gpu['status'] == 'unknown' and gpu['detail'].startswith('no GPU')
+        assert gpu['status'] == 'n/a'
+        assert gpu['detail'] == 'no GPU declared on this node (gpu_slots not set); no NVIDIA GPU on the PCI bus'
+        assert by(recs, n['name'], 'version.driver')['status'] == 'n/a'
+    assert {r['status'] for r in recs} == {'ok', 'n/a'}
 
 
 def test_a_different_torch_on_one_node_names_that_node():
@@ -181,11 +184,52 @@ def test_xid_in_the_kernel_log():
     assert gpu_record(h100_facts(), xid=xids)['status'] == 'warn'  # 13 and 109 are not in the fail list
 
 
-@pytest.mark.parametrize('expect, any_gpus, status', [
-    ('auto', False, 'unknown'), ('auto', True, 'fail'), ('required', False, 'fail'), ('optional', True, 'unknown')])
-def test_a_node_without_gpus(expect, any_gpus, status):
-    no_gpu = {'gpu_count': 0, 'reason': 'no NVIDIA GPU on the PCI bus', 'gpus': []}
-    assert gpu_record(no_gpu, any_gpus=any_gpus, expect_gpus=expect)['status'] == status
+@pytest.mark.parametrize('expect, any_gpus, slots, status', [
+    ('auto', False, None, 'n/a'), ('auto', True, None, 'fail'), ('auto', True, 0, 'n/a'), ('auto', False, 2, 'fail'),
+    ('required', False, None, 'fail'), ('required', False, 0, 'fail'),
+    ('optional', True, None, 'n/a'), ('optional', False, 2, 'fail')])
+def test_a_node_without_gpus(expect, any_gpus, slots, status):
+    """n/a only where the node declares no GPU (gpu_slots 0, or none where no node has one); a node
+    that declares GPUs and shows none fails."""
+    no_gpu = {'gpu_count': 0, 'reason': 'no NVIDIA GPU on the PCI bus and no nvidia-smi', 'gpus': [], 'pci_gpu_count': 0}
+    r = gpu_record(no_gpu, any_gpus=any_gpus, slots=slots, expect_gpus=expect)
+    assert r['status'] == status
+    if status == 'n/a':
+        assert r['detail'].startswith('no GPU declared on this node (gpu_slots %s)' % ('0' if slots == 0 else 'not set'))
+        assert r['remedy'] == ''
+
+
+def test_gpus_on_the_bus_that_the_driver_cannot_read_are_never_n_a():
+    on_bus = {'gpu_count': 0, 'pci_gpu_count': 2, 'gpus': [],
+              'reason': 'nvidia-smi not found: no NVIDIA driver is installed (2 NVIDIA GPU(s) on the PCI bus)'}
+    assert gpu_record(on_bus, any_gpus=False, slots=0)['status'] == 'fail'
+    assert gpu_record(on_bus, any_gpus=False, slots=None, expect_gpus='optional')['status'] == 'unknown'
+
+
+def test_a_cpu_head_with_gpu_slots_0_beside_gpu_workers():
+    """A head that declares no GPU (gpu_slots 0) in a GPU cluster: its GPU checks are n/a and the
+    workers' driver and CUDA are compared among themselves; a worker without its GPU still fails."""
+    nodes, meta = lab_nodes('lab-healthy')
+    head = nodes[0]
+    head['gpu_slots'] = 0
+    for n in nodes[1:]:
+        n['gpu'], n['gpu_slots'] = h100_facts(), 1
+        n['versions'].update(driver='580.159.04', cuda='13.0', torch_cuda='12.8', nccl_wheel='2.27.3')
+    recs = health_checks.evaluate_quick(nodes, head['name'], meta['port'], meta['token'])
+    assert by(recs, head['name'], 'gpu')['status'] == 'n/a'
+    assert by(recs, head['name'], 'version.driver') == {
+        'node': head['name'], 'check': 'version.driver', 'status': 'n/a', 'value': None, 'threshold': None,
+        'detail': 'no GPU declared on this node (gpu_slots 0)', 'remedy': ''}
+    for n in nodes[1:]:
+        assert by(recs, n['name'], 'version.driver')['threshold'] == '== 580.159.04 (3 of 3 nodes)'
+        assert by(recs, n['name'], 'version.driver')['status'] == 'ok'
+    assert not [r for r in recs if r['status'] in ('fail', 'unknown')]
+    lost = nodes[2]
+    lost['gpu'] = {'gpu_count': 0, 'pci_gpu_count': 0, 'gpus': [], 'reason': 'no NVIDIA GPU on the PCI bus and no nvidia-smi'}
+    del lost['versions']['driver'], lost['versions']['cuda']
+    recs = health_checks.evaluate_quick(nodes, head['name'], meta['port'], meta['token'])
+    assert sorted(r['check'] for r in recs if r['node'] == lost['name'] and r['status'] == 'fail') == [
+        'gpu', 'version.cuda', 'version.driver']
 
 
 # ------------------------------------------------------------------ deep tier
@@ -289,3 +333,19 @@ def test_container_image_without_the_heads_image_takes_the_most_common_and_none_
     by = {r['node']: r for r in hc.check_container_image({'head': '', 'w1': b, 'w2': b, 'w3': a}, 'head', 'i')}
     assert by['head']['status'] == 'fail' and by['w1']['status'] == 'ok' and by['w3']['status'] == 'fail'
     assert all(r['status'] == 'fail' for r in hc.check_container_image({'head': '', 'w1': ''}, 'head', 'i'))
+
+
+def test_the_controller_page_directory(tmp_path, monkeypatch):
+    """health_report_page_dir: a directory, existing or to be created, is taken; a file, or a path under
+    one, is refused with what to do (relative paths from the directory ansible-playbook runs in)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'reports').mkdir()
+    (tmp_path / 'reports' / 'x.html').write_text('')
+    assert health_checks.page_dir_error('reports') == ''
+    assert health_checks.page_dir_error('reports/new/pages') == ''
+    assert health_checks.page_dir_error('reports/x.html') == (
+        'is a file on the controller; name a directory (it is created when missing)')
+    assert health_checks.page_dir_error('reports/x.html/pages/more') == (
+        'cannot be created on the controller: %s is a file; name a directory (it is created when missing)'
+        % (tmp_path / 'reports' / 'x.html'))
+    assert not (tmp_path / 'reports' / 'new').exists()   # only looked at
