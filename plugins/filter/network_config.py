@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ipaddress
 
-from ansible_collections.gpucluster.multinode.plugins.plugin_utils import addresses
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory_contract as contract
 
 DOCUMENTATION = r'''
@@ -26,6 +25,8 @@ description:
     prefix length out of range; an address outside O(cluster_cidr) or other than the node's cluster
     address; an interface the node does not have; a gateway that is not an address of the node's
     subnet (or is the node itself); a DNS server that is not an IP address."
+  - All but the interface are read from the inventory alone, and the inventory contract every playbook checks
+    first refuses them too, on the controller, before any node is contacted.
   - Companion filters C(network_hostname_errors), C(network_hosts_lines) (the managed /etc/hosts
     block), C(network_static_facts) (the parts of a valid C(network_static)) and
     C(network_domain_errors).
@@ -71,76 +72,12 @@ _value:
   elements: str
 '''
 
-STATIC_KEYS = ('interface', 'address', 'gateway', 'dns')
-
-
-_ip = addresses.ip_or_none
-_network = addresses.network_or_none
-
 
 def network_static_errors(static, host, cluster_cidr, interfaces, cluster_address=''):
-    """Problems of one node's network_static, each line naming the host and the variable."""
-    where = 'host %s: network_static' % host
-    if not isinstance(static, dict):
-        return ['%s must be a dict with interface, address (a.b.c.d/prefix), gateway and dns, got %r'
-                % (where, static)]
-    errors = []
-    unknown = sorted(set(static) - set(STATIC_KEYS))
-    if unknown:
-        errors.append('%s has unknown key(s) %s; known keys are %s' % (where, ', '.join(unknown), ', '.join(STATIC_KEYS)))
-
-    iface = static.get('interface')
-    if not iface or not isinstance(iface, str):
-        errors.append('%s.interface is not set; name the interface that carries the cluster address (e.g. enp3s0)' % where)
-    elif iface not in (interfaces or []):
-        errors.append('%s.interface %s does not exist on this node; it has %s'
-                      % (where, iface, ', '.join(sorted(i for i in interfaces or [] if i != 'lo')) or 'none'))
-
-    text = static.get('address')
-    interface = None
-    if not text or not isinstance(text, str):
-        errors.append('%s.address is not set; write it as a.b.c.d/prefix, e.g. 192.168.1.100/24' % where)
-    elif '/' not in text:
-        errors.append('%s.address %s has no prefix length; write it as a.b.c.d/prefix, e.g. %s/24' % (where, text, text))
-    else:
-        addr, _sep, prefix = text.partition('/')
-        ip = _ip(addr)
-        limit = 128 if ip is not None and ip.version == 6 else 32
-        if ip is None:
-            errors.append('%s.address %s: %s is not an IP address' % (where, text, addr))
-        elif not prefix.isdigit() or not 1 <= int(prefix) <= limit:
-            errors.append('%s.address %s: prefix length %s is out of range (1-%d)' % (where, text, prefix, limit))
-        else:
-            interface = ipaddress.ip_interface(text)
-            net = _network(cluster_cidr)
-            if net is None or interface.ip.version != net.version or interface.ip not in net:
-                errors.append('%s.address %s is outside cluster_cidr %s' % (where, text, cluster_cidr))
-            elif cluster_address and _ip(cluster_address) is not None and interface.ip != _ip(cluster_address):
-                errors.append('%s.address %s differs from the cluster address %s; set cluster_address to %s '
-                              '(the address the other nodes will use)' % (where, text, cluster_address, interface.ip))
-
-    gateway = static.get('gateway')
-    if gateway not in (None, ''):
-        gw = _ip(gateway)
-        if gw is None:
-            errors.append('%s.gateway %r is not an IP address' % (where, gateway))
-        elif interface is not None:
-            subnet = interface.network
-            if gw.version != subnet.version or gw not in subnet or gw in (subnet.network_address, subnet.broadcast_address):
-                errors.append('%s.gateway %s is outside the node\'s subnet %s (from network_static.address %s)'
-                              % (where, gateway, subnet, text))
-            elif gw == interface.ip:
-                errors.append('%s.gateway %s is the node\'s own address' % (where, gateway))
-
-    dns = static.get('dns')
-    if dns not in (None, ''):
-        if not isinstance(dns, list):
-            errors.append('%s.dns must be a list of IP addresses, got %r' % (where, dns))
-        else:
-            bad = [str(d) for d in dns if _ip(d) is None]
-            if bad:
-                errors.append('%s.dns: %s is not an IP address' % (where, ', '.join(bad)))
-    return errors
+    """Problems of one node's network_static, each line naming the host and the variable: the inventory
+    contract's (plugin_utils/inventory_contract.static_errors, checked on the controller first) and whether
+    the interface exists on the node (from its facts)."""
+    return contract.static_errors(static, host, cluster_cidr, cluster_address, interfaces=interfaces or [])
 
 
 def network_static_facts(static):

@@ -116,15 +116,6 @@ def supervisor_inventory(hostvars, groups, hosts, key_file, known_hosts):
     return {'all': {'vars': dict(sorted(common.items())), 'children': children}}
 
 
-def supervisor_host(groups):
-    """The host that supervises the jobs: the first of the supervisor group, else the head."""
-    for group in ('supervisor', 'head'):
-        hosts = list((groups or {}).get(group) or [])
-        if hosts:
-            return hosts[0]
-    raise AnsibleFilterError('supervisor_host: the inventory has no head group (and no supervisor group)')
-
-
 class FilterModule:
     def filters(self):
-        return {'supervisor_inventory': supervisor_inventory, 'supervisor_host': supervisor_host}
+        return {'supervisor_inventory': supervisor_inventory}

@@ -131,6 +131,78 @@ def cidr_errors(host, cidr, allow_wide=False):
     return []
 
 
+STATIC_KEYS = ('interface', 'address', 'gateway', 'dns')
+
+
+def static_errors(static, host, cluster_cidr, cluster_address='', interfaces=None):
+    """Problems of one node's network_static, each line naming the host and the variable. All of them are
+    read from the inventory (the contract checks them on the controller, before any node is contacted)
+    but whether the interface exists on the node: checked only when its interfaces are given (the network
+    role's, from the node's facts)."""
+    where = 'host %s: network_static' % host
+    if not isinstance(static, dict):
+        return ['%s must be a dict with interface, address (a.b.c.d/prefix), gateway and dns, got %r'
+                % (where, static)]
+    errors = []
+    unknown = sorted(set(static) - set(STATIC_KEYS))
+    if unknown:
+        errors.append('%s has unknown key(s) %s; known keys are %s' % (where, ', '.join(unknown), ', '.join(STATIC_KEYS)))
+
+    iface = static.get('interface')
+    if not iface or not isinstance(iface, str):
+        errors.append('%s.interface is not set; name the interface that carries the cluster address (e.g. enp3s0)' % where)
+    elif interfaces is not None and iface not in interfaces:
+        errors.append('%s.interface %s does not exist on this node; it has %s'
+                      % (where, iface, ', '.join(sorted(i for i in interfaces if i != 'lo')) or 'none'))
+
+    text = static.get('address')
+    interface = None
+    ip_of = addresses.ip_or_none
+    if not text or not isinstance(text, str):
+        errors.append('%s.address is not set; write it as a.b.c.d/prefix, e.g. 192.168.1.100/24' % where)
+    elif '/' not in text:
+        errors.append('%s.address %s has no prefix length; write it as a.b.c.d/prefix, e.g. %s/24' % (where, text, text))
+    else:
+        addr, _sep, prefix = text.partition('/')
+        ip = ip_of(addr)
+        limit = 128 if ip is not None and ip.version == 6 else 32
+        if ip is None:
+            errors.append('%s.address %s: %s is not an IP address' % (where, text, addr))
+        elif not prefix.isdigit() or not 1 <= int(prefix) <= limit:
+            errors.append('%s.address %s: prefix length %s is out of range (1-%d)' % (where, text, prefix, limit))
+        else:
+            interface = ipaddress.ip_interface(text)
+            net = addresses.network_or_none(cluster_cidr)
+            if net is None or interface.ip.version != net.version or interface.ip not in net:
+                errors.append('%s.address %s is outside cluster_cidr %s' % (where, text, cluster_cidr))
+            elif cluster_address and ip_of(cluster_address) is not None and interface.ip != ip_of(cluster_address):
+                errors.append('%s.address %s differs from the cluster address %s; set cluster_address to %s '
+                              '(the address the other nodes will use)' % (where, text, cluster_address, interface.ip))
+
+    gateway = static.get('gateway')
+    if gateway not in (None, ''):
+        gw = ip_of(gateway)
+        if gw is None:
+            errors.append('%s.gateway %r is not an IP address' % (where, gateway))
+        elif interface is not None:
+            subnet = interface.network
+            if gw.version != subnet.version or gw not in subnet or gw in (subnet.network_address, subnet.broadcast_address):
+                errors.append('%s.gateway %s is outside the node\'s subnet %s (from network_static.address %s)'
+                              % (where, gateway, subnet, text))
+            elif gw == interface.ip:
+                errors.append('%s.gateway %s is the node\'s own address' % (where, gateway))
+
+    dns = static.get('dns')
+    if dns not in (None, ''):
+        if not isinstance(dns, list):
+            errors.append('%s.dns must be a list of IP addresses, got %r' % (where, dns))
+        else:
+            bad = [str(d) for d in dns if ip_of(d) is None]
+            if bad:
+                errors.append('%s.dns: %s is not an IP address' % (where, ', '.join(bad)))
+    return errors
+
+
 def _check_int(errors, host, hostvars, name, low, high):
     value = _get(hostvars, host, name)
     if value is None:
@@ -213,6 +285,11 @@ def contract_errors(groups, hostvars):
                 errors.append('host %s: cluster_address %s is already used by host %s' % (host, address, seen[address]))
             else:
                 seen[address] = host
+        static = _get(hostvars, host, 'network_static')
+        if static is not None and cidr is not None:
+            # what the network step would refuse from the inventory alone (an address outside cluster_cidr), here
+            # before any node is contacted; whether its interface exists is the step's (it reads the node)
+            errors.extend(static_errors(static, host, cidr, address if addresses.is_ip(address) else ''))
         user = _get(hostvars, host, 'cluster_user')
         if user is not None and (not isinstance(user, str) or not USER_RE.match(user)):
             errors.append('host %s: cluster_user must be a POSIX user name (lowercase letters, digits, _ or -), got %r'

@@ -130,6 +130,17 @@ CASES = [
     case('train-supervise-seconds-zero-unsupervised', 'train',
          'host bat-head: training_supervise_seconds must be above 0 (the supervisor is bounded in time), got 0; '
          'nothing was started', extra={'training_supervise_seconds': 0}),
+    # A supervised start on nodes site.yml's supervisor step never prepared: refused before anything is written
+    # (the jobs directory, the examples, training_metrics_dir), on the host supervisor_host names when set.
+    case('train-supervised-without-supervisor', 'train',
+         'host bat-head: the supervisor host lacks /usr/local/lib/gpucluster/supervisor/ansible/bin/ansible-playbook',
+         extra={'training_supervise': True, 'training_metrics_dir': '/var/lib/gpucluster-battery-metrics'}),
+    case('train-supervised-supervisor-host', 'train',
+         'host bat-worker-1: the supervisor host lacks /usr/local/lib/gpucluster/supervisor/ansible/bin/ansible-playbook',
+         extra={'training_supervise': True, 'supervisor_host': WORKER}),
+    case('train-supervised-supervisor-host-unknown', 'train',
+         'host bat-head: supervisor_host ghost-box is not a host of the inventory',
+         extra={'training_restarts': 1, 'supervisor_host': 'ghost-box'}),
     case('train-container-runtime-one-node', 'train',
          'host bat-worker-1: training_container_runtime is podman, on bat-head none; '
          'training_container_runtime must be the same on every node of the cluster',
@@ -161,8 +172,12 @@ CASES = [
          extra={'network_domain': 'my lab'}, step='network'),
     case('network-hostname-underscore', 'site', "host bat-head: network_hostname 'bad_name' is not a valid host name",
          host_vars={HEAD: {'network_hostname': 'bad_name'}}, args=['--tags', 'network'], step='network'),
+    # read from the inventory alone: the contract refuses it on the controller, before any node is contacted
     case('network-static-outside-cidr', 'site', 'host bat-worker-1: network_static.address 10.9.0.7/24 is outside cluster_cidr',
-         host_vars={WORKER: {'network_static': {'interface': 'eth0', 'address': '10.9.0.7/24'}}}, args=['--tags', 'network'], step='network'),
+         host_vars={WORKER: {'network_static': {'interface': 'eth0', 'address': '10.9.0.7/24'}}}, args=['--tags', 'network']),
+    case('train-network-static-outside-cidr', 'train',
+         'host bat-worker-1: network_static.address 10.9.0.7/24 is outside cluster_cidr',
+         host_vars={WORKER: {'network_static': {'interface': 'eth0', 'address': '10.9.0.7/24'}}}),
     case('ssh-trust-uid-taken', 'site', 'host bat-head: cluster_user_uid 1000 is already the uid of account batadmin',
          extra={'cluster_user_uid': 1000}, args=['--tags', 'ssh_trust'], step='ssh_trust'),
     case('ssh-trust-uid-word', 'site', "host bat-head: cluster_user_uid must be an integer from 1 to 65533, got 'abc' (str)",
@@ -225,6 +240,14 @@ CASES = [
          extra={'cluster_pip_offline': True, 'cluster_pip_find_links': []}, step='python_env'),
     case('python-wheelhouse-missing', 'site', 'host bat-head: cluster_pip_find_links /no/such/wheelhouse is not a directory',
          extra={'cluster_pip_offline': True, 'cluster_pip_find_links': ['/no/such/wheelhouse']}, args=['--tags', 'python_env'], step='python_env'),
+    # An offline wheelhouse that lacks what a step installs: refused in the preflight, naming the step.
+    case('site-wheelhouse-without-ansible-core', 'site',
+         'host bat-head: cluster_pip_find_links /etc holds no wheel of ansible-core==2.19.14, jinja2, markupsafe',
+         extra={'cluster_pip_offline': True, 'cluster_pip_find_links': ['/etc']}, args=['--tags', 'supervisor'],
+         step='supervisor'),
+    case('site-wheelhouse-without-torch', 'site', 'host bat-head: cluster_pip_find_links /etc holds no wheel of torch==',
+         extra={'cluster_pip_offline': True, 'cluster_pip_find_links': ['/etc'], 'cluster_env_path': '/opt/battery-no-env'},
+         args=['--tags', 'python_env'], step='python_env'),
     case('site-pip-offline-alone', 'site',
          'host bat-head: python_env_offline is true but cluster_pip_offline is false; cluster_pip_offline is what ray '
          'and the training image read, not python_env_offline: set cluster_pip_offline: true instead',

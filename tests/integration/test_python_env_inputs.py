@@ -58,14 +58,20 @@ def run_role(tmp_path, **extra):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def test_a_torch_version_the_wheelhouse_lacks_fails_naming_the_source(tmp_path):
+def test_an_offline_wheelhouse_that_lacks_a_pin_is_refused_in_the_checks_naming_the_directory_and_the_pins(tmp_path):
     wheelhouse = tmp_path / 'wheelhouse'
     wheelhouse.mkdir()
-    rc, out = run_role(tmp_path, python_env_torch_version='2.13.0', python_env_offline='true',
-                       python_env_find_links=str(wheelhouse))
+    # DeepSpeed is there (a source archive), torch only as another version, ninja not at all
+    for name in ('deepspeed-0.19.8.tar.gz', 'torch-2.12.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl'):
+        (wheelhouse / name).write_text('')
+    rc, out = run_role(tmp_path, python_env_torch_version='2.13.0', python_env_deepspeed_version='0.19.8',
+                       python_env_ninja_version='1.13.2', python_env_offline='true', python_env_find_links=str(wheelhouse))
     assert rc != 0
-    assert ('host ctl-head: cluster_torch_version 2.13.0 is not offered by find-links %s only '
-            '(cluster_pip_offline); nothing was installed.' % wheelhouse) in ' '.join(out.split())
+    assert ('host ctl-head: cluster_pip_find_links %s holds no wheel of torch==2.13.0, ninja==1.13.2 (the python_env '
+            'step installs them offline, cluster_pip_offline); add them: pip download -d %s torch==2.13.0 ninja==1.13.2'
+            % (wheelhouse, wheelhouse)) in ' '.join(out.split())
+    # refused in the checks: the node was not prepared, nothing was installed
+    assert 'TASK [gpucluster.multinode.python_env : Pick the system packages for this OS]' not in out
     assert not (tmp_path / 'envs').exists()
 
 

@@ -1532,9 +1532,14 @@ def probe(settings, timeout=PROBE_TIMEOUT):
         if not path or not os.path.exists(path):
             missing.add(key)
             problems.append('%s %s not found' % (key, path or '(not set in settings.json)'))
-    for key in ('state_dir', 'metrics_dir'):
-        if settings.get(key) and not os.path.isdir(settings[key]):
-            problems.append('%s %s is not a directory' % (key, settings[key]))
+    # both are made by the start before the probe: one missing here was removed, or is a file
+    if settings.get('state_dir') and not os.path.isdir(settings['state_dir']):
+        problems.append('state_dir %s is not a directory (the start makes it; start the job again)'
+                        % settings['state_dir'])
+    if settings.get('metrics_dir') and not os.path.isdir(settings['metrics_dir']):
+        problems.append('metrics_dir %s is not a directory (training_metrics_dir, where the supervisor writes its '
+                        'figures for node_exporter; the start makes it where missing): remove what is there, name '
+                        'another directory, or leave training_metrics_dir empty' % settings['metrics_dir'])
     user = settings.get('training_user')
     if 'vars_file' not in missing:
         try:

@@ -5,7 +5,7 @@ import pytest
 import yaml
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpucluster.multinode.plugins.filter.supervisor import supervisor_host, supervisor_inventory
+from ansible_collections.gpucluster.multinode.plugins.filter.supervisor import supervisor_inventory
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -64,14 +64,6 @@ def test_hosts_outside_the_cluster_and_their_groups_are_left_out():
 def test_a_host_that_is_not_in_the_inventory_is_refused_by_name():
     with pytest.raises(AnsibleFilterError, match='host ghost'):
         supervisor_inventory(HOSTVARS, GROUPS, ['head', 'ghost'], 'k', 'kh')
-
-
-def test_the_supervisor_is_the_supervisor_group_else_the_head():
-    assert supervisor_host({'head': ['h'], 'supervisor': ['admin-box']}) == 'admin-box'
-    assert supervisor_host({'head': ['h'], 'supervisor': []}) == 'h'
-    assert supervisor_host({'head': ['h']}) == 'h'
-    with pytest.raises(AnsibleFilterError, match='no head group'):
-        supervisor_host({'workers': ['w']})
 
 
 def test_the_supervisor_installs_the_collections_pinned_ansible_core_and_the_training_role_finds_it_there():

@@ -291,3 +291,14 @@ def test_a_spare_is_a_cluster_node_outside_head_and_workers():
 def test_the_nodes_to_check_are_the_job_nodes_then_the_spares():
     groups = {'cluster': ['a', 'b', 's2', 's10'], 'head': ['a'], 'workers': ['b'], 'spares': ['s10', 's2']}
     assert contract.cluster_nodes(groups) == ['a', 'b', 's2', 's10']
+
+
+def test_a_static_address_outside_cluster_cidr_is_refused_by_the_contract_before_any_node_is_read():
+    static = {'interface': 'eth0', 'address': '10.9.0.7/24', 'gateway': '10.9.0.1'}
+    assert _one({'network_static': static}) == ['host a: network_static.address 10.9.0.7/24 is outside cluster_cidr '
+                                                '10.0.0.0/24']
+    # what only the node can say (its interfaces) is the network step's; the rest of a sound one passes here
+    assert _one({'network_static': dict(static, interface='nosuch0', address='10.0.0.1/24', gateway='10.0.0.254')}) == []
+    assert _one({'network_static': {'interface': 'eth0', 'address': '10.0.0.1/24', 'gateway': '10.0.1.1'}}) == [
+        "host a: network_static.gateway 10.0.1.1 is outside the node's subnet 10.0.0.0/24 (from network_static.address "
+        "10.0.0.1/24)"]

@@ -471,6 +471,25 @@ def test_the_probe_says_a_collection_that_does_not_load_and_missing_files(tmp_pa
         'no training_user in %s or settings.json: the account the job runs as' % (tmp_path / 'vars.json')]
 
 
+def test_a_metrics_dir_that_is_no_directory_is_said_with_its_own_remedy_not_the_supervisor_step(tmp_path, capsys):
+    path, _ = _probe_setup(tmp_path, 'head | CHANGED | rc=0 | (stdout) uid=1001(train)\n'
+                                     'w1 | CHANGED | rc=0 | (stdout) uid=1001(train)\n')
+    (tmp_path / 'metrics').write_text('')  # a file where the directory should be
+    with open(path) as handle:
+        settings = json.load(handle)
+    settings['metrics_dir'] = str(tmp_path / 'metrics')
+    with open(path, 'w') as handle:
+        json.dump(settings, handle)
+    rc, out = _probe(path, capsys)
+    assert rc == 1 and out['problems'] == [
+        'metrics_dir %s is not a directory (training_metrics_dir, where the supervisor writes its figures for '
+        'node_exporter; the start makes it where missing): remove what is there, name another directory, or leave '
+        'training_metrics_dir empty' % (tmp_path / 'metrics')]
+    (tmp_path / 'metrics').unlink()
+    (tmp_path / 'metrics').mkdir()  # as the start makes it
+    assert _probe(path, capsys) == (0, {'problems': []})
+
+
 def test_the_probe_is_bounded_in_time(tmp_path):
     path, bin_dir = _probe_setup(tmp_path, '')
     (bin_dir / 'ansible').write_text('#!/bin/sh\nsleep 30\n')
