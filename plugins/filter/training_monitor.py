@@ -19,7 +19,7 @@ def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_
     its error and makes the state unknown; nodes holds each node's own state (unknown there).
     checkpoint_seconds (training_checkpoint_seconds): how long a rank that saves a checkpoint, its
     heartbeats still coming, may save before it is stalled; None (or '') judges it by stall_seconds."""
-    rows, flight, stale, attempts, flight_attempt = [], None, [], [], 1
+    rows, flight, stale, attempts, flight_attempt, log_steps = [], None, [], [], 1, []
     results = [r or {} for r in results]
     errors = js.read_errors(results, hosts)
     for host, result in zip(hosts, results):
@@ -29,6 +29,8 @@ def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_
             errors[host] = 'no figures in its answer'
             continue
         rows.extend(result['ranks'])
+        if isinstance(result.get('log_last_step'), int):
+            log_steps.append(result['log_last_step'])
         # the files and processes of older attempts each node left out (the view keeps the newest attempt only)
         stale.extend(result.get('stale') or [])
         if isinstance(result.get('attempt'), int):
@@ -46,6 +48,9 @@ def training_progress_view(results, hosts, stall_seconds=600, job_id=None, step_
     view = js.progress_verdict(rows, float(stall_seconds), errors, step_regex, flight, checkpoint_seconds, stale, attempts)
     view['nodes'] = js.node_states(view['ranks'], list(hosts), errors)
     view['summary'] = jv.summary(view['ranks'], job_id, view['state'], view['slowest_node'], time.time())
+    if view['summary']['steps'] is None and log_steps:
+        # an ended job of a script that writes no progress file: no rank rows, its last step from the logs
+        view['summary']['steps'] = max(log_steps)
     return view
 
 

@@ -138,6 +138,11 @@ def read(module, p):
     rows = jm.node_ranks(p['node'], hostname, procs, progress, cpu, mem, gpus, now, p['window'], gpu_note, log)
     result = dict(changed=False, ranks=rows, gpu_note=gpu_note, hostname=hostname, read_at=now, textfile='',
                   step_regex=p['step_regex'], attempt=fenced['attempt'], stale=fenced['stale'])
+    if not procs and not progress and p['step_regex']:
+        # a job that ended (no rank here) and writes no progress file: its last step from the logs, so an ended
+        # job of a script of one's own still says where it got to (status: failed at step N)
+        ended = jm.read_node_log(p['job_dir'], p['node'], p['step_regex'])
+        result['log_last_step'] = ended['steps'][-1]['step'] if ended and ended['steps'] else None
     if p['textfile'] and jm.ended_here(rows):
         # no rank runs here any more (finished, failed, stopped): the job's series end with it
         result['changed'] = remove_textfile(module, p['textfile'])

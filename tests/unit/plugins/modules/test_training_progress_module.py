@@ -175,6 +175,23 @@ def test_a_worker_whose_own_log_holds_no_step_takes_the_steps_of_the_jobs_logs(t
         proc.wait()
 
 
+def test_an_ended_job_of_a_script_without_progress_files_still_says_its_last_step(tmp_path):
+    # no rank runs any more (the job failed at its 8th iteration): no rank rows, but its last step from the logs
+    from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import training_progress_view
+    job_dir = tmp_path / 'job'
+    (job_dir / 'logs').mkdir(parents=True)
+    (job_dir / 'logs' / 'node-a.log').write_text(''.join('it %d loss 0.5\n' % i for i in range(1, 9)) + 'ValueError\n')
+    regex = r'it (?P<step>\d+) loss (?P<loss>[0-9.]+)'
+    out = run(tmp_path, job_id='t-ended', node='node-a', job_dir=str(job_dir), sample_seconds=0, step_regex=regex)
+    assert out['ranks'] == [] and out['log_last_step'] == 8
+    assert training_progress_view([out], ['node-a'], job_id='t-ended')['summary']['steps'] == 8
+    # the pattern of another script finds no step: none is claimed
+    out = run(tmp_path, job_id='t-ended', node='node-a', job_dir=str(job_dir), sample_seconds=0,
+              step_regex='step [0-9]+ loss')
+    assert out['log_last_step'] is None
+    assert training_progress_view([out], ['node-a'], job_id='t-ended')['summary']['steps'] is None
+
+
 def test_bad_window_and_regex_are_refused_naming_them(tmp_path, job):
     job_dir, _pid = job
     out = run(tmp_path, job_id='t-1', node='node-a', job_dir=str(job_dir), window=0)
