@@ -70,7 +70,9 @@ blind_reads reads in a row fail (no status, or no state in it), the supervisor s
 event, its heartbeat, its figures, --report's first line) and stops nothing until a read works again (a
 sighted event). Each start of the job is an attempt: the first is
 settings.json's attempt, each restart the next (passed to train.yml as training_attempt); a read that
-names an earlier attempt is ignored (the new one has not written yet), and is no failed read. When the job
+names an earlier attempt is ignored (the new one has not written yet), and is no failed read. A stop that
+failed on a node that answered (failed_hosts of its output: a process of the job it could not end there) is
+never followed by a restart, which would start beside what it left: it gives up at once. When the job
 is done or it gives up, it writes the job's report page (train.yml -e training_state=report); a report run
 that fails is an event (report_failed), never a crash.
 
@@ -439,13 +441,11 @@ def clean_msg(msg):
     return msg[len('Task failed: '):] if msg.startswith('Task failed: ') else msg
 
 
-def run_error(text, limit=ERROR_CHARS):
-    """The error of one ansible-playbook run's output, on one line cut to limit: the last failing task's
-    fatal lines ('task "<name>": <hosts>: <msg>'; those followed by ...ignoring skipped), or the last
-    ERROR! / [ERROR]: message after the last ignored failure, whichever came last; '' when none."""
+def fatal_results(text):
+    """[(line, task number, task, host, unreachable, msg)] of the fatal results in one ansible-playbook run's
+    output (a host's FAILED! or UNREACHABLE!), those followed by ...ignoring left out."""
     lines = ANSI.sub('', text or '').splitlines()
-    task, task_no = None, 0
-    fatals, errors, last_ignored = [], [], -1
+    task, task_no, out = None, 0, []
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -454,18 +454,37 @@ def run_error(text, limit=ERROR_CHARS):
             task = line[len('TASK ['):].rstrip('* ').rstrip()
             task = task[:-1] if task.endswith(']') else task
         found = FATAL.match(line)
-        if found:
-            block, j = [found.group('rest')], i + 1
-            while j < len(lines) and lines[j][:1] in (' ', '\t') and lines[j].strip():
-                block.append(lines[j])
-                j += 1
-            if j >= len(lines) or lines[j].strip() != '...ignoring':  # an ignored one: its line is read next
-                msg = clean_msg(result_msg(block))
-                if found.group('caption') == 'UNREACHABLE!':
-                    msg = 'unreachable: ' + msg
-                fatals.append((i, task_no, task, found.group('host'), msg))
-            i = j
+        if not found:
+            i += 1
             continue
+        block, j = [found.group('rest')], i + 1
+        while j < len(lines) and lines[j][:1] in (' ', '\t') and lines[j].strip():
+            block.append(lines[j])
+            j += 1
+        if j >= len(lines) or lines[j].strip() != '...ignoring':  # an ignored one: its line is read next
+            out.append((i, task_no, task, found.group('host'), found.group('caption') == 'UNREACHABLE!',
+                        clean_msg(result_msg(block))))
+        i = j
+    return out
+
+
+def failed_hosts(text):
+    """{host: message} of the hosts a run failed on although they answered (FAILED!, not ignored; a host
+    that was UNREACHABLE! is not one): the last message of each."""
+    return dict((host, msg) for _, _, _, host, unreachable, msg in fatal_results(text) if not unreachable)
+
+
+def run_error(text, limit=ERROR_CHARS):
+    """The error of one ansible-playbook run's output, on one line cut to limit: the last failing task's
+    fatal lines ('task "<name>": <hosts>: <msg>'; those followed by ...ignoring skipped), or the last
+    ERROR! / [ERROR]: message after the last ignored failure, whichever came last; '' when none."""
+    lines = ANSI.sub('', text or '').splitlines()
+    fatals = [(i, task_no, task, host, ('unreachable: ' + msg) if unreachable else msg)
+              for i, task_no, task, host, unreachable, msg in fatal_results(text)]
+    errors, last_ignored = [], -1
+    i = 0
+    while i < len(lines):
+        line = lines[i]
         if line.strip() == '...ignoring':
             last_ignored = i
         found = ERROR.match(line)
@@ -1361,6 +1380,9 @@ class Supervisor:
         if lost_nodes:  # the stop's --limit leaves them out: train.yml is told they may be
             extra['training_lost_nodes'] = [self.host_of(n) for n in lost_nodes]
         rc = self.train('stopped', limit=answering if lost_nodes else None, **extra)
+        # nodes that answered and where the stop failed (processes of the job it could not end): the job may run
+        # on there, and a restart would start beside it
+        unstopped = failed_hosts(self.run_output()) if rc != 0 else {}
         if lost_nodes:
             why = ('every rank, container and launcher stopped on %s; %s lost: its ranks are killed when it answers '
                    'again' % (', '.join(answering), ', '.join(lost_nodes)) if rc == 0 else
@@ -1369,8 +1391,14 @@ class Supervisor:
             why = ('every rank, container and launcher stopped' if rc == 0 else
                    'stop ended with rc %d (a node that does not answer keeps its frozen ranks)' % rc)
         hang = self.hang_verdict() if stalled else None
+        if unstopped:
+            why += '; it failed on %s' % '; '.join('%s (%s)' % item for item in sorted(unstopped.items()))
         self.event('job_stopped', why=why + ('; %s' % hang['why'] if hang else ''),
                    **({'collective': hang.get('collective'), 'missing_ranks': hang.get('missing_ranks')} if hang else {}))
+        if unstopped:
+            return self.give_up('not restarted: the stop failed on %s, where the job may still run; a restart would '
+                                'start beside it (end what is left there, then start the job again)'
+                                % ', '.join(sorted(unstopped)), obs['step'])
         self.heartbeat('checking nodes')
         # the spares that may take a left-out node's place are checked with the job's nodes
         ready = [n for n in self.s.get('spares') or [] if n not in self.state['nodes']
@@ -1391,12 +1419,7 @@ class Supervisor:
         ckpt = self.checkpoint()
         plan = core.plan_restart(self.state, obs, act['nodes'], bad, ckpt, self.s)
         if plan['action'] == 'give_up':
-            self.event('gave_up', why=plan['why'], step=obs['step'])
-            if self.slurm:  # the Slurm job waits requeued and held: nothing will release it now
-                rc = self.train('stopped')
-                self.event('job_stopped', why='the held Slurm job cancelled' if rc == 0 else
-                           'cancelling the held Slurm job ended with rc %d (scancel it by hand)' % rc)
-            return False
+            return self.give_up(plan['why'], obs['step'])
         self.state['failures'].append({'resume_step': plan['resume_step'], 'step': obs['step']})
         self.state['restarts'] += 1
         self.state['nodes'] = plan['nodes']
@@ -1431,6 +1454,15 @@ class Supervisor:
                        why='%s: %s' % (what, error) if error else
                        '%s (no fatal or ERROR line in its output; %s)' % (what, os.path.join(self.dir, LOG)))
         return plan['resume_step']
+
+    def give_up(self, why, step):
+        """The gave_up event (supervision ends, the job failed); False, recover()'s answer for it."""
+        self.event('gave_up', why=why, step=step)
+        if self.slurm:  # the Slurm job waits requeued and held: nothing will release it now
+            rc = self.train('stopped')
+            self.event('job_stopped', why='the held Slurm job cancelled' if rc == 0 else
+                       'cancelling the held Slurm job ended with rc %d (scancel it by hand)' % rc)
+        return False
 
 
 # ----- fencing: a left-out node's ranks killed once it answers again ------------------------------
