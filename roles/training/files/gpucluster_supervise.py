@@ -28,6 +28,11 @@ state_dir, e.g. /var/lib/gpucluster/supervise/<job id>; made by the role), never
                                settings.json names a node_exporter textfile directory (metrics_dir),
                                removed there when the supervision ends
     status.json                the last status read; ansible.log: the output of every run (mode 0600)
+Its files are written by gpucluster_progress.write_atomic (a temporary file of a random name, made with
+O_CREAT|O_EXCL|O_NOFOLLOW, renamed over the file): metrics_dir is the training account's, and root never makes,
+truncates, chmods or follows a name there. What it reads of the job's files (exit and progress files, the
+checkpoint directory, the flight recorder's dumps) is a regular file only, opened with O_NOFOLLOW|O_NONBLOCK
+and read up to a bound: a link planted there is not followed, a FIFO never holds it.
 The quick health tier reports to settings.json's health_report_dir. The job's directory on the shared
 storage (job_dir) is only named to the playbooks; the supervisor writes nothing there.
 
@@ -105,8 +110,10 @@ import tempfile
 import threading
 import time
 
-# the supervision core (plugins/module_utils/training/supervision.py), installed beside this program: Python
-# puts a program's own directory first on its path
+# the supervision core (plugins/module_utils/training/supervision.py) and the job's files (gpucluster_progress.py:
+# their formats, and how root reads and writes them safely), installed beside this program: Python puts a
+# program's own directory first on its path
+import gpucluster_progress as progress
 import supervision as core
 
 LOCK = 'lock'
@@ -211,13 +218,14 @@ def missed_why(first, second, probes):
 # ----- the glance: the job's files on the shared storage, between two reads ------------------------
 def read_exit_codes(job_dir, nodes):
     """{node: {code, mtime}} of the nodes whose exit file (<job_dir>/exit/<node>, written by the part of the
-    job started there when it ends, removed by its start) holds a number."""
+    job started there when it ends, removed by its start) holds a number. Only a regular file is read, and only
+    its first 64 bytes (progress.open_regular: the training account writes the directory)."""
     out = {}
     for node in nodes:
         path = os.path.join(job_dir, 'exit', node)
         try:
-            with open(path, 'rb') as handle:
-                first = handle.readline(64).decode('ascii', 'replace').strip()
+            with os.fdopen(progress.open_regular(path), 'rb') as handle:
+                first = handle.read(64).decode('ascii', 'replace').split('\n')[0].strip()
                 mtime = os.fstat(handle.fileno()).st_mtime
         except OSError:
             continue
@@ -597,26 +605,6 @@ def metrics_text(job, values):
         out += ['# HELP %s %s' % (metric, text), '# TYPE %s gauge' % metric,
                 '%s{job="%s"} %s' % (metric, label(job), repr(float(value)) if isinstance(value, float) else value)]
     return '\n'.join(out) + '\n'
-
-
-def write_file(path, text, mode):
-    """Write path whole at once (a temporary beside it, then renamed over it), with mode."""
-    tmp = os.path.join(os.path.dirname(path), '.%s.%d.tmp' % (os.path.basename(path), os.getpid()))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, 'w') as handle:
-            fd = None
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if fd is not None:
-            os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 # ----- one supervisor per job -------------------------------------------------------------------
@@ -1136,17 +1124,12 @@ class Supervisor:
         os.close(handle)
         self.fencing = (child, path, hosts, now)
 
-    def progress_module(self):
-        """gpucluster_progress, which sits beside this program: the progress and checkpoint formats."""
-        import gpucluster_progress  # pylint: disable=import-outside-toplevel
-        return gpucluster_progress
-
     def glance_once(self, until, wanted=None):
         """One glance at the job's files (begun now unless one still runs), waited for until `until`: the first
         sign no read judged yet (and that wanted(sign) takes, where given), else None. A glance that fails or runs past GLANCE_TIMEOUT turns the glances off
         (a glance event with why; the reads go on at their interval), the next one that works on again."""
         if self.glance is None:
-            self.glance = Glance(self.job_dir, self.progress_module().rank_file_marks)
+            self.glance = Glance(self.job_dir, progress.rank_file_marks)
         stall = int(self.s.get('stall_seconds') or 0)
         self.glance.start(list(self.state['nodes']), self.attempt, stall, float(self.s.get('late_seconds') or 0))
         done = self.glance.wait(until - time.time())
@@ -1242,7 +1225,7 @@ class Supervisor:
         directory = self.s.get('checkpoint_dir')
         if not directory:
             return None
-        tag, record, _ = self.progress_module().latest_complete_checkpoint(directory)
+        tag, record, _ = progress.latest_complete_checkpoint(directory)
         return None if tag is None else int((record or {}).get('step', 0))
 
     # ----- what it says of itself ---------------------------------------------------------------
@@ -1259,7 +1242,7 @@ class Supervisor:
                   'glance_seconds': self.glance_seconds}
         if self.blind:
             record.update(blind=self.blind, blind_since=self.blind_since)
-        write_file(os.path.join(self.dir, HEARTBEAT), json.dumps(record) + '\n', 0o644)
+        progress.write_atomic(os.path.join(self.dir, HEARTBEAT), json.dumps(record) + '\n', 0o644)
         self.write_metrics(now)
 
     def refresh(self):
@@ -1280,11 +1263,11 @@ class Supervisor:
             'failed_reads': self.failed_reads, 'blind': 1 if self.blind else 0, 'restarts': self.state['restarts'],
             'attempt': self.attempt, 'heartbeat_timestamp_seconds': now, 'glance_seconds': self.glance_seconds,
             'glance_off': 1 if self.glance_off else 0})
-        write_file(os.path.join(self.dir, PROM), text, 0o644)
+        progress.write_atomic(os.path.join(self.dir, PROM), text, 0o644)
         where = self.metrics_path()
         if where:
             try:
-                write_file(where, text, 0o644)
+                progress.write_atomic(where, text, 0o644)  # training_metrics_dir: the training account's
             except OSError as exc:
                 if not self.metrics_failed:  # said once; the figures stay in the state directory
                     self.metrics_failed = True
