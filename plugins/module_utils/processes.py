@@ -335,7 +335,7 @@ def signal_group(recorded, sig, proc='/proc', uid=None):
 def job_processes(job_id, uid=None, proc='/proc', leaders=()):
     """[{pid, pgid, uid, start_time, cmdline}] of a job's processes on this node: owned by uid
     (default: us) and either carrying GPUCLUSTER_JOB_ID=job_id in their environment, or members of
-    the process group of a verified leader (an identity from pidfile_process)."""
+    the process group of a verified leader (an identity from pidfile_process) that carry no job id."""
     uid = os.geteuid() if uid is None else uid
     me = os.getpid()
     groups = {int(lead['pgid']) for lead in leaders if lead and lead.get('pgid') == lead.get('pid')}
@@ -349,7 +349,8 @@ def job_processes(job_id, uid=None, proc='/proc', leaders=()):
             continue
         if read_uid(pid, proc) != uid:
             continue
-        if info['pgid'] in groups or read_environ(pid, proc).get(JOB_ENV) == str(job_id):
+        marker = read_environ(pid, proc).get(JOB_ENV)
+        if marker == str(job_id) or (info['pgid'] in groups and marker is None):
             found.append({'pid': pid, 'pgid': info['pgid'], 'uid': uid, 'start_time': info['start_time'],
                           'cmdline': read_cmdline(pid, proc)})
     return found
@@ -377,14 +378,16 @@ def stop_job(job_id, uid=None, grace=10.0, proc='/proc', leaders=(), sleep=time.
              daemons=()):
     """SIGTERM a job's processes (see job_processes), wait up to grace seconds, SIGKILL what is left.
 
-    Process groups are signalled whole only when their leader is a verified leader or itself one of
-    the job's processes; other processes one by one, each re-checked (same start time) first.
+    A group is signalled whole only through its live leader (verified, or one of the job's processes) when
+    it holds only the job's live processes; every process no group signal reached (its leader exited, say the
+    wrapper on SIGTERM) is signalled itself, re-checked (same start time) first.
     daemons: processes of the job that do not carry its id (a launcher's daemon, found by the caller),
     signalled, waited for and reported with them while each is still the process recorded.
     Returns {signalled: [pids], refused: [{pid, reason}], left: [processes]}."""
     uid = os.geteuid() if uid is None else uid
     signalled, refused = [], []
     own_group = os.getpgid(0)
+    verified = {lead['pid']: lead for lead in leaders if lead}
 
     def remaining():
         mine = job_processes(job_id, uid, proc, leaders)
@@ -395,31 +398,26 @@ def stop_job(job_id, uid=None, grace=10.0, proc='/proc', leaders=(), sleep=time.
         if not procs:
             break
         by_pid = {p['pid']: p for p in procs}
-        leader_pids = {lead['pid'] for lead in leaders if lead}
-        done = set()
-        for p in procs:
-            pgid = p['pgid']
-            if pgid in done or pgid == own_group or pgid <= 1:
-                continue
-            if pgid in by_pid or pgid in leader_pids:
-                lead = by_pid.get(pgid) or next(x for x in leaders if x and x['pid'] == pgid)
+        live = [s for s in (read_stat(pid, proc) for pid in pids(proc)) if s and s['state'] not in ('Z', 'X')]
+        reached = set()  # the groups a signal through their live leader reached whole
+        for pgid in sorted({p['pgid'] for p in procs} - {own_group, 0, 1}):
+            lead = by_pid.get(pgid) or verified.get(pgid)
+            if lead is not None and not [s for s in live if s['pgid'] == pgid and s['pid'] not in by_pid]:
                 answer = signal_group({'pid': pgid, 'start_time': lead['start_time'], 'uid': uid}, sig, proc, uid)
-                done.add(pgid)
-                if answer == NOT_PERMITTED and pgid not in [r['pid'] for r in refused]:
-                    refused.append({'pid': pgid, 'reason': 'not permitted'})
+                reached.update([pgid] if answer == SIGNALLED else [])
+                refused += [pgid] if answer == NOT_PERMITTED and pgid not in refused else []
         for p in procs:
-            if p['pgid'] in done:
-                signalled.append(p['pid'])
-                continue
-            answer = signal_process({'pid': p['pid'], 'start_time': p['start_time'], 'uid': uid}, sig, proc, uid)
+            answer = SIGNALLED if p['pgid'] in reached else signal_process(
+                {'pid': p['pid'], 'start_time': p['start_time'], 'uid': uid}, sig, proc, uid)
             if answer == SIGNALLED:
                 signalled.append(p['pid'])
-            elif answer == NOT_PERMITTED and p['pid'] not in [r['pid'] for r in refused]:
-                refused.append({'pid': p['pid'], 'reason': 'not permitted'})
+            elif answer == NOT_PERMITTED and p['pid'] not in refused:
+                refused.append(p['pid'])
         deadline = clock() + wait
         while clock() < deadline and remaining():
             sleep(0.2)
-    return {'signalled': sorted(set(signalled)), 'refused': refused, 'left': remaining()}
+    return {'signalled': sorted(set(signalled)), 'refused': [{'pid': pid, 'reason': 'not permitted'} for pid in refused],
+            'left': remaining()}
 
 
 # ----- who listens on a TCP port ---------------------------------------------------------------

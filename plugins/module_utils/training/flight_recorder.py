@@ -224,11 +224,14 @@ def read_dir(job_dir, attempt=None):
         if not match:
             continue
         path = os.path.join(folder, name)
-        try:
-            if os.path.getsize(path) > MAX_DUMP_BYTES:
+        try:  # the supervisor reads them as root: a regular file only, never a link followed, a FIFO waited on
+            with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW), 'rb') as handle:
+                if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                    raise DumpError('not a regular file')
+                data = handle.read(MAX_DUMP_BYTES + 1)
+            if len(data) > MAX_DUMP_BYTES:
                 raise DumpError('larger than %d MiB' % (MAX_DUMP_BYTES // 1048576))
-            with open(path, 'rb') as handle:
-                dumps[int(match.group(1))] = load(handle.read())
+            dumps[int(match.group(1))] = load(data)
         except (OSError, DumpError) as exc:
             errors[path] = str(exc)
     return dumps, errors

@@ -43,11 +43,13 @@ require_gpus() refuses to run a rank on the CPU when the launch said the job has
 """
 
 import contextlib
+import errno
 import json
 import os
 import re
 import resource
 import socket
+import stat
 import sys
 import threading
 import time
@@ -68,6 +70,8 @@ FENCED_EXIT = 75
 # Seconds between two heartbeats of a save in progress (Progress.saving, --heartbeat-seconds): well
 # below training_stall_seconds, so a save whose heartbeats stop is told from one that runs.
 HEARTBEAT_SECONDS = 10.0
+# The most bytes read of one of the job's small files (latest, gpucluster.json, ATTEMPT, an exit file).
+READ_MAX = 65536
 
 
 def expected_gpus(environ=None):
@@ -253,11 +257,10 @@ def rank_file_marks(path, tail_bytes=4096):
     heartbeats, None with fewer than two; done: the step of a done line, else None). None when the file cannot
     be read or has no header. The supervisor's glance reads every rank's file this way from the shared storage."""
     try:
-        with open(path, 'rb') as handle:
-            stat = os.fstat(handle.fileno())
+        with os.fdopen(open_regular(path), 'rb') as handle:
+            info = os.fstat(handle.fileno())
             head = handle.readline(512).decode('utf-8', 'replace')
-            size = stat.st_size
-            handle.seek(max(len(head), size - tail_bytes))
+            handle.seek(max(len(head), info.st_size - tail_bytes))
             tail = handle.read(tail_bytes).decode('utf-8', 'replace')
     except OSError:
         return None
@@ -265,7 +268,7 @@ def rank_file_marks(path, tail_bytes=4096):
         return None
     header = _words(head)
     out = {'rank': _int(header.get('rank')), 'attempt': _int(header.get('attempt')) or 1,
-           'host': header.get('host'), 'header_time': _float(header.get('time')), 'mtime': stat.st_mtime,
+           'host': header.get('host'), 'header_time': _float(header.get('time')), 'mtime': info.st_mtime,
            'step': None, 'step_time': None, 'gap': None, 'done': None}
     last = None
     for line in tail.splitlines():
@@ -299,15 +302,62 @@ def _float(text):
         return None
 
 
-def _write_atomic(path, text):
-    """Write text to path through a temporary file moved over it (os.replace): a crash leaves the
-    old file or the new one, never half of one."""
-    tmp = '%s.tmp.%s.%d' % (path, socket.gethostname(), os.getpid())  # two nodes may share the storage
-    with open(tmp, 'w') as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+# ----- the job's files, in directories the training account writes --------------------------------
+# The supervisor runs as root and reads and writes files in directories the training account can write (the job's
+# directory, the checkpoint directory, training_metrics_dir), and the head's resume check reads the checkpoint
+# directory as root: root never makes, truncates, chmods or follows a name there, and reads only regular files,
+# bounded, never waiting on a FIFO.
+def write_atomic(path, text, mode=0o644):
+    """Write text to path whole at once, with mode: a crash leaves the old file or the new one, never half of one.
+    The temporary file beside it has a random name and is made with O_CREAT | O_EXCL | O_NOFOLLOW in the
+    directory, opened once (a name planted there, a link or a file, is refused: never followed nor truncated);
+    its mode is set on the open file, it is written and synced, then renamed over path (a link at path is
+    replaced, not followed). Two nodes writing the same shared directory never share a temporary name."""
+    folder, name = os.path.split(os.path.abspath(path))
+    data = text.encode() if isinstance(text, str) else bytes(text)
+    tmp = '.%s.%s.tmp' % (name, os.urandom(8).hex())
+    dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    made = False
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
+        made = True
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        if made:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+        raise
+    finally:
+        os.close(dir_fd)
+
+
+def open_regular(path):
+    """A descriptor of path open for reading, when it is a regular file: a link at its name is not followed
+    and a FIFO or device is not waited on (O_NOFOLLOW | O_NONBLOCK, then fstat); OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, 'not a regular file', path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_regular(path, limit=READ_MAX):
+    """At most limit bytes of path, a regular file (open_regular); OSError when it is none."""
+    with os.fdopen(open_regular(path), 'rb') as handle:
+        return handle.read(limit)
 
 
 def _distributed(dist):
@@ -328,8 +378,7 @@ def checkpoint_claim(directory):
     line, the job on a `job=<id>` line (None when not written); (None, None) when no attempt claimed it
     (no file, or no number: a directory of a run before attempts were fenced)."""
     try:
-        with open(os.path.join(directory, ATTEMPT_FILE)) as handle:
-            lines = handle.read().splitlines()
+        lines = read_regular(os.path.join(directory, ATTEMPT_FILE)).decode('utf-8', 'replace').splitlines()
         number = int(lines[0].strip())
     except (OSError, ValueError, IndexError):
         return None, None
@@ -374,7 +423,7 @@ def claim_checkpoints(directory, attempt=None, job=None):
               % (number, owner, directory), flush=True)
         return owner
     os.makedirs(directory, exist_ok=True)
-    _write_atomic(os.path.join(directory, ATTEMPT_FILE), '%d\n%s' % (number, 'job=%s\n' % job if job else ''))
+    write_atomic(os.path.join(directory, ATTEMPT_FILE), '%d\n%s' % (number, 'job=%s\n' % job if job else ''))
     return number
 
 
@@ -428,16 +477,15 @@ def commit_checkpoint(directory, tag, step, world, attempt=None, job=None, **ext
         print(refused, flush=True)
         raise SystemExit(FENCED_EXIT)
     record = dict(extra, step=int(step), world_size=int(world), attempt=number, saved=time.time())
-    _write_atomic(os.path.join(directory, tag, CHECKPOINT_DONE), json.dumps(record, sort_keys=True) + '\n')
-    _write_atomic(os.path.join(directory, 'latest'), tag + '\n')
+    write_atomic(os.path.join(directory, tag, CHECKPOINT_DONE), json.dumps(record, sort_keys=True) + '\n')
+    write_atomic(os.path.join(directory, 'latest'), tag + '\n')
     return record
 
 
 def checkpoint_record(directory, tag):
     """The tag's gpucluster.json as a dict, or None when the tag is not complete (missing, unreadable)."""
     try:
-        with open(os.path.join(directory, tag, CHECKPOINT_DONE)) as handle:
-            data = json.load(handle)
+        data = json.loads(read_regular(os.path.join(directory, tag, CHECKPOINT_DONE)).decode('utf-8'))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get('step'), int) else None
@@ -449,10 +497,11 @@ def latest_complete_checkpoint(directory):
     without the marker: note says which was skipped and why); (None, None, note) when none is complete."""
     named = None
     try:
-        with open(os.path.join(directory, 'latest')) as handle:
-            named = handle.read().strip() or None
+        named = read_regular(os.path.join(directory, 'latest')).decode('utf-8', 'replace').strip() or None
     except OSError:
         pass
+    if named and (os.sep in named or named in (os.curdir, os.pardir)):
+        named = None  # a tag is a name in the directory, never a path out of it
     if named:
         record = checkpoint_record(directory, named)
         if record is not None:

@@ -28,6 +28,11 @@ state_dir, e.g. /var/lib/gpucluster/supervise/<job id>; made by the role), never
                                settings.json names a node_exporter textfile directory (metrics_dir),
                                removed there when the supervision ends
     status.json                the last status read; ansible.log: the output of every run (mode 0600)
+Its files are written by gpucluster_progress.write_atomic (a temporary file of a random name, made with
+O_CREAT|O_EXCL|O_NOFOLLOW, renamed over the file): metrics_dir is the training account's, and root never makes,
+truncates, chmods or follows a name there. What it reads of the job's files (exit and progress files, the
+checkpoint directory, the flight recorder's dumps) is a regular file only, opened with O_NOFOLLOW|O_NONBLOCK
+and read up to a bound: a link planted there is not followed, a FIFO never holds it.
 The quick health tier reports to settings.json's health_report_dir. The job's directory on the shared
 storage (job_dir) is only named to the playbooks; the supervisor writes nothing there.
 
@@ -70,7 +75,9 @@ blind_reads reads in a row fail (no status, or no state in it), the supervisor s
 event, its heartbeat, its figures, --report's first line) and stops nothing until a read works again (a
 sighted event). Each start of the job is an attempt: the first is
 settings.json's attempt, each restart the next (passed to train.yml as training_attempt); a read that
-names an earlier attempt is ignored (the new one has not written yet), and is no failed read. When the job
+names an earlier attempt is ignored (the new one has not written yet), and is no failed read. A stop that
+failed on a node that answered (failed_hosts of its output: a process of the job it could not end there) is
+never followed by a restart, which would start beside what it left: it gives up at once. When the job
 is done or it gives up, it writes the job's report page (train.yml -e training_state=report); a report run
 that fails is an event (report_failed), never a crash.
 
@@ -103,8 +110,10 @@ import tempfile
 import threading
 import time
 
-# the supervision core (plugins/module_utils/training/supervision.py), installed beside this program: Python
-# puts a program's own directory first on its path
+# the supervision core (plugins/module_utils/training/supervision.py) and the job's files (gpucluster_progress.py:
+# their formats, and how root reads and writes them safely), installed beside this program: Python puts a
+# program's own directory first on its path
+import gpucluster_progress as progress
 import supervision as core
 
 LOCK = 'lock'
@@ -209,13 +218,14 @@ def missed_why(first, second, probes):
 # ----- the glance: the job's files on the shared storage, between two reads ------------------------
 def read_exit_codes(job_dir, nodes):
     """{node: {code, mtime}} of the nodes whose exit file (<job_dir>/exit/<node>, written by the part of the
-    job started there when it ends, removed by its start) holds a number."""
+    job started there when it ends, removed by its start) holds a number. Only a regular file is read, and only
+    its first 64 bytes (progress.open_regular: the training account writes the directory)."""
     out = {}
     for node in nodes:
         path = os.path.join(job_dir, 'exit', node)
         try:
-            with open(path, 'rb') as handle:
-                first = handle.readline(64).decode('ascii', 'replace').strip()
+            with os.fdopen(progress.open_regular(path), 'rb') as handle:
+                first = handle.read(64).decode('ascii', 'replace').split('\n')[0].strip()
                 mtime = os.fstat(handle.fileno()).st_mtime
         except OSError:
             continue
@@ -439,13 +449,11 @@ def clean_msg(msg):
     return msg[len('Task failed: '):] if msg.startswith('Task failed: ') else msg
 
 
-def run_error(text, limit=ERROR_CHARS):
-    """The error of one ansible-playbook run's output, on one line cut to limit: the last failing task's
-    fatal lines ('task "<name>": <hosts>: <msg>'; those followed by ...ignoring skipped), or the last
-    ERROR! / [ERROR]: message after the last ignored failure, whichever came last; '' when none."""
+def fatal_results(text):
+    """[(line, task number, task, host, unreachable, msg)] of the fatal results in one ansible-playbook run's
+    output (a host's FAILED! or UNREACHABLE!), those followed by ...ignoring left out."""
     lines = ANSI.sub('', text or '').splitlines()
-    task, task_no = None, 0
-    fatals, errors, last_ignored = [], [], -1
+    task, task_no, out = None, 0, []
     i = 0
     while i < len(lines):
         line = lines[i]
@@ -454,18 +462,37 @@ def run_error(text, limit=ERROR_CHARS):
             task = line[len('TASK ['):].rstrip('* ').rstrip()
             task = task[:-1] if task.endswith(']') else task
         found = FATAL.match(line)
-        if found:
-            block, j = [found.group('rest')], i + 1
-            while j < len(lines) and lines[j][:1] in (' ', '\t') and lines[j].strip():
-                block.append(lines[j])
-                j += 1
-            if j >= len(lines) or lines[j].strip() != '...ignoring':  # an ignored one: its line is read next
-                msg = clean_msg(result_msg(block))
-                if found.group('caption') == 'UNREACHABLE!':
-                    msg = 'unreachable: ' + msg
-                fatals.append((i, task_no, task, found.group('host'), msg))
-            i = j
+        if not found:
+            i += 1
             continue
+        block, j = [found.group('rest')], i + 1
+        while j < len(lines) and lines[j][:1] in (' ', '\t') and lines[j].strip():
+            block.append(lines[j])
+            j += 1
+        if j >= len(lines) or lines[j].strip() != '...ignoring':  # an ignored one: its line is read next
+            out.append((i, task_no, task, found.group('host'), found.group('caption') == 'UNREACHABLE!',
+                        clean_msg(result_msg(block))))
+        i = j
+    return out
+
+
+def failed_hosts(text):
+    """{host: message} of the hosts a run failed on although they answered (FAILED!, not ignored; a host
+    that was UNREACHABLE! is not one): the last message of each."""
+    return dict((host, msg) for _, _, _, host, unreachable, msg in fatal_results(text) if not unreachable)
+
+
+def run_error(text, limit=ERROR_CHARS):
+    """The error of one ansible-playbook run's output, on one line cut to limit: the last failing task's
+    fatal lines ('task "<name>": <hosts>: <msg>'; those followed by ...ignoring skipped), or the last
+    ERROR! / [ERROR]: message after the last ignored failure, whichever came last; '' when none."""
+    lines = ANSI.sub('', text or '').splitlines()
+    fatals = [(i, task_no, task, host, ('unreachable: ' + msg) if unreachable else msg)
+              for i, task_no, task, host, unreachable, msg in fatal_results(text)]
+    errors, last_ignored = [], -1
+    i = 0
+    while i < len(lines):
+        line = lines[i]
         if line.strip() == '...ignoring':
             last_ignored = i
         found = ERROR.match(line)
@@ -578,26 +605,6 @@ def metrics_text(job, values):
         out += ['# HELP %s %s' % (metric, text), '# TYPE %s gauge' % metric,
                 '%s{job="%s"} %s' % (metric, label(job), repr(float(value)) if isinstance(value, float) else value)]
     return '\n'.join(out) + '\n'
-
-
-def write_file(path, text, mode):
-    """Write path whole at once (a temporary beside it, then renamed over it), with mode."""
-    tmp = os.path.join(os.path.dirname(path), '.%s.%d.tmp' % (os.path.basename(path), os.getpid()))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, 'w') as handle:
-            fd = None
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if fd is not None:
-            os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 # ----- one supervisor per job -------------------------------------------------------------------
@@ -1117,17 +1124,12 @@ class Supervisor:
         os.close(handle)
         self.fencing = (child, path, hosts, now)
 
-    def progress_module(self):
-        """gpucluster_progress, which sits beside this program: the progress and checkpoint formats."""
-        import gpucluster_progress  # pylint: disable=import-outside-toplevel
-        return gpucluster_progress
-
     def glance_once(self, until, wanted=None):
         """One glance at the job's files (begun now unless one still runs), waited for until `until`: the first
         sign no read judged yet (and that wanted(sign) takes, where given), else None. A glance that fails or runs past GLANCE_TIMEOUT turns the glances off
         (a glance event with why; the reads go on at their interval), the next one that works on again."""
         if self.glance is None:
-            self.glance = Glance(self.job_dir, self.progress_module().rank_file_marks)
+            self.glance = Glance(self.job_dir, progress.rank_file_marks)
         stall = int(self.s.get('stall_seconds') or 0)
         self.glance.start(list(self.state['nodes']), self.attempt, stall, float(self.s.get('late_seconds') or 0))
         done = self.glance.wait(until - time.time())
@@ -1223,7 +1225,7 @@ class Supervisor:
         directory = self.s.get('checkpoint_dir')
         if not directory:
             return None
-        tag, record, _ = self.progress_module().latest_complete_checkpoint(directory)
+        tag, record, _ = progress.latest_complete_checkpoint(directory)
         return None if tag is None else int((record or {}).get('step', 0))
 
     # ----- what it says of itself ---------------------------------------------------------------
@@ -1240,7 +1242,7 @@ class Supervisor:
                   'glance_seconds': self.glance_seconds}
         if self.blind:
             record.update(blind=self.blind, blind_since=self.blind_since)
-        write_file(os.path.join(self.dir, HEARTBEAT), json.dumps(record) + '\n', 0o644)
+        progress.write_atomic(os.path.join(self.dir, HEARTBEAT), json.dumps(record) + '\n', 0o644)
         self.write_metrics(now)
 
     def refresh(self):
@@ -1261,11 +1263,11 @@ class Supervisor:
             'failed_reads': self.failed_reads, 'blind': 1 if self.blind else 0, 'restarts': self.state['restarts'],
             'attempt': self.attempt, 'heartbeat_timestamp_seconds': now, 'glance_seconds': self.glance_seconds,
             'glance_off': 1 if self.glance_off else 0})
-        write_file(os.path.join(self.dir, PROM), text, 0o644)
+        progress.write_atomic(os.path.join(self.dir, PROM), text, 0o644)
         where = self.metrics_path()
         if where:
             try:
-                write_file(where, text, 0o644)
+                progress.write_atomic(where, text, 0o644)  # training_metrics_dir: the training account's
             except OSError as exc:
                 if not self.metrics_failed:  # said once; the figures stay in the state directory
                     self.metrics_failed = True
@@ -1361,6 +1363,9 @@ class Supervisor:
         if lost_nodes:  # the stop's --limit leaves them out: train.yml is told they may be
             extra['training_lost_nodes'] = [self.host_of(n) for n in lost_nodes]
         rc = self.train('stopped', limit=answering if lost_nodes else None, **extra)
+        # nodes that answered and where the stop failed (processes of the job it could not end): the job may run
+        # on there, and a restart would start beside it
+        unstopped = failed_hosts(self.run_output()) if rc != 0 else {}
         if lost_nodes:
             why = ('every rank, container and launcher stopped on %s; %s lost: its ranks are killed when it answers '
                    'again' % (', '.join(answering), ', '.join(lost_nodes)) if rc == 0 else
@@ -1369,8 +1374,14 @@ class Supervisor:
             why = ('every rank, container and launcher stopped' if rc == 0 else
                    'stop ended with rc %d (a node that does not answer keeps its frozen ranks)' % rc)
         hang = self.hang_verdict() if stalled else None
+        if unstopped:
+            why += '; it failed on %s' % '; '.join('%s (%s)' % item for item in sorted(unstopped.items()))
         self.event('job_stopped', why=why + ('; %s' % hang['why'] if hang else ''),
                    **({'collective': hang.get('collective'), 'missing_ranks': hang.get('missing_ranks')} if hang else {}))
+        if unstopped:
+            return self.give_up('not restarted: the stop failed on %s, where the job may still run; a restart would '
+                                'start beside it (end what is left there, then start the job again)'
+                                % ', '.join(sorted(unstopped)), obs['step'])
         self.heartbeat('checking nodes')
         # the spares that may take a left-out node's place are checked with the job's nodes
         ready = [n for n in self.s.get('spares') or [] if n not in self.state['nodes']
@@ -1391,12 +1402,7 @@ class Supervisor:
         ckpt = self.checkpoint()
         plan = core.plan_restart(self.state, obs, act['nodes'], bad, ckpt, self.s)
         if plan['action'] == 'give_up':
-            self.event('gave_up', why=plan['why'], step=obs['step'])
-            if self.slurm:  # the Slurm job waits requeued and held: nothing will release it now
-                rc = self.train('stopped')
-                self.event('job_stopped', why='the held Slurm job cancelled' if rc == 0 else
-                           'cancelling the held Slurm job ended with rc %d (scancel it by hand)' % rc)
-            return False
+            return self.give_up(plan['why'], obs['step'])
         self.state['failures'].append({'resume_step': plan['resume_step'], 'step': obs['step']})
         self.state['restarts'] += 1
         self.state['nodes'] = plan['nodes']
@@ -1431,6 +1437,15 @@ class Supervisor:
                        why='%s: %s' % (what, error) if error else
                        '%s (no fatal or ERROR line in its output; %s)' % (what, os.path.join(self.dir, LOG)))
         return plan['resume_step']
+
+    def give_up(self, why, step):
+        """The gave_up event (supervision ends, the job failed); False, recover()'s answer for it."""
+        self.event('gave_up', why=why, step=step)
+        if self.slurm:  # the Slurm job waits requeued and held: nothing will release it now
+            rc = self.train('stopped')
+            self.event('job_stopped', why='the held Slurm job cancelled' if rc == 0 else
+                       'cancelling the held Slurm job ended with rc %d (scancel it by hand)' % rc)
+        return False
 
 
 # ----- fencing: a left-out node's ranks killed once it answers again ------------------------------

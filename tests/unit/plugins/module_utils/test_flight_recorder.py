@@ -74,3 +74,24 @@ def test_a_dump_that_asks_for_a_class_is_refused_not_run(tmp_path):
 
 def test_no_flight_directory_reads_as_nothing(tmp_path):
     assert fr.read_job(str(tmp_path)) == {}
+
+
+def test_a_dump_that_is_a_fifo_or_a_link_is_not_read_and_the_read_does_not_wait(job_dir):
+    # the supervisor reads the dumps as root from the job's directory, which the training account writes
+    import threading
+    fifo = job_dir / 'flight' / 'rank_2'
+    os.mkfifo(str(fifo))
+    os.symlink(str(job_dir / 'flight' / 'rank_0'), str(job_dir / 'flight' / 'rank_3'))
+    box = {}
+    reader = threading.Thread(target=lambda: box.setdefault('read', fr.read_dir(str(job_dir))), daemon=True)
+    reader.start()
+    reader.join(5)
+    hung = reader.is_alive()
+    try:
+        os.close(os.open(str(fifo), os.O_WRONLY | os.O_NONBLOCK))  # lets go of a reader waiting in open()
+    except OSError:
+        pass
+    reader.join(5)
+    assert not hung, 'read_dir waited on a FIFO'
+    dumps, errors = box['read']
+    assert sorted(dumps) == [0, 1] and sorted(os.path.basename(p) for p in errors) == ['rank_2', 'rank_3']

@@ -3,6 +3,7 @@ fake runner (recorded outputs) and a fake process table."""
 
 import json
 import os
+import signal
 
 import pytest
 
@@ -10,7 +11,7 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils.training impo
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import launchers as ln
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
 
-from test_processes import ME, OTHER, fake_proc, kills  # noqa: F401 (kills is a fixture)
+from test_processes import ME, OTHER, fake_kernel, fake_proc, kills, torchrun_tree  # noqa: F401 (kills is a fixture)
 
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures')
 NODES = [{'name': 'alpha', 'address': '10.99.0.11', 'slots': 2},
@@ -291,6 +292,20 @@ def test_stop_ends_the_jobs_processes_only(lab, proc, kills, launcher, node):
     assert out['stopped_pids'] == [800, 801] and out['changed'] is True
     assert sorted(pr.pids(str(proc))) == [700, 802, 803]
     assert all(call[1] not in (700, 803) for call in kills)
+
+
+def test_an_agent_that_outlives_its_wrapper_is_killed_itself_and_the_stop_leaves_nothing(lab, proc, monkeypatch):
+    # the wrapper the pid file names leads the group and ends on SIGTERM; torchrun's agent outlives it (its
+    # rank is a zombie): the SIGKILL round cannot go through the gone leader, the agent gets it itself
+    leader = torchrun_tree(proc, 'tiny-001')
+    state = lab / 'state' / 'charlie' / 'tiny-001'
+    state.mkdir(parents=True)
+    pr.write_pidfile(str(state / 'pid'), dict(leader, job_id='tiny-001'))
+    calls = fake_kernel(monkeypatch, proc, survive_sigterm=(110,))
+    clock = Clock()
+    out = job(lab, 'torchrun', 'charlie').stop(sleep=clock.sleep, clock=clock)
+    assert out['stopped_pids'] == [100, 110] and out['running'] is False
+    assert ('kill', 110, signal.SIGKILL) in calls and not (proc / '110').exists()
 
 
 def test_the_daemons_of_a_job_are_the_parents_of_its_ranks_that_run_a_named_program(proc):

@@ -39,10 +39,14 @@ def proc(tmp_path):
     return root
 
 
-@pytest.fixture
-def kills(monkeypatch, proc):
-    """os.kill/os.killpg that record the call and end the fake process (or its whole group)."""
+def fake_kernel(monkeypatch, proc, survive_sigterm=()):
+    """os.kill/os.killpg that record the call and end the fake process (or the live members of its group:
+    zombies stay), as the kernel refuses another account's; the pids in survive_sigterm outlive SIGTERM."""
     calls = []
+
+    def end(pid, sig):
+        if pr.read_stat(pid, str(proc))['state'] != 'Z' and not (sig == signal.SIGTERM and pid in survive_sigterm):
+            shutil.rmtree(str(proc / str(pid)))
 
     def kill(pid, sig):
         calls.append(('kill', pid, sig))
@@ -50,7 +54,7 @@ def kills(monkeypatch, proc):
             raise OSError(errno.ESRCH, 'No such process')
         if pr.read_uid(pid, str(proc)) != ME:
             raise OSError(errno.EPERM, 'Operation not permitted')
-        shutil.rmtree(str(proc / str(pid)))
+        end(pid, sig)
 
     def killpg(pgid, sig):
         calls.append(('killpg', pgid, sig))
@@ -60,11 +64,17 @@ def kills(monkeypatch, proc):
         if any(pr.read_uid(p, str(proc)) != ME for p in members):
             raise OSError(errno.EPERM, 'Operation not permitted')
         for p in members:
-            shutil.rmtree(str(proc / str(p)))
+            end(p, sig)
 
     monkeypatch.setattr(pr.os, 'kill', kill)
     monkeypatch.setattr(pr.os, 'killpg', killpg)
     return calls
+
+
+@pytest.fixture
+def kills(monkeypatch, proc):
+    """os.kill/os.killpg that record the call and end the fake process (or its whole group)."""
+    return fake_kernel(monkeypatch, proc)
 
 
 def test_stat_parse_keeps_start_time_when_comm_has_spaces_and_parentheses():
@@ -211,6 +221,37 @@ def test_stale_pidfile_pointing_at_an_unrelated_process_is_ignored_by_stop(proc,
     out = pr.stop_job('job-1', ME, grace=0, proc=str(proc), leaders=[leader], sleep=lambda s: None)
     assert out['signalled'] == [] and kills == []
     assert (proc / '700').exists()
+
+
+def torchrun_tree(proc, job='job-1'):
+    """A node's part of a torchrun job: its wrapper (100, the group's leader, named by the pid file), the
+    agent (110) in its group and the agent's rank (120), a zombie once it died."""
+    fake_proc(proc, 100, start_time=5, comm='bash', cmdline=('/bin/bash', '-c', 'torchrun'), env={pr.JOB_ENV: job})
+    fake_proc(proc, 110, pgid=100, ppid=100, start_time=6, comm='torchrun', env={pr.JOB_ENV: job})
+    fake_proc(proc, 120, pgid=100, ppid=110, start_time=7, state='Z', env={pr.JOB_ENV: job, 'RANK': '0'})
+    return pr.identity(100, str(proc))
+
+
+def test_a_process_whose_group_leader_exited_on_sigterm_gets_sigkill_itself(proc, monkeypatch):
+    # the wrapper ends on SIGTERM, the agent outlives it: its group has no leader to be signalled through
+    leader = torchrun_tree(proc)
+    calls = fake_kernel(monkeypatch, proc, survive_sigterm=(110,))
+    ticks = iter(range(10000))
+    out = pr.stop_job('job-1', ME, grace=3, proc=str(proc), leaders=[leader], sleep=lambda s: None,
+                      clock=lambda: next(ticks))
+    assert ('killpg', 100, signal.SIGTERM) in calls and ('kill', 110, signal.SIGKILL) in calls
+    assert out['left'] == [] and out['refused'] == [] and out['signalled'] == [100, 110]
+    assert not (proc / '110').exists()
+
+
+def test_a_group_that_holds_another_jobs_or_accounts_process_is_never_signalled_whole(proc, kills):
+    leader = torchrun_tree(proc)
+    fake_proc(proc, 130, pgid=100, env={pr.JOB_ENV: 'job-2'})              # another job's, in the same group
+    fake_proc(proc, 140, pgid=100, uid=OTHER, env={pr.JOB_ENV: 'job-1'})   # another account's
+    out = pr.stop_job('job-1', ME, grace=1, proc=str(proc), leaders=[leader], sleep=lambda s: None)
+    assert out['left'] == [] and out['signalled'] == [100, 110]
+    assert not [c for c in kills if c[0] == 'killpg' or c[1] in (130, 140)]
+    assert sorted(pr.pids(str(proc))) == [120, 130, 140]
 
 
 def test_signal_group_refuses_a_record_whose_process_changed(proc, kills):

@@ -317,13 +317,13 @@ def _listing(job):
 
 
 def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_step=20, report=None, ping=None,
-               started=None, job_files=None, meanwhile=None, **more):
+               started=None, stopped=None, job_files=None, meanwhile=None, **more):
     """Run the supervisor's loop against the fake playbooks: (rc, the runs it made, its events). job_files:
     {path under the job directory: text} there from the start (what the job's nodes wrote on the shared storage);
     meanwhile(job directory): what the job's nodes do while it runs (a thread), [paths it wrote there]."""
     import gpucluster_progress as gp
     bin_dir = _script(tmp_path, status=[_rec(s) for s in statuses], health=healths, ping=ping or [], started=started or [],
-                      **(report or {}))
+                      stopped=stopped or [], **(report or {}))
     job = tmp_path / 'job'
     job.mkdir()
     for name, text in (job_files or {}).items():
@@ -662,6 +662,36 @@ def test_a_restart_that_fails_says_the_failing_tasks_message(tmp_path):
     assert len(failed) == 1 and failed[0]['attempt'] == 2
     assert failed[0]['why'] == ('train.yml started ended with rc 2: task "Start the launcher on the head": head: host '
                                 'head: the launcher exited at once: deepspeed: command not found')
+
+
+# ----- a stop that failed on a node that answered: the job may run on there ---------------------------
+def _stop_output(host, caption, msg):
+    return ("TASK [gpucluster.multinode.training : Stop the job's processes on every node] ****\n"
+            'fatal: [%s]: %s => {"changed": false, "msg": "%s"}\n\nPLAY RECAP ****\n%s : ok=3 failed=1\n'
+            % (host, caption, msg, host))
+
+
+def test_a_stop_that_left_processes_of_the_job_is_not_restarted_on_and_says_why(tmp_path):
+    left = 'node w1: 1 process(es) of job j-1 are left: 9738 (they survived SIGKILL for 15 s)'
+    statuses = [_failed('w1', 23), {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy()],
+                                   stopped=[{'rc': 2, 'output': _stop_output('w1', 'FAILED!', left)}])
+    # no health run, no start on top of what the stop left
+    assert rc == 1 and [c[0] for c in calls] == ['status', 'stopped', 'report']
+    assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'gave_up']
+    assert events[2]['why'] == 'stop ended with rc 2 (a node that does not answer keeps its frozen ranks); it failed ' \
+                               'on w1 (%s)' % left
+    assert events[3]['why'] == ('not restarted: the stop failed on w1, where the job may still run; a restart would '
+                                'start beside it (end what is left there, then start the job again)')
+    assert core.summarize(events)['outcome'] == 'gave up'
+
+
+def test_a_stop_that_could_not_reach_a_node_goes_on_to_the_check_and_the_restart(tmp_path):
+    statuses = [_failed('w1', 23), {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    unreachable = _stop_output('w2', 'UNREACHABLE!', 'Failed to connect to the host via ssh')
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy('w2')], stopped=[{'rc': 4, 'output': unreachable}])
+    assert rc == 0 and [c[0] for c in calls] == ['status', 'stopped', 'health', 'started', 'status', 'report']
+    assert calls[3][1] == 'head,w1'
 
 
 # ----- the program as the unit runs it ------------------------------------------------------------
