@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import shlex
 
-from packaging.version import InvalidVersion, Version  # ansible-core's own requirement
 
 # The wheel file name (binary distribution format): {distribution}-{version}(-{build tag})?-{python tag}-{abi tag}
 # -{platform tag}.whl, the distribution's '-' written '_'. A source distribution: {name}-{version}.tar.gz (or .zip).
@@ -32,14 +31,28 @@ def distribution_of(filename):
     return (normalize(match.group('name')), match.group('version')) if match else None
 
 
+RELEASE = re.compile(r'^v?(?P<release>[0-9]+(?:\.[0-9]+)*)(?P<rest>[^+]*)(?:\+(?P<local>.*))?$', re.I)
+
+
+def _version_key(text):
+    """(release without trailing zeros, the rest lowercased, local label) of a version (PEP 440's parts that
+    tell two pins apart here), None for one that does not start with a release number."""
+    match = RELEASE.match(str(text).strip())
+    if not match:
+        return None
+    release = [int(part) for part in match.group('release').split('.')]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    return tuple(release), match.group('rest').lower().lstrip('.-_'), (match.group('local') or '').lower()
+
+
 def _same_version(wanted, found):
     """found is wanted: equal as versions (2.13 is 2.13.0), a local label on found allowed (torch 2.13.0+cpu
     for ==2.13.0) unless wanted names one."""
-    try:
-        want, have = Version(wanted), Version(found)
-    except InvalidVersion:
+    want, have = _version_key(wanted), _version_key(found)
+    if want is None or have is None:
         return found == wanted or ('+' not in wanted and found.split('+', 1)[0] == wanted)
-    return want == have or (not want.local and want == Version(have.public))
+    return want == have or (not want[2] and want[:2] == have[:2])
 
 
 def missing(filenames, requirements):
