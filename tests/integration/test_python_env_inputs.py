@@ -95,6 +95,10 @@ def test_offline_without_a_wheelhouse_is_refused(tmp_path):
 
 def conda_settings(tmp_path, sha256):
     (tmp_path / 'wheelhouse').mkdir(exist_ok=True)
+    # the pins the environment installs offline, as file names (the checks read names only; the fake conda installs nothing)
+    for name in ('torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl', 'deepspeed-0.19.8.tar.gz',
+                 'deepspeed-0.19.7.tar.gz', 'ninja-1.13.2-py3-none-manylinux_2_12_x86_64.whl'):
+        (tmp_path / 'wheelhouse' / name).write_text('')
     return dict(python_env_backend='conda', python_env_conda_installer_file=FAKE_INSTALLER,
                 python_env_conda_installer_sha256=sha256, python_env_conda_prefix=str(tmp_path / 'miniforge'),
                 python_env_conda_cache_dir=str(tmp_path / 'cache'), python_env_check_torch_available='false',
