@@ -127,9 +127,9 @@ CASES = [
     case('train-restarts-negative', 'train',
          'host bat-head: training_restarts must be a count (0 or more), got -1; nothing was started',
          extra={'training_restarts': -1}),
-    case('train-supervise-seconds-zero-unsupervised', 'train',
-         'host bat-head: training_supervise_seconds must be above 0 (the supervisor is bounded in time), got 0; '
-         'nothing was started', extra={'training_supervise_seconds': 0}),
+    case('train-supervise-seconds-negative', 'train',
+         'host bat-head: training_supervise_seconds must be a count of seconds (0: until the job ends), got -5; '
+         'nothing was started', extra={'training_supervise_seconds': -5}),
     # A supervised start on nodes site.yml's supervisor step never prepared: refused before anything is written
     # (the jobs directory, the examples, training_metrics_dir), on the host supervisor_host names when set.
     case('train-supervised-without-supervisor', 'train',

@@ -29,6 +29,10 @@ EVENTS = 'events.jsonl'
 # Every kind of event a supervisor writes, and what it means.
 EVENT_KINDS = {
     'supervising': 'the supervisor took the job (nodes, restarts)',
+    'resumed': 'the supervisor started again (after its own error, a stop or its host\'s reboot) and goes on '
+               'from its memory: the same attempt, restarts used and nodes; a recovery half done is finished',
+    'supervisor_error': 'an unexpected error of the supervisor itself (what failed, where): it starts again and '
+                        'goes on from its memory',
     'read_missed': 'a node a read could not reach and a second read or the direct probe did: not a fault',
     'late': "ranks wrote nothing for their late bound and a quick read of their nodes read no failure: not a fault",
     'blind': 'reads in a row failed: nothing is stopped until one works again',
@@ -130,6 +134,8 @@ def summarize(events):
             start = open_fault.get('last_step_time') or open_fault.get('time')
             out['time_lost_s'] += max(0.0, ev['time'] - start)
             open_fault = None
+        elif kind == 'resumed':  # it ended (a stop, its host's reboot) and goes on: supervised again
+            out['outcome'], out['why'] = 'supervised', None
         elif kind in ENDINGS:
             if open_fault is not None and kind == 'gave_up':
                 start = open_fault.get('last_step_time') or open_fault.get('time')
@@ -141,10 +147,14 @@ def summarize(events):
     return out
 
 
-def summary_lines(events, limit=8):
-    """What a supervised job's status prints: the summary, then the last events one a line."""
+def summary_lines(events, limit=8, supervised=True):
+    """What a supervised job's status prints: the summary, then the last events one a line. supervised: whether a
+    supervisor follows the job now (False: a supervision that has not ended reads `not supervised now`)."""
     events = events or []
     s = summarize(events)
+    if not supervised and s['outcome'] == 'supervised':
+        s['outcome'] = 'not supervised now'
+
     lines = ['supervision: %s%s; %d restart(s), %d step(s) lost, %.0f s lost%s'
              % (s['outcome'], (' (%s)' % s['why']) if s['why'] else '', s['restarts'], s['steps_lost'],
                 s['time_lost_s'], ('; left out: %s' % ', '.join(s['left_out'])) if s['left_out'] else '')]

@@ -28,6 +28,14 @@ state_dir, e.g. /var/lib/gpucluster/supervise/<job id>; made by the role), never
                                settings.json names a node_exporter textfile directory (metrics_dir),
                                removed there when the supervision ends
     status.json                the last status read; ansible.log: the output of every run (mode 0600)
+    memory.json                what it decided (mode 0600), written before it acts: attempt, restarts used,
+                               the job's nodes and spares, the nodes to fence, the recovery in progress
+                               (phase: stopping, checking, restarting with its plan), the run in progress
+                               (child: pid and start time), its starts, its bound (until) and how the
+                               supervision ended (ended). A supervisor that starts again (its own error:
+                               the unit restarts it; its host's reboot: the unit is enabled) goes on from
+                               there: the same attempt and budget, the run it left ended, a recovery half
+                               done finished once (recall, finish_half_done)
 Its files are written by gpucluster_progress.write_atomic (a temporary file of a random name, made with
 O_CREAT|O_EXCL|O_NOFOLLOW, renamed over the file): metrics_dir is the training account's, and root never makes,
 truncates, chmods or follows a name there. What it reads of the job's files (exit and progress files, the
@@ -81,9 +89,16 @@ never followed by a restart, which would start beside what it left: it gives up 
 is done or it gives up, it writes the job's report page (train.yml -e training_state=report); a report run
 that fails is an event (report_failed), never a crash.
 
-Events (each with time, event, attempt): supervising, read_missed {nodes}, late {nodes}, blind {failed_reads},
+Exit codes: 0 (done, stopped, or an ended supervision started again), 1 (an unexpected error: a supervisor_error
+event first; the unit restarts it), EXIT_HELD 3 (another supervisor holds the job), EXIT_ENDED 4 (it gave up, or
+its memory cannot be read); the unit restarts on 1 only. After START_LIMIT starts within START_WINDOW s it gives
+up (gave_up, saying so); the job runs on. Its tools gone (a program that cannot be run) make a run that failed
+(rc 127), so a supervisor without its venv is blind, not dead.
+
+Events (each with time, event, attempt): supervising, resumed, supervisor_error, read_missed {nodes}, late {nodes}, blind {failed_reads},
 sighted {failed_reads}, glance (off or on again), fault {seen, nodes, step, last_step_time, step_read, sign,
-sign_time}, job_stopped, checked {nodes},
+sign_time; seen: failed, unreachable, stalled, or rebooted: after the supervisor host's reboot the job was read
+stopped with no part exited), job_stopped, checked {nodes},
 restart {nodes, left_out, resume_step, lost_steps}, restart_failed {nodes; why: the failing task's message
 from ansible.log}, training {step}, done {step}, gave_up {step}, stopped, report_failed, metrics_failed;
 each with its why.
@@ -109,6 +124,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 
 # the supervision core (plugins/module_utils/training/supervision.py) and the job's files (gpucluster_progress.py:
 # their formats, and how root reads and writes them safely), installed beside this program: Python puts a
@@ -121,6 +137,14 @@ HEARTBEAT = 'supervisor.json'
 STATUS = 'status.json'
 LOG = 'ansible.log'
 PROM = 'supervisor.prom'
+MEMORY = 'memory.json'
+# exit codes the unit does not restart on (RestartPreventExitStatus): another supervisor holds the job, the
+# supervision ended (gave up, or it had ended before this start); an unexpected error is 1 and restarted
+EXIT_HELD = 3
+EXIT_ENDED = 4
+START_LIMIT = 5        # starts of the supervisor within START_WINDOW s that make it give up (a crash loop)
+START_WINDOW = 600
+CKPT_TIMEOUT = 60      # the read of the checkpoint directory (as the training account)
 # The supervisor's playbook runs reach a frozen node: SSH gives up on it (a connection multiplexed over
 # an open master gets no ConnectTimeout, so the server is asked to answer every 5 s), and a read ends.
 SSH_ENV = {'ANSIBLE_SSH_ARGS': '-C -o ControlMaster=auto -o ControlPersist=60s -o ServerAliveInterval=5 '
@@ -128,6 +152,7 @@ SSH_ENV = {'ANSIBLE_SSH_ARGS': '-C -o ControlMaster=auto -o ControlPersist=60s -
            'ANSIBLE_TIMEOUT': '10'}
 ENDED = 'ended'  # read(): a sign ended the read
 TCP_TIMEOUT = 5        # the direct probe's connect to a node's SSH port
+BANNER_TIMEOUT = 20    # and the wait for its sshd's banner (a loaded node's sshd forks before it answers)
 PING_TIMEOUT = 60      # the direct probe's ansible ping (every node not read, in one run)
 PROBE_TIMEOUT = 120    # each run of --probe
 BEAT_EVERY = 15        # the heartbeat is written again this often while a run goes on
@@ -209,7 +234,7 @@ def missed_why(first, second, probes):
         again = ('the second read could not reach it either' if node in second['unreachable_nodes']
                  else 'the second read %s' % ('reached it' if second['state'] not in ('unknown',)
                                               else 'gave no answer (%s)' % (second['why'] or 'nothing read')))
-        direct = ('it answered the direct probe' if probe.get('answered')
+        direct = ('it answered the direct probe (%s)' % probe.get('why') if probe.get('answered')
                   else 'the direct probe failed (%s)' % (probe.get('why') or 'not probed'))
         parts.append('%s: %s; %s' % (node, again, direct))
     return 'not read once, not a fault: ' + '; '.join(parts)
@@ -584,6 +609,8 @@ METRICS = (
     ('heartbeat_timestamp_seconds', 'Time of the supervisor\'s last heartbeat.'),
     ('glance_seconds', 'Seconds the supervisor\'s last glance at the job\'s files on the shared storage took.'),
     ('glance_off', '1 while the glances cannot be made (the job directory does not answer or cannot be read).'),
+    ('until_timestamp_seconds', 'When training_supervise_seconds ends the supervision (absent: it follows the job '
+                                'until the job ends).'),
 )
 
 
@@ -652,17 +679,103 @@ def report(state_dir, now=None):
         beat = {}
     if not isinstance(beat, dict):
         beat = {}
+    memory = read_memory(state_dir)
+    events = core.read_events(state_dir)
     if held is False:
         who = 'nobody supervises this job (no supervisor holds %s)' % path
+        if memory and memory.get('ended'):
+            who += ': its supervision ended (%s)' % ended_why(memory)
+        elif memory:
+            last = (events or [None])[-1]
+            who += (': its supervisor is not running (attempt %s, %s restart(s) used; %s); the job runs on '
+                    'unsupervised until it starts again (systemctl status %s)'
+                    % (memory.get('attempt', '?'), (memory.get('state') or {}).get('restarts', '?'),
+                       ('its last event at %s: %s: %s' % (time.strftime('%H:%M:%S', time.localtime(last['time'])),
+                                                          last.get('event'), last.get('why') or ''))
+                       if last else 'no event of it', beat.get('unit') or 'gpucluster-supervise@<job id>.service'))
     elif held and beat.get('blind'):
         since = beat.get('blind_since')
         who = 'supervisor cannot read the job: %s (since %s)' % (
             beat['blind'], time.strftime('%H:%M:%S', time.localtime(since)) if isinstance(since, (int, float)) else '?')
     elif held:
-        who = 'supervised by %s (pid %s on %s, %s %.0f s ago; restarts %s)' % (
+        who = 'supervised by %s (pid %s on %s, %s %.0f s ago; attempt %s, restarts %s; %s)' % (
             beat.get('unit') or 'a supervisor', beat.get('pid', '?'), beat.get('host', '?'), beat.get('doing', '?'),
-            now - beat.get('time', now), beat.get('restarts', '?'))
-    return [who] + core.summary_lines(core.read_events(state_dir))
+            now - beat.get('time', now), beat.get('attempt', '?'), beat.get('restarts', '?'),
+            ('until %s (training_supervise_seconds)' % when(beat['until'])) if beat.get('until')
+            else 'for as long as the job runs')
+    return [who] + core.summary_lines(events, supervised=held is not False)
+
+
+# ----- its memory: what it decided, on the supervisor host's disk --------------------------------
+def read_memory(state_dir):
+    """memory.json of a state directory: {} when there is none, None when it cannot be read or is not a record
+    (a regular file only, read up to a bound)."""
+    try:
+        data = progress.read_regular(os.path.join(state_dir, MEMORY))
+    except FileNotFoundError:
+        return {}
+    except OSError:
+        return None
+    try:
+        record = json.loads(data.decode('utf-8', 'replace'))
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def ended_why(memory):
+    """How a supervision its memory says ended, ended (memory's ended: done, gave_up, stopped)."""
+    return core.ENDINGS.get(memory.get('ended'), memory.get('ended'))
+
+
+def proc_start(pid):
+    """The start time of process pid (/proc/<pid>/stat's 22nd field, in clock ticks since boot): with its pid it
+    names one process, never another that took the pid since; None when there is no such process."""
+    try:
+        with open('/proc/%d/stat' % int(pid)) as handle:
+            fields = handle.read().rsplit(')', 1)[1].split()
+        return None if fields[0] in ('Z', 'X') else int(fields[19])  # a zombie has ended
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def end_leftover(child, wait=10.0):
+    """End the run an earlier supervisor left running (child: [pid, start] from its memory; the run leads its
+    own process group): SIGTERM to the group, SIGKILL after wait. Only that very process's group (the same pid
+    and start time) is signalled. The pid when one was ended, else None."""
+    try:
+        pid, start = int(child[0]), child[1]
+    except (TypeError, ValueError, IndexError):
+        return None
+    if start is None or proc_start(pid) != start:
+        return None
+    for sig, grace in ((signal.SIGTERM, wait), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except OSError:
+            return pid
+        end = time.time() + grace
+        while time.time() < end:
+            if proc_start(pid) != start:
+                return pid
+            time.sleep(0.1)
+    return pid
+
+
+def boot_time():
+    """When this host booted (/proc/stat's btime, seconds since the epoch); None where it cannot be read."""
+    try:
+        with open('/proc/stat') as handle:
+            for line in handle:
+                if line.startswith('btime '):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def when(stamp):
+    return time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(stamp)) if isinstance(stamp, (int, float)) else '?'
 
 
 # ----- the loop on the supervisor host ----------------------------------------------------------
@@ -697,16 +810,50 @@ def run_env(settings):
     return dict(os.environ, **dict(SSH_ENV, **environment))
 
 
-def tcp_probe(host, port, timeout=TCP_TIMEOUT):
-    """(answered, why) of one TCP connect to host:port, bounded by timeout."""
+def as_account(user):
+    """subprocess keywords that run a child as user (its uid, group and groups), {} for None."""
+    if not user:
+        return {}
+    import pwd  # pylint: disable=import-outside-toplevel
+    entry = pwd.getpwnam(user)
+    if sys.version_info >= (3, 9):
+        return {'user': entry.pw_uid, 'group': entry.pw_gid,
+                'extra_groups': os.getgrouplist(user, entry.pw_gid)}
+
+    def drop():  # Python 3.8: no user= yet
+        os.setgid(entry.pw_gid)
+        os.setgroups(os.getgrouplist(user, entry.pw_gid))
+        os.setuid(entry.pw_uid)
+    return {'preexec_fn': drop}
+
+
+def tcp_probe(host, port, timeout=TCP_TIMEOUT, banner=BANNER_TIMEOUT):
+    """(answered, why) of one TCP connect to host:port (bounded by timeout) and, with banner, the wait for its
+    sshd's banner (bounded by banner): answered only when the banner came. It needs no login, no shell and no
+    sudo, so a loaded node whose logins are slow answers it; the kernel of a frozen node accepts the
+    connection, but its sshd sends nothing. banner 0: the connect alone answers."""
     try:
         conn = socket.create_connection((host, port), timeout=timeout)
     except socket.timeout:
         return False, 'port %s on %s: no answer within %s s' % (port, host, timeout)
     except OSError as exc:
         return False, 'port %s on %s: %s' % (port, host, exc.strerror or exc)
-    conn.close()
-    return True, 'port %s on %s: open' % (port, host)
+    try:
+        if not banner:
+            return True, 'port %s on %s: open' % (port, host)
+        conn.settimeout(banner)
+        try:
+            first = conn.recv(256)
+        except socket.timeout:
+            return False, 'port %s on %s: open, but no SSH banner within %s s (a frozen node?)' % (port, host, banner)
+        except OSError as exc:
+            return False, 'port %s on %s: open, then %s' % (port, host, exc.strerror or exc)
+        line = first.split(b'\n')[0].strip().decode('ascii', 'replace')
+        if line.startswith('SSH-'):
+            return True, 'port %s on %s: sshd answered (%s)' % (port, host, line[:60])
+        return False, 'port %s on %s: open, but no SSH banner (%r)' % (port, host, line[:60])
+    finally:
+        conn.close()
 
 
 class Supervisor:
@@ -751,6 +898,11 @@ class Supervisor:
         self.glance_seconds = None
         self.sign = None         # the sign that ended the last wait ({time, kind, nodes, why}), for the fault event
         self.signs_read = set()  # the signs a read already judged: not read for again while they last
+        # what it decided, on its host's disk (memory.json): a supervisor that starts again goes on from there
+        self.memory = {}
+        self.resumed = None      # the memory this run went on from (None: the supervision's first start)
+        self.rebooted = None     # its host booted since its memory was last written: (host, boot time)
+        self.fence_said = False  # a fence run that could not start was said (once, until one starts)
 
     def event(self, kind, **fields):
         """An event of the attempt in progress (fields may name another attempt)."""
@@ -768,8 +920,17 @@ class Supervisor:
             self.run_offset = os.fstat(log.fileno()).st_size
             # its own process group: the supervisor ends it (and only it) when it is stopped; a job the run
             # starts lives in sessions of its own (training_job) and is not part of it
-            self.child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          start_new_session=True, env=run_env(self.s))
+            try:
+                self.child = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                              start_new_session=True, env=run_env(self.s))
+            except OSError as exc:
+                # its tools gone (a venv moved, a broken upgrade): a run that failed, read as one (blind after
+                # blind_reads of them), never the supervisor's end
+                log.write('ERROR! %s cannot be run: %s\n' % (cmd[0], exc.strerror or exc))
+                log.flush()
+                return 127
+            # a supervisor killed now leaves this run: the next one ends it (recall) before it acts itself
+            self.remember(child=[self.child.pid, proc_start(self.child.pid)])
             deadline = time.time() + timeout
             beat = time.time() + BEAT_EVERY
             step = min(BEAT_EVERY, self.glance_every) if watch else BEAT_EVERY
@@ -788,7 +949,9 @@ class Supervisor:
                         self.end_child()
                         return seen
         finally:
-            self.child = None
+            if self.child is not None:
+                self.child = None
+                self.remember(child=None)
             log.close()
 
     def playbook(self, playbook, extra, limit=None, timeout=None, watch=None):
@@ -963,10 +1126,12 @@ class Supervisor:
 
     def start_probe(self, nodes):
         """Start the direct probe of nodes in the background (confirm() reads the job again meanwhile): a TCP
-        connect to each node's SSH port (settings' ssh_port, at its address or else its host), then one
-        ansible ping of them all (bounded by PING_TIMEOUT, no SSH retry: the second read has its own). A node
-        answered when the ping reached it (its port alone proves no SSH: the kernel of a frozen node still
-        accepts the connection, and an inventory host may name no address the supervisor resolves)."""
+        connect to each node's SSH port (settings' ssh_port, at its address or else its host) that waits for
+        its sshd's banner (tcp_probe, all nodes at once), then one ansible ping of them all (bounded by
+        PING_TIMEOUT, no SSH retry: the second read has its own). A node answered when its sshd sent its banner
+        (no login, shell or sudo needed: a loaded node with slow logins is alive) or the ping reached it (an
+        inventory host may name no address the supervisor resolves); an open port alone is no answer (the
+        kernel of a frozen node still accepts the connection)."""
         hosts = self.s.get('hosts') or {}
         names = dict((n, hosts.get(n, n)) for n in nodes)
         cmd = [ansible_of(self.s), ','.join(names[n] for n in nodes), '-i', self.s['inventory'],
@@ -987,7 +1152,16 @@ class Supervisor:
         nodes, names, child = probe['nodes'], probe['names'], probe['child']
         port = int(self.s.get('ssh_port', 22))
         addresses = self.s.get('addresses') or {}
-        tcp = dict((n, tcp_probe(addresses.get(n) or names[n], port)) for n in nodes)
+        tcp = {}
+        threads = [threading.Thread(target=lambda n=n: tcp.__setitem__(
+                       n, tcp_probe(addresses.get(n) or names[n], port, TCP_TIMEOUT, BANNER_TIMEOUT)))
+                   for n in nodes]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(TCP_TIMEOUT + BANNER_TIMEOUT + 5)
+        for node in nodes:  # a probe that is somehow still waiting has not answered
+            tcp.setdefault(node, (False, 'port %s: no answer' % port))
         if isinstance(child, OSError):
             rc, answers = None, dict((names[n], 'not run: %s' % child) for n in nodes)
         else:
@@ -1017,7 +1191,8 @@ class Supervisor:
             ping = answers.get(names[node])
             if rc == 124 and ping and ping.startswith('no answer'):
                 ping = 'no answer within %d s' % PING_TIMEOUT
-            out[node] = {'answered': ping is None,
+            # alive: its sshd answered (no login needed: a loaded node's slow login stops nothing), or the ping
+            out[node] = {'answered': ping is None or tcp[node][0],
                          'why': '%s; ansible ping: %s' % (tcp[node][1], 'pong' if ping is None else ping)}
         return out
 
@@ -1118,10 +1293,14 @@ class Supervisor:
                 env=run_env(self.s))
         except OSError as exc:
             os.close(handle)
-            self.event('fence_failed', nodes=sorted(self.to_fence), why='the fence run could not start: %s' % exc)
-            self.to_fence = {}
+            os.unlink(path)
+            if not self.fence_said:  # the nodes still wait: tried again every FENCE_EVERY s
+                self.fence_said = True
+                self.event('fence_failed', nodes=sorted(self.to_fence),
+                           why='the fence run could not start: %s (tried again every %d s)' % (exc, FENCE_EVERY))
             return
         os.close(handle)
+        self.fence_said = False
         self.fencing = (child, path, hosts, now)
 
     def glance_once(self, until, wanted=None):
@@ -1221,12 +1400,41 @@ class Supervisor:
             return None, rc
 
     def checkpoint(self):
-        """Step of the latest complete checkpoint (None when the job declares no checkpoint directory)."""
+        """(step, None) of the checkpoint a restart resumes from, as the start's own resume check finds it
+        (gpucluster_progress.py --resume-point: the newest complete one, else the newest a script saved without
+        the marker), read as the training account (it owns the directory; root on a root_squash export reads
+        nothing there, and root parses nothing it writes), bounded by CKPT_TIMEOUT; (None, None) when the job
+        declares no checkpoint directory or none is saved yet; (None, why) when the directory cannot be read."""
         directory = self.s.get('checkpoint_dir')
         if not directory:
-            return None
-        tag, record, _ = progress.latest_complete_checkpoint(directory)
-        return None if tag is None else int((record or {}).get('step', 0))
+            return None, None
+        user = self.s.get('training_user') if os.geteuid() == 0 else None
+        who = user or 'the supervisor'
+        cmd = [sys.executable, os.path.abspath(progress.__file__), '--resume-point', directory]
+        try:
+            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 timeout=CKPT_TIMEOUT, cwd='/', universal_newlines=True, **as_account(user)).stdout
+        except subprocess.TimeoutExpired:
+            return None, ('checkpoint directory %s gave no answer within %d s, read as %s (a hung mount?)'
+                          % (directory, CKPT_TIMEOUT, who))
+        except (OSError, KeyError, ValueError, subprocess.SubprocessError) as exc:
+            return None, 'checkpoint directory %s could not be read as %s: %s' % (directory, who, exc)
+        try:
+            point = json.loads(out.strip().splitlines()[-1][:65536])
+        except (ValueError, IndexError):
+            point = None
+        if not isinstance(point, dict):
+            return None, 'checkpoint directory %s could not be read as %s: %s' % (directory, who, last_line(out))
+        if point.get('tag') is None:
+            note = point.get('note') or ''
+            if 'cannot be read' in note:
+                return None, '%s, read as %s' % (note, who)
+            return None, None
+        step = point.get('step')
+        if not isinstance(step, int):
+            numbers = re.findall(r'(\d+)', str(point['tag']))
+            step = int(numbers[-1]) if numbers else 0
+        return step, None
 
     # ----- what it says of itself ---------------------------------------------------------------
     def heartbeat(self, what):
@@ -1239,7 +1447,7 @@ class Supervisor:
                   'read_seconds': self.read_seconds, 'quick_seconds': self.quick_seconds, 'last_read': self.last_good,
                   'glance': (('off: %s' % self.glance_off) if self.glance_off
                              else ('on' if self.glance_every else 'none')),
-                  'glance_seconds': self.glance_seconds}
+                  'glance_seconds': self.glance_seconds, 'until': self.memory.get('until')}
         if self.blind:
             record.update(blind=self.blind, blind_since=self.blind_since)
         progress.write_atomic(os.path.join(self.dir, HEARTBEAT), json.dumps(record) + '\n', 0o644)
@@ -1262,7 +1470,9 @@ class Supervisor:
             'last_read_timestamp_seconds': self.last_good, 'read_seconds': self.read_seconds,
             'failed_reads': self.failed_reads, 'blind': 1 if self.blind else 0, 'restarts': self.state['restarts'],
             'attempt': self.attempt, 'heartbeat_timestamp_seconds': now, 'glance_seconds': self.glance_seconds,
-            'glance_off': 1 if self.glance_off else 0})
+            'glance_off': 1 if self.glance_off else 0,
+            # when a bound (training_supervise_seconds) ends the supervision; absent: none, it follows the job
+            'until_timestamp_seconds': self.memory.get('until')})
         progress.write_atomic(os.path.join(self.dir, PROM), text, 0o644)
         where = self.metrics_path()
         if where:
@@ -1285,18 +1495,122 @@ class Supervisor:
 
     # ----- the loop -----------------------------------------------------------------------------
     def run(self):
+        """recall() its memory, then supervise(): the exit code (0, EXIT_ENDED; 1 after an unexpected error,
+        which is a supervisor_error event first: the unit starts it again and it goes on from its memory)."""
         try:
-            return self.supervise()
+            code = self.recall()
+            return code if code is not None else self.supervise()
+        except Exception as exc:  # pylint: disable=broad-except  # said, then the unit restarts it
+            frame = traceback.extract_tb(exc.__traceback__)[-1]
+            why = ('%s: %s (%s line %d, in %s); it starts again and goes on from its memory (%s)'
+                   % (type(exc).__name__, exc, os.path.basename(frame.filename), frame.lineno, frame.name,
+                      os.path.join(self.dir, MEMORY)))
+            traceback.print_exc()
+            try:
+                self.event('supervisor_error', why=why)
+            except Exception:  # pylint: disable=broad-except  # its disk refuses even this: the journal has it
+                pass
+            return 1
         finally:
             self.metrics_gone()
 
+    def remember(self, **changes):
+        """Write what it decided to memory.json (root's, mode 0600, on its host's disk) before acting on it:
+        attempt, restarts used, the job's nodes and spares, the nodes to fence, the recovery in progress
+        (phase) and how the supervision ended (ended)."""
+        self.memory.update(changes)
+        self.memory.update(job_id=self.job, attempt=self.attempt, attempt_began=self.attempt_began,
+                           state=self.state, to_fence=self.to_fence, time=time.time())
+        progress.write_atomic(os.path.join(self.dir, MEMORY), json.dumps(self.memory, sort_keys=True, default=str)
+                              + '\n', 0o600)
+
+    def recall(self, now=None):
+        """Go on from memory.json where an earlier run of this supervision left it (same attempt, restarts,
+        nodes, fences; a recovery half done is finished by supervise()), or begin it. None to supervise; else
+        the exit code: EXIT_ENDED when the supervision had ended, when its memory cannot be read (it does not
+        guess), or when it started START_LIMIT times within START_WINDOW s (a gave_up that says so)."""
+        now = time.time() if now is None else now
+        memory = read_memory(self.dir)
+        if memory is None:
+            self.event('supervisor_error', why='%s cannot be read: the supervisor does not guess what it did; the '
+                       'job runs on unsupervised (move the file aside to supervise the job as new)'
+                       % os.path.join(self.dir, MEMORY))
+            return EXIT_ENDED
+        if memory.get('job_id') not in (None, self.job):
+            memory = {}
+        if memory.get('ended'):
+            print('the supervision of job %s ended (%s): nothing to do' % (self.job, ended_why(memory)), flush=True)
+            return 0
+        seconds = int(self.s.get('seconds') or 0)
+        if not memory:
+            self.memory = {'started': now, 'until': now + seconds if seconds > 0 else None, 'starts': [now],
+                           'phase': None}
+            self.remember()
+            return None
+        self.memory = memory
+        self.attempt = int(memory.get('attempt') or self.attempt)
+        self.attempt_began = bool(memory.get('attempt_began', True))
+        self.state = dict(self.state, **(memory.get('state') or {}))
+        self.to_fence = dict(memory.get('to_fence') or {})
+        starts = [t for t in memory.get('starts') or [] if isinstance(t, (int, float)) and now - t < START_WINDOW]
+        starts.append(now)
+        self.resumed = dict(memory)
+        booted = boot_time()
+        if booted is not None and isinstance(memory.get('time'), (int, float)) and memory['time'] < booted:
+            # its host rebooted under it: the job's processes there ended with it, and a read that finds the job
+            # stopped (nothing running, no exit code) is that, not a stop by someone (who stops the unit first)
+            self.rebooted = (socket.gethostname(), booted)
+        # the run it was making when it ended (a read, or a stop or start half done) ends before it acts again
+        self.resumed['leftover'] = end_leftover(memory.get('child')) if memory.get('child') else None
+        self.memory['child'] = None
+        if len(starts) > START_LIMIT:
+            why = ('the supervisor started %d times within %d s (its supervisor_error events say why): it gives up; '
+                   'the job runs on unsupervised (train.yml -e training_state=stopped, then started, supervises it '
+                   'again)' % (len(starts), START_WINDOW))
+            self.remember(starts=starts, ended='gave_up')
+            self.event('gave_up', why=why, step=None)
+            return EXIT_ENDED
+        self.remember(starts=starts)
+        return None
+
     def supervise(self):
-        deadline = time.time() + self.s['seconds']
-        self.event('supervising', nodes=self.state['nodes'], why='restarts %d, min nodes %d, for %d s'
-                   % (self.s['restarts'], self.s['min_nodes'], self.s['seconds']))
-        waiting_first_step = None
-        while time.time() < deadline:
+        until = self.memory.get('until')
+        bound = 'for %d s' % self.s['seconds'] if until else 'until the job ends'
+        if self.resumed:
+            phase = self.resumed.get('phase') or {}
+            self.event('resumed', nodes=self.state['nodes'], why=(
+                'the supervisor started again (start %d of its last %d s): attempt %d, %d of %d restart(s) used, '
+                '%s%s' % (len(self.memory['starts']), START_WINDOW, self.attempt, self.state['restarts'],
+                          self.s['restarts'], ('until %s' % when(until)) if until else 'until the job ends',
+                          ('; a recovery was half done (%s): it is finished now' % phase.get('phase'))
+                          if phase else '')
+                + ('; the run it left (pid %d) was ended' % self.resumed['leftover']
+                   if self.resumed.get('leftover') else '')
+                + ('; %s rebooted (up since %s)' % (self.rebooted[0], when(self.rebooted[1])) if self.rebooted else '')))
+        else:
+            self.event('supervising', nodes=self.state['nodes'], why='restarts %d, min nodes %d, %s'
+                       % (self.s['restarts'], self.s['min_nodes'], bound))
+        waiting_first_step = self.finish_half_done()
+        if waiting_first_step is False:
+            self.write_report()
+            return EXIT_ENDED
+        while until is None or time.time() < until:
             obs = self.look()
+            if self.rebooted and obs['state'] != 'unknown':
+                host, booted = self.rebooted
+                self.rebooted = None
+                if obs['state'] == 'stopped':
+                    nodes = [n for n in self.state['nodes'] if n == host or (self.s.get('hosts') or {}).get(n) == host]
+                    why = ('the job ended with the reboot of %s (up since %s): nothing of it runs and no part of it '
+                           'exited' % (host, when(booted)))
+                    obs = dict(obs, state='failed', why=why)
+                    waiting_first_step = self.recover(obs, {'action': 'stop', 'seen': 'rebooted', 'nodes': nodes,
+                                                            'why': why})
+                    if waiting_first_step is False:
+                        self.write_report()
+                        return EXIT_ENDED
+                    self.seen_step = self.seen_step_time = None
+                    continue
             if waiting_first_step is not None and obs['step'] is not None and obs['step'] > waiting_first_step:
                 self.event('training', step=obs['step'], why='training again after the restart')
                 waiting_first_step = None
@@ -1307,6 +1621,7 @@ class Supervisor:
                 self.missed = None  # a read that reached every node ends an episode of missed reads
                 self.unread = {}
             if act['action'] == 'done':
+                self.remember(ended='done')
                 self.event('done', why=act['why'], step=obs['step'])
                 self.write_report()
                 return 0
@@ -1314,15 +1629,58 @@ class Supervisor:
                 waiting_first_step = self.recover(obs, act)
                 if waiting_first_step is False:
                     self.write_report()
-                    return 1
+                    return EXIT_ENDED
                 self.seen_step = self.seen_step_time = None  # the restarted job's steps start again from its checkpoint
                 self.sign, self.signs_read = None, set()
                 continue
             self.fence_step()
             self.sign = self.wait_next_read()
+        self.remember(ended='stopped')
         self.event('stopped', why='training_supervise_seconds (%d) ended: the job runs on, unsupervised'
                    % self.s['seconds'])
         return 0
+
+    def finish_half_done(self):
+        """Finish the recovery an earlier run of this supervision left half done (its memory's phase): one that
+        had not restarted the job yet goes again from the stop (a stop and a check only end and judge, and the
+        restarts used were not counted yet); one whose restart was decided (counted, its plan kept) starts
+        that attempt again only when a read shows nothing of it, after a stop of what it may have half
+        started. None when there was none; else what recover() answers (False: it gave up)."""
+        phase = self.memory.get('phase') or {}
+        if phase.get('phase') in ('stopping', 'checking'):
+            return self.recover(phase['obs'], phase['act'], again=True)
+        if phase.get('phase') != 'restarting':
+            return None
+        plan, extra = phase['plan'], phase['extra']
+        self.attempt_began = True  # a read of an earlier attempt is stale: nothing of this one was read
+        obs = self.look()
+        if obs['state'] != 'unknown' and not obs.get('stale'):
+            self.log_text('# %s attempt %d was started before the supervisor ended (read: %s): not started again\n'
+                          % (time.strftime('%Y-%m-%dT%H:%M:%S'), self.attempt, obs['state']))
+            self.remember(phase=None)
+            return plan['resume_step']
+        self.heartbeat('stopping')
+        rc = self.train('stopped', limit=plan['nodes'])
+        unstopped = failed_hosts(self.run_output()) if rc != 0 else {}
+        if unstopped:
+            return self.give_up('not restarted: attempt %d was half started when the supervisor ended, and its stop '
+                                'failed on %s' % (self.attempt, ', '.join(sorted(unstopped))), obs['step'])
+        return self.start_attempt(plan, extra)
+
+    def start_attempt(self, plan, extra):
+        """Start the attempt a plan decided (train.yml started on its nodes); the recovery is then done."""
+        self.heartbeat('restarting')
+        rc = self.train('started', limit=plan['nodes'], **extra)
+        self.attempt_began = rc == 0
+        if rc != 0:
+            error = self.last_error()
+            what = ('train.yml started did not end within %d s (action_timeout)' % self.s['action_timeout']
+                    if rc == 124 else 'train.yml started ended with rc %d' % rc)
+            self.event('restart_failed', nodes=plan['nodes'],
+                       why='%s: %s' % (what, error) if error else
+                       '%s (no fatal or ERROR line in its output; %s)' % (what, os.path.join(self.dir, LOG)))
+        self.remember(phase=None)
+        return plan['resume_step']
 
     def write_report(self):
         """The job's report page (train.yml -e training_state=report), bounded in time; a run that fails is an
@@ -1339,14 +1697,20 @@ class Supervisor:
             except OSError:
                 pass
 
-    def recover(self, obs, act):
-        more = {'step_read': obs['step_read']} if obs.get('step_read') else {}
-        if self.sign:  # the glance that ended the wait for this read
-            more.update(sign=self.sign['why'], sign_time=self.sign['time'])
-        if obs.get('quick_read'):  # seen by the quick read of the sign's nodes and the head
-            more.update(quick_read=obs['quick_read'], quick_seconds=self.quick_seconds)
-        self.event('fault', seen=act['seen'], nodes=act['nodes'], step=obs['step'],
-                   last_step_time=obs['last_step_time'], why=act['why'], **more)
+    def recover(self, obs, act, again=False):
+        """Stop the job, check its nodes, plan and start the next attempt (the answer: the step it resumes from;
+        False when it gave up). Each phase is remembered before it is acted on; again: a recovery an earlier
+        run of this supervision began (its fault event was written then)."""
+        if not again:
+            more = {'step_read': obs['step_read']} if obs.get('step_read') else {}
+            if self.sign:  # the glance that ended the wait for this read
+                more.update(sign=self.sign['why'], sign_time=self.sign['time'])
+            if obs.get('quick_read'):  # seen by the quick read of the sign's nodes and the head
+                more.update(quick_read=obs['quick_read'], quick_seconds=self.quick_seconds)
+            self.event('fault', seen=act['seen'], nodes=act['nodes'], step=obs['step'],
+                       last_step_time=obs['last_step_time'], why=act['why'], **more)
+        phase = {'phase': 'stopping', 'obs': obs, 'act': act, 'time': time.time()}
+        self.remember(phase=phase)
         self.heartbeat('stopping')
         stalled = act['seen'] == 'stalled'
         # nodes that did not answer two reads and a direct probe: not stopped nor checked (each would wait out
@@ -1382,6 +1746,7 @@ class Supervisor:
             return self.give_up('not restarted: the stop failed on %s, where the job may still run; a restart would '
                                 'start beside it (end what is left there, then start the job again)'
                                 % ', '.join(sorted(unstopped)), obs['step'])
+        self.remember(phase=dict(phase, phase='checking'))
         self.heartbeat('checking nodes')
         # the spares that may take a left-out node's place are checked with the job's nodes
         ready = [n for n in self.s.get('spares') or [] if n not in self.state['nodes']
@@ -1399,7 +1764,11 @@ class Supervisor:
             if lost_nodes:
                 why += ' (%s lost: not checked)' % ', '.join(lost_nodes)
         self.event('checked', nodes=bad, why=why)
-        ckpt = self.checkpoint()
+        ckpt, unreadable = self.checkpoint()
+        if unreadable:  # never silently from the beginning, past a checkpoint that may well be there
+            return self.give_up('not restarted: %s; a restart would begin again from step 0 beside the checkpoints '
+                                'it cannot see (make the directory readable to the training account, then start '
+                                'the job again: it resumes from there)' % unreadable, obs['step'])
         plan = core.plan_restart(self.state, obs, act['nodes'], bad, ckpt, self.s)
         if plan['action'] == 'give_up':
             return self.give_up(plan['why'], obs['step'])
@@ -1418,28 +1787,22 @@ class Supervisor:
         elif ckpt is None:
             why += ('; no checkpoint directory declared (training_supervise_checkpoint_dir): restarting from the '
                     'beginning')
-        self.event('restart', nodes=plan['nodes'], left_out=plan['left_out'], resume_step=plan['resume_step'],
-                   lost_steps=lost, why=why, **({'spares': plan['spares']} if plan.get('spares') else {}))
-        self.heartbeat('restarting')
         extra = {'training_wait': 'first_step', 'training_attempt': self.attempt,
                  # the spares the job runs on now (those it started on and those taken since, still among its nodes)
                  'training_spares': [self.host_of(n) for n in self.state['spares_used']
                                      if n in plan['nodes']]}
         if ckpt is not None:
             extra.update(training_resume_from=self.s['checkpoint_dir'], training_resume_if_present=True)
-        rc = self.train('started', limit=plan['nodes'], **extra)
-        self.attempt_began = rc == 0
-        if rc != 0:
-            error = self.last_error()
-            what = ('train.yml started did not end within %d s (action_timeout)' % self.s['action_timeout']
-                    if rc == 124 else 'train.yml started ended with rc %d' % rc)
-            self.event('restart_failed', nodes=plan['nodes'],
-                       why='%s: %s' % (what, error) if error else
-                       '%s (no fatal or ERROR line in its output; %s)' % (what, os.path.join(self.dir, LOG)))
-        return plan['resume_step']
+        # decided: the restart counted, its plan kept; a supervisor that ends now starts this attempt when it
+        # comes back (finish_half_done), unless it was started already
+        self.remember(phase={'phase': 'restarting', 'plan': plan, 'extra': extra, 'time': time.time()})
+        self.event('restart', nodes=plan['nodes'], left_out=plan['left_out'], resume_step=plan['resume_step'],
+                   lost_steps=lost, why=why, **({'spares': plan['spares']} if plan.get('spares') else {}))
+        return self.start_attempt(plan, extra)
 
     def give_up(self, why, step):
         """The gave_up event (supervision ends, the job failed); False, recover()'s answer for it."""
+        self.remember(phase=None, ended='gave_up')
         self.event('gave_up', why=why, step=step)
         if self.slurm:  # the Slurm job waits requeued and held: nothing will release it now
             rc = self.train('stopped')
@@ -1634,16 +1997,18 @@ def main(argv):
     if held is None:
         print('job %s is supervised already (the lock %s is held): this supervisor does nothing'
               % (settings['job_id'], path), flush=True)
-        return 3
+        return EXIT_HELD
     sup = Supervisor(settings)
 
     def stopped(signum, _frame):
-        # systemctl stop (training_state=stopped does it first) or RuntimeMaxSec: the playbook run in
-        # progress ends with it (a restart half done is stopped by training_state=stopped next); the
-        # job's own processes are not touched here
+        # systemctl stop (training_state=stopped does it first, and disables the unit), its host shutting
+        # down, or RuntimeMaxSec: the playbook run in progress ends with it (a restart half done is stopped by
+        # training_state=stopped next, or finished when the supervisor starts again: its memory is kept);
+        # the job's own processes are not touched here
         sup.end_child()
-        sup.event('stopped', why='the supervisor was stopped (signal %d); the job itself is stopped '
-                  'by training_state=stopped, or runs on unsupervised' % signum)
+        sup.event('stopped', why='the supervisor was stopped (signal %d: systemctl stop, or its host shutting '
+                  'down); the job itself is stopped by training_state=stopped, or runs on unsupervised until the '
+                  'supervisor starts again' % signum)
         sys.exit(0)  # through run(): its figures leave node_exporter's directory
     signal.signal(signal.SIGTERM, stopped)
     return sup.run()

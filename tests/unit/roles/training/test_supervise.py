@@ -141,15 +141,21 @@ def test_two_supervisors_never_act_on_one_job(tmp_path):
 
 
 def test_the_report_says_who_supervises_the_job_or_that_nobody_does(tmp_path):
-    # everything in the supervisor's state directory: its heartbeat, its events, its lock
+    # everything in the supervisor's state directory: its heartbeat, its events, its lock, its memory
     (tmp_path / 'supervisor.json').write_text(json.dumps(
         {'unit': 'gpucluster-supervise@j-1.service', 'pid': 4242, 'host': 'head', 'doing': 'reading',
-         'time': NOW - 5, 'restarts': 1}))
+         'time': NOW - 5, 'restarts': 1, 'attempt': 2, 'until': None}))
     (tmp_path / 'events.jsonl').write_text(json.dumps({'event': 'supervising', 'time': NOW - 60}) + '\n')
     held = sv.lock(str(tmp_path / 'lock'))
     lines = sv.report(str(tmp_path), NOW)
-    assert lines[0] == 'supervised by gpucluster-supervise@j-1.service (pid 4242 on head, reading 5 s ago; restarts 1)'
+    assert lines[0] == ('supervised by gpucluster-supervise@j-1.service (pid 4242 on head, reading 5 s ago; attempt 2, '
+                        'restarts 1; for as long as the job runs)')
     assert lines[1].startswith('supervision: supervised; 0 restart(s)')
+    # a bound the user set is shown before it ends
+    beat = json.loads((tmp_path / 'supervisor.json').read_text())
+    (tmp_path / 'supervisor.json').write_text(json.dumps(dict(beat, until=NOW + 3600)))
+    assert sv.report(str(tmp_path), NOW)[0].endswith('restarts 1; until %s (training_supervise_seconds))'
+                                                     % sv.when(NOW + 3600))
     # the report only looks: the supervisor still holds its lock after it
     assert sv.lock(str(tmp_path / 'lock')) is None
     # and a report that looks at the same time as another is not taken for a supervisor
@@ -162,6 +168,18 @@ def test_the_report_says_who_supervises_the_job_or_that_nobody_does(tmp_path):
     assert sv.lock_held(str(tmp_path / 'lock')) is True
     held.close()  # the supervisor died: the job runs on, and status says so
     assert sv.report(str(tmp_path), NOW)[0] == 'nobody supervises this job (no supervisor holds %s/lock)' % tmp_path
+    # with its memory: what it was at and its last error, and never `supervised` on the next line
+    (tmp_path / 'memory.json').write_text(json.dumps({'job_id': 'j-1', 'attempt': 2, 'state': {'restarts': 1}}))
+    with open(str(tmp_path / 'events.jsonl'), 'a') as handle:
+        handle.write(json.dumps({'event': 'supervisor_error', 'time': NOW - 30, 'why': 'OSError: disk full'}) + '\n')
+    lines = sv.report(str(tmp_path), NOW)
+    assert lines[0] == ('nobody supervises this job (no supervisor holds %s/lock): its supervisor is not running '
+                        '(attempt 2, 1 restart(s) used; its last event at %s: supervisor_error: OSError: disk full); the job '
+                        'runs on unsupervised until it starts again (systemctl status gpucluster-supervise@j-1.service)'
+                        % (tmp_path, time.strftime('%H:%M:%S', time.localtime(NOW - 30))))
+    assert lines[1].startswith('supervision: not supervised now; 0 restart(s)')
+    (tmp_path / 'memory.json').write_text(json.dumps({'job_id': 'j-1', 'attempt': 2, 'ended': 'gave_up'}))
+    assert sv.report(str(tmp_path), NOW)[0].endswith(': its supervision ended (gave up)')
     (tmp_path / 'lock').unlink()  # never supervised here
     assert sv.report(str(tmp_path), NOW)[0].startswith('nobody supervises this job')
 
@@ -467,7 +485,7 @@ def test_a_health_run_that_wrote_no_report_calls_no_node_failing_and_judges_by_t
 def test_a_node_failing_after_every_restart_gives_up_after_training_restarts_with_the_reason(tmp_path):
     statuses = [_failed('w1', 23), _failed('w1', 26), _failed('w1', 29)]
     rc, calls, events = _supervise(tmp_path, statuses, [_healthy(), _healthy(), _healthy()], restarts=2)
-    assert rc == 1
+    assert rc == sv.EXIT_ENDED
     assert [c[0] for c in calls].count('started') == 2
     assert [e['event'] for e in events].count('restart') == 2
     assert events[-1]['event'] == 'gave_up' and events[-1]['why'] == 'training_restarts (2) used up'
@@ -497,7 +515,7 @@ def test_a_job_done_gets_its_report_page_written_on_the_head_without_a_fetch(tmp
 def test_a_job_given_up_gets_its_report_page_too(tmp_path):
     statuses = [_failed('w1', 23), _failed('w1', 26)]
     rc, calls, events = _supervise(tmp_path, statuses, [_healthy(), _healthy()], restarts=1)
-    assert rc == 1 and calls[-1][0] == 'report'
+    assert rc == sv.EXIT_ENDED and calls[-1][0] == 'report'
     assert events[-1]['event'] == 'gave_up'
 
 
@@ -527,7 +545,9 @@ def test_a_report_run_that_cannot_start_is_an_event_not_a_crash(tmp_path):
     sv.Supervisor(settings).write_report()
     events = core.read_events(str(state))
     assert [e['event'] for e in events] == ['report_failed']
-    assert events[0]['why'].startswith('the report page was not written: ')
+    # a program that cannot be run (its venv gone) is a run that failed, said with why
+    assert events[0]['why'].startswith('train.yml report ended with rc 127 (its output in %s/ansible.log): %s/missing '
+                                       'cannot be run: No such file or directory' % (state, tmp_path))
 
 
 # ----- a node that misses a read --------------------------------------------------------------------
@@ -555,8 +575,9 @@ def test_a_node_that_answers_the_direct_probe_is_not_stopped_and_a_run_of_misses
     assert [c[0] for c in _runs(calls)] == ['status', 'status', 'status', 'status', 'status', 'status', 'report']
     assert len(_pings(calls)) == 2  # one beside the second read of each pair
     assert [e['event'] for e in events] == ['supervising', 'read_missed', 'done']
-    assert events[1]['why'] == ('not read once, not a fault: w2: the second read could not reach it either; it '
-                                'answered the direct probe')
+    assert events[1]['why'].startswith('not read once, not a fault: w2: the second read could not reach it either; '
+                                       'it answered the direct probe (port ')
+    assert events[1]['why'].endswith('; ansible ping: pong)')
 
 
 # ----- a supervisor that cannot read the job ----------------------------------------------------------
@@ -677,7 +698,7 @@ def test_a_stop_that_left_processes_of_the_job_is_not_restarted_on_and_says_why(
     rc, calls, events = _supervise(tmp_path, statuses, [_healthy()],
                                    stopped=[{'rc': 2, 'output': _stop_output('w1', 'FAILED!', left)}])
     # no health run, no start on top of what the stop left
-    assert rc == 1 and [c[0] for c in calls] == ['status', 'stopped', 'report']
+    assert rc == sv.EXIT_ENDED and [c[0] for c in calls] == ['status', 'stopped', 'report']
     assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'gave_up']
     assert events[2]['why'] == 'stop ended with rc 2 (a node that does not answer keeps its frozen ranks); it failed ' \
                                'on w1 (%s)' % left
@@ -736,9 +757,12 @@ def test_the_program_holds_the_lock_in_its_state_dir_and_a_stop_ends_its_run_and
             sup.kill()
     events = core.read_events(str(state))
     assert [e['event'] for e in events] == ['supervising', 'stopped']
-    assert events[1]['why'].startswith('the supervisor was stopped (signal 15)')
+    assert events[1]['why'].startswith('the supervisor was stopped (signal 15: systemctl stop, or its host shutting down)')
     assert os.listdir(str(tmp_path / 'metrics')) == [] and (state / 'supervisor.prom').exists()
-    assert sv.report(str(state))[0] == 'nobody supervises this job (no supervisor holds %s/lock)' % state
+    assert sv.report(str(state))[0].startswith(
+        'nobody supervises this job (no supervisor holds %s/lock): its supervisor is not running (attempt 1, 0 '
+        'restart(s) used; its last event at ' % state)
+    assert ': stopped: the supervisor was stopped (signal 15' in sv.report(str(state))[0]
 
 
 # ----- Slurm: requeued and held, drained, released under the same id ---------------------------------
@@ -756,7 +780,7 @@ def test_a_slurm_job_is_held_by_the_stop_its_failing_node_drained_and_released_b
 def test_a_slurm_job_given_up_has_its_held_job_cancelled(tmp_path):
     statuses = [_failed('w1', 23), _failed('w1', 26)]
     rc, calls, events = _supervise(tmp_path, statuses, [_healthy(), _healthy()], restarts=1, launcher='slurm')
-    assert rc == 1
+    assert rc == sv.EXIT_ENDED
     stops = [x for x in _extras(tmp_path) if x.get('training_state') == 'stopped']
     assert [x.get('training_slurm_hold') for x in stops] == [True, True, None]   # the last: scancel of the held job
     assert [e['event'] for e in events][-2:] == ['gave_up', 'job_stopped']

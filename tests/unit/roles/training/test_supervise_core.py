@@ -72,25 +72,47 @@ def test_a_read_that_missed_a_node_asks_for_confirming_only_when_no_rank_failed(
 
 def test_the_read_missed_event_says_for_each_node_why_it_is_no_fault():
     first = _obs('unreachable', ['w1', 'w2'])
-    probes = {'w1': {'answered': True, 'why': 'x'}, 'w2': {'answered': False, 'why': 'port 22 on w2: refused'}}
+    probes = {'w1': {'answered': True, 'why': 'port 22 on w1: sshd answered (SSH-2.0-OpenSSH_9.2p1)'},
+              'w2': {'answered': False, 'why': 'port 22 on w2: refused'}}
     why = sv.missed_why(first, _obs('unreachable', ['w1']), probes)
     assert why == ('not read once, not a fault: w1: the second read could not reach it either; it answered the '
-                   'direct probe; w2: the second read reached it; the direct probe failed (port 22 on w2: refused)')
+                   'direct probe (port 22 on w1: sshd answered (SSH-2.0-OpenSSH_9.2p1)); w2: the second read reached it; the direct probe failed (port 22 on w2: refused)')
     why = sv.missed_why(_obs('unreachable', ['w2']), _obs('unknown', why='the status read gave nothing'), probes)
     assert why == ('not read once, not a fault: w2: the second read gave no answer (the status read gave nothing); '
                    'the direct probe failed (port 22 on w2: refused)')
 
 
-def test_a_tcp_probe_names_the_port_and_why():
+def test_a_tcp_probe_names_the_port_and_why_and_only_an_sshd_banner_is_an_answer():
     import socket
+    import threading
     server = socket.socket()
     server.bind(('127.0.0.1', 0))
-    server.listen(1)
+    server.listen(4)
     port = server.getsockname()[1]
     try:
-        assert sv.tcp_probe('127.0.0.1', port) == (True, 'port %d on 127.0.0.1: open' % port)
+        assert sv.tcp_probe('127.0.0.1', port, banner=0) == (True, 'port %d on 127.0.0.1: open' % port)
+        # the kernel accepts, nothing answers: a frozen node's sshd
+        assert sv.tcp_probe('127.0.0.1', port, banner=0.5) == (
+            False, 'port %d on 127.0.0.1: open, but no SSH banner within 0.5 s (a frozen node?)' % port)
+
     finally:
         server.close()
+    sshd = socket.socket()
+    sshd.bind(('127.0.0.1', 0))
+    sshd.listen(1)
+
+    def answer():
+        conn, _ = sshd.accept()
+        conn.sendall(b'SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3\r\n')
+        conn.close()
+    thread = threading.Thread(target=answer)
+    thread.start()
+    try:
+        assert sv.tcp_probe('127.0.0.1', sshd.getsockname()[1], banner=5) == (
+            True, 'port %d on 127.0.0.1: sshd answered (SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3)' % sshd.getsockname()[1])
+        thread.join(5)
+    finally:
+        sshd.close()
     answered, why = sv.tcp_probe('127.0.0.1', port)
     assert not answered and why.startswith('port %d on 127.0.0.1: ' % port) and 'refused' in why.lower()
 
