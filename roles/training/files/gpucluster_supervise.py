@@ -1153,9 +1153,10 @@ class Supervisor:
         port = int(self.s.get('ssh_port', 22))
         addresses = self.s.get('addresses') or {}
         tcp = {}
-        threads = [threading.Thread(target=lambda n=n: tcp.__setitem__(
-                       n, tcp_probe(addresses.get(n) or names[n], port, TCP_TIMEOUT, BANNER_TIMEOUT)))
-                   for n in nodes]
+
+        def one(node):
+            tcp[node] = tcp_probe(addresses.get(node) or names[node], port, TCP_TIMEOUT, BANNER_TIMEOUT)
+        threads = [threading.Thread(target=one, args=(n,)) for n in nodes]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -76,7 +76,8 @@ def test_the_read_missed_event_says_for_each_node_why_it_is_no_fault():
               'w2': {'answered': False, 'why': 'port 22 on w2: refused'}}
     why = sv.missed_why(first, _obs('unreachable', ['w1']), probes)
     assert why == ('not read once, not a fault: w1: the second read could not reach it either; it answered the '
-                   'direct probe (port 22 on w1: sshd answered (SSH-2.0-OpenSSH_9.2p1)); w2: the second read reached it; the direct probe failed (port 22 on w2: refused)')
+                   'direct probe (port 22 on w1: sshd answered (SSH-2.0-OpenSSH_9.2p1)); w2: the second read reached '
+                   'it; the direct probe failed (port 22 on w2: refused)')
     why = sv.missed_why(_obs('unreachable', ['w2']), _obs('unknown', why='the status read gave nothing'), probes)
     assert why == ('not read once, not a fault: w2: the second read gave no answer (the status read gave nothing); '
                    'the direct probe failed (port 22 on w2: refused)')
