@@ -55,13 +55,14 @@ PAYLOAD_MAX = {
     # container or under a scheduler (container_per_rank, schedules, Slurm's partition check)
     # the first-step watch's last step line of a job that failed after its steps (failed at step N); health_reports
     # (monitor's gauge_lines; the whole module is shipped for it): the health checks' n/a status
-    'training_job': (18, 6090),
+    'training_job': (18, 6155),
     # rank_errors: the logs' tracebacks; flight_recorder: the stall verdict, the dump request; ranks: the
-    # module's own read, which training_job's status makes too
-    'training_progress': (9, 2765),
+    # module's own read, which training_job's status makes too; monitor's bounded read of the progress files
+    # (every header, this node's ends)
+    'training_progress': (9, 2825),
     # monitor's read_node_log: the steps of a script that writes no progress file, from its logs; the same
     # health_reports, and report_html's n/a style
-    'training_report': (9, 2850),
+    'training_report': (9, 2910),
 }
 
 

@@ -47,6 +47,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import stat
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import nvidia_smi as ns
 from ansible_collections.gpucluster.multinode.plugins.module_utils import processes as pr
@@ -515,8 +516,73 @@ def rank_gpu(local_rank, visible_devices, gpus):
 
 
 # ----- one node --------------------------------------------------------------------------------
+HEAD_BYTES = 4096        # a progress file's beginning read by every node: its header and first steps
+TAIL_BYTES = 65536       # and the end of one of this node's ranks: its last steps, heartbeats and done line
+
+
+def read_bounded(path, tail_bytes=TAIL_BYTES, head_bytes=HEAD_BYTES):
+    """(text, skipped) of a file read without reading all of it: its first head_bytes, then (tail_bytes > 0)
+    its last tail_bytes from the first whole line, joined; skipped: the bytes left out between them (0: the
+    whole file). A regular file only (O_NOFOLLOW|O_NONBLOCK); (None, 0) when it cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, 'O_NOFOLLOW', 0) | getattr(os, 'O_NONBLOCK', 0))
+    except OSError:
+        return None, 0
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None, 0
+        head = os.read(fd, head_bytes)
+        if len(head) < head_bytes or not tail_bytes:
+            return head.decode('utf-8', 'replace'), max(0, info.st_size - len(head)) if not tail_bytes else 0
+        start = max(len(head), info.st_size - tail_bytes)
+        os.lseek(fd, start, os.SEEK_SET)
+        tail = b''
+        while len(tail) < tail_bytes:
+            chunk = os.read(fd, tail_bytes - len(tail))
+            if not chunk:
+                break
+            tail += chunk
+    except OSError:
+        return None, 0
+    finally:
+        os.close(fd)
+    skipped = start - len(head)
+    if skipped > 0:  # both ends at whole lines: a line cut in two is no step
+        head = head[:head.rfind(b'\n') + 1]
+        tail = tail[tail.find(b'\n') + 1:] if b'\n' in tail else b''
+    return (head + tail).decode('utf-8', 'replace'), skipped
+
+
+def read_progress(job_dir, mine):
+    """{rank: parsed} of every progress file of the job, read so that a read costs the same on a job's first
+    minute and its seventh day: every file's beginning (HEAD_BYTES: its header, which names its host, attempt and
+    world, and its first steps), and the end too (TAIL_BYTES) of the ranks mine(header, rank) says are this
+    node's. A parsed file read in part has `skipped` (bytes not read) above 0; its steps are the first and the
+    last ones, so the mean rate from the first step and the window's figures are those of the whole file."""
+    folder = os.path.join(job_dir, PROGRESS_DIR)
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return {}
+    out = {}
+    for name in names:
+        match = PROGRESS_RE.match(name)
+        if not match:
+            continue
+        rank, path = int(match.group(1)), os.path.join(folder, name)
+        head, skipped = read_bounded(path, tail_bytes=0)
+        parsed = parse_progress(head or '')
+        if mine(parsed['header'], rank) and skipped:
+            text, skipped = read_bounded(path)
+            parsed = parse_progress(text or '')
+        parsed['skipped'] = skipped
+        out[rank] = parsed
+    return out
+
+
 def read_progress_files(job_dir):
-    """{rank: text} of every progress file of the job."""
+    """{rank: text} of every progress file of the job, whole (the report page's read, once at the end)."""
     folder = os.path.join(job_dir, PROGRESS_DIR)
     try:
         names = os.listdir(folder)

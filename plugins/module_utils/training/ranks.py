@@ -130,7 +130,10 @@ def read(module, p):
     mem = {pid: jm.memory(pid) for pid in pids}
     gpus, gpu_note = read_gpus(module, p['nvidia_smi'])
     now = time.time()
-    progress = {rank: jm.parse_progress(text) for rank, text in jm.read_progress_files(p['job_dir']).items()}
+    # every rank's header (its host, attempt, world), and the end of this node's ranks only: a read costs the
+    # same whatever the job's age and the other nodes' ranks
+    progress = jm.read_progress(p['job_dir'], lambda header, rank: rank in procs or header.get('host') in (
+        hostname, p['node']))
     # only the newest attempt's files and processes are the job's ranks; an older one's are reported as stale
     fenced = jm.fence_attempts(progress, procs, host=p['node'])
     progress, procs = fenced['progress'], fenced['procs']
