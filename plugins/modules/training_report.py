@@ -173,8 +173,8 @@ def main():
         re.compile(p['step_regex'])
     except re.error as exc:
         module.fail_json(msg='step_regex %r is not a regular expression: %s' % (p['step_regex'], exc))
-    progress, events, summary, layout = jr.read_job(job_dir, p['step_regex'])
-    data = jr.job_data(p['job_id'], progress, events, summary, layout, max_points=p['max_points'])
+    progress, events, summary, layout, earlier = jr.read_job(job_dir, p['step_regex'])
+    data = jr.job_data(p['job_id'], progress, events, summary, layout, max_points=p['max_points'], earlier=earlier)
     text = jr.render(data, job_dir)
     changed = read_text(dest) != text
     if changed and not module.check_mode:
@@ -186,6 +186,7 @@ def main():
                      job_state=data['summary']['state'], loss_points=data['loss']['shown'],
                      loss_steps=data['loss']['steps_logged'], downsampled=data['downsampled'],
                      supervised=events is not None, events=len(events or []), slowest_node=data['slowest']['node'],
+                     attempts=len(data['attempts']),
                      bytes=len(text.encode('utf-8')))
 
 

@@ -61,8 +61,8 @@ PAYLOAD_MAX = {
     # (every header, this node's ends)
     'training_progress': (9, 2825),
     # monitor's read_node_log: the steps of a script that writes no progress file, from its logs; the same
-    # health_reports, and report_html's n/a style
-    'training_report': (9, 2910),
+    # health_reports, and report_html's n/a style; the earlier attempts' files (one loss curve an attempt)
+    'training_report': (9, 3005),
 }
 
 

@@ -581,9 +581,10 @@ def read_progress(job_dir, mine):
     return out
 
 
-def read_progress_files(job_dir):
-    """{rank: text} of every progress file of the job, whole (the report page's read, once at the end)."""
-    folder = os.path.join(job_dir, PROGRESS_DIR)
+def read_progress_files(job_dir, subdir=PROGRESS_DIR):
+    """{rank: text} of every progress file of the job, whole (the report page's read, once at the end);
+    subdir '': the rank files of job_dir itself (an earlier attempt's folder)."""
+    folder = os.path.join(job_dir, subdir) if subdir else job_dir
     try:
         names = os.listdir(folder)
     except OSError:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import re
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import monitor as jm
 from ansible_collections.gpucluster.multinode.plugins.module_utils.training import supervision as sup_core
@@ -57,16 +58,64 @@ def read_events(path):
 
 
 def read_job(job_dir, step_regex=None):
-    """(progress {rank: parsed}, events or None, summary or None, layout or None) of a job directory;
+    """(progress {rank: parsed}, events or None, summary or None, layout or None, earlier) of a job directory;
     progress holds the files of the job's newest attempt only (a rank an older attempt had and the
-    newest has not leaves its file behind: monitor.fence_attempts). A job whose script writes no progress
-    file has its steps from the logs, the lines step_regex matches (log_progress)."""
+    newest has not leaves its file behind: monitor.fence_attempts); earlier: {attempt: {rank: parsed}} of the
+    attempts before it (read_earlier_attempts). A job whose script writes no progress file has its steps from
+    the logs, the lines step_regex matches (log_progress)."""
     texts = jm.read_progress_files(job_dir)
-    progress = jm.fence_attempts(dict((rank, jm.parse_progress(texts[rank])) for rank in sorted(texts)))['progress']
+    fenced = jm.fence_attempts(dict((rank, jm.parse_progress(texts[rank])) for rank in sorted(texts)))
+    progress = fenced['progress']
     layout = read_json(os.path.join(job_dir, LAYOUT))
     if not progress and step_regex:
         progress = log_progress(job_dir, layout, step_regex)
-    return (progress, read_events(os.path.join(job_dir, EVENTS)), read_json(os.path.join(job_dir, SUMMARY)), layout)
+    earlier = read_earlier_attempts(job_dir, fenced['attempt'])
+    return (progress, read_events(os.path.join(job_dir, EVENTS)), read_json(os.path.join(job_dir, SUMMARY)), layout,
+            earlier)
+
+
+def read_earlier_attempts(job_dir, newest=None):
+    """{attempt: {rank: parsed}} of the attempts before the newest: the files each rank of a later attempt moved
+    to progress/attempt-<N>/ when it started (gpucluster_progress.keep_earlier_attempt), and a rank's top-level
+    file that an older attempt left (a rank the newest attempt has not). {} for a job that never restarted."""
+    out = {}
+    folder = os.path.join(job_dir, jm.PROGRESS_DIR)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return out
+    for name in names:
+        match = re.match(r'^attempt-(\d+)$', name)
+        if match and os.path.isdir(os.path.join(folder, name)):
+            texts = jm.read_progress_files(os.path.join(folder, name), '')
+            if texts:
+                out[int(match.group(1))] = dict((rank, jm.parse_progress(text)) for rank, text in texts.items())
+    if newest:
+        for rank, text in jm.read_progress_files(job_dir).items():
+            parsed = jm.parse_progress(text)
+            number = jm.progress_attempt(parsed)
+            if number < newest and rank not in out.get(number, {}):
+                out.setdefault(number, {})[rank] = parsed
+    return out
+
+
+def attempt_rows(progress, earlier):
+    """[{attempt, started_at, first_step, last_step, last_step_time, ranks}] of every attempt, the first first."""
+    rows = []
+    every = dict(earlier or {})
+    if progress:
+        newest = max(jm.progress_attempt(p) for p in progress.values())
+        every[newest] = progress
+    for number in sorted(every):
+        files = every[number]
+        steps = [s for p in files.values() for s in p['steps'] if s.get('dated', True)]
+        starts = [p['header'].get('time') for p in files.values() if _num((p.get('header') or {}).get('time'))]
+        rows.append({'attempt': number, 'ranks': len(files),
+                     'started_at': min(starts) if starts else (min(s['time'] for s in steps) if steps else None),
+                     'first_step': min((s['step'] for s in steps), default=None),
+                     'last_step': max((s['step'] for s in steps), default=None),
+                     'last_step_time': max((s['time'] for s in steps), default=None)})
+    return rows
 
 
 def log_progress(job_dir, layout, step_regex):
@@ -154,8 +203,20 @@ def supervision(events):
     return None if events is None else sup_core.summarize(events)
 
 
-def job_data(job_id, progress, events=None, summary=None, layout=None, max_points=MAX_POINTS, rate_points=RATE_POINTS):
-    """Everything the page shows, as the JSON embedded in it."""
+def _all_steps(rank, progress, earlier):
+    """The steps of one rank over every attempt (earlier: {attempt: {rank: parsed}}), in the order they were
+    logged: a restart's recomputed steps come after the steps of the attempt it followed."""
+    steps = []
+    for number in sorted(earlier or {}):
+        steps += (earlier[number].get(rank) or {}).get('steps') or []
+    return steps + ((progress.get(rank) or {}).get('steps') or [])
+
+
+def job_data(job_id, progress, events=None, summary=None, layout=None, max_points=MAX_POINTS, rate_points=RATE_POINTS,
+             earlier=None):
+    """Everything the page shows, as the JSON embedded in it. earlier: {attempt: {rank: parsed}} of the attempts
+    before the newest (read_earlier_attempts): the loss curve, the rates and the start span every attempt."""
+    earlier = earlier or {}
     ranks = [rank_figures(rank, progress[rank]) for rank in sorted(progress)]
     by_node = {}
     for row in ranks:
@@ -171,19 +232,32 @@ def job_data(job_id, progress, events=None, summary=None, layout=None, max_point
             values = [r[key] for r in rows if _num(r.get(key))]
             figures[key] = round(sum(values) / len(values), 5) if len(values) == len(rows) else None
         nodes.append(dict(figures, node=name, ranks=[r['rank'] for r in rows], rate_rank=first,
-                          rate=rate_series(progress[first]['steps'], min(rate_points, max_points))))
+                          rate=rate_series(sorted(_all_steps(first, progress, earlier),
+                                                  key=lambda s: s.get('time') if _num(s.get('time')) else 0),
+                                           min(rate_points, max_points))))
     slowest, why = jm.slowest_node([{'node': r['node'], 'rank': r['rank'], 'alive': True, 'compute_s': r['compute_s'],
                                      'steps_per_s': r['mean_steps_per_s']} for r in ranks])
 
     loss_rank = 0 if 0 in progress else (min(progress) if progress else None)
-    loss_all = ([[s['step'], s['loss']] for s in progress[loss_rank]['steps'] if _num(s.get('loss'))]
-                if loss_rank is not None else [])
-    loss = rh.downsample(loss_all, max_points)
+    attempts = attempt_rows(progress, earlier)
+    # one curve a attempt, the same rank's, so that a restart's recomputed steps show beside those it repeats
+    loss_series = []
+    for row in attempts:
+        files = progress if row is attempts[-1] and progress else earlier.get(row['attempt']) or {}
+        points = [[s['step'], s['loss']] for s in (files.get(loss_rank) or {}).get('steps') or [] if _num(s.get('loss'))]
+        if points:
+            loss_series.append({'attempt': row['attempt'], 'points': points})
+    loss_all = [p for series in loss_series for p in series['points']]
+    most = max(2, int(max_points) // max(1, len(loss_series)))
+    for series in loss_series:
+        series['points'] = rh.downsample(series['points'], most)
+    loss = [p for series in loss_series for p in series['points']]
 
     summary = summary if isinstance(summary, dict) else {}
     last_steps = [r['last_step'] for r in ranks if isinstance(r['last_step'], int)]
     rates = [r['mean_steps_per_s'] for r in ranks if _num(r['mean_steps_per_s'])]
-    starts = [r['started_at'] for r in ranks if _num(r['started_at'])]
+    starts = [r['started_at'] for r in ranks if _num(r['started_at'])] + [
+        a['started_at'] for a in attempts if _num(a['started_at'])]
     ends = [r['ended_at'] for r in ranks if _num(r['ended_at'])]
     if summary.get('state'):
         state = str(summary['state'])
@@ -210,7 +284,9 @@ def job_data(job_id, progress, events=None, summary=None, layout=None, max_point
             'from_summary_json': bool(summary),
         },
         'ranks': ranks,
-        'loss': {'rank': loss_rank, 'steps_logged': len(loss_all), 'shown': len(loss), 'points': loss},
+        'loss': {'rank': loss_rank, 'steps_logged': len(loss_all), 'shown': len(loss), 'points': loss,
+                 'attempts': loss_series},
+        'attempts': attempts,
         'nodes': nodes,
         'slowest': {'node': slowest, 'why': why},
         'events': events,
@@ -293,7 +369,14 @@ def render(data, job_dir=''):
 
     loss = data['loss']
     body.append('<h2>Loss per step (rank %s)</h2>' % rh.esc(loss['rank'] if loss['rank'] is not None else '-'))
-    if loss['points']:
+    if loss['points'] and len(loss.get('attempts') or []) > 1:
+        series = [('attempt %d' % a['attempt'], a['points']) for a in loss['attempts']]
+        body.append(rh.legend([name for name, _ in series]))
+        body.append(rh.line_plot('loss-plot', series, 'step', 'loss'))
+        body.append('<p class="note" id="loss-attempts">%d attempts, one line each: a restart resumes from its '
+                    'checkpoint, so its first steps repeat the last ones of the attempt before it.</p>'
+                    % len(loss['attempts']))
+    elif loss['points']:
         body.append(rh.line_plot('loss-plot', [('rank %s' % loss['rank'], loss['points'])], 'step', 'loss'))
     else:
         body.append('<p class="note">no loss logged</p>')
@@ -343,9 +426,17 @@ def render(data, job_dir=''):
                              [(rh.utc(e['time']), rh.duration(e['time'] - start) if e['time'] >= start else '-',
                                (e.get('event'), 'event-%s' % e.get('event')), _event_text(e)) for e in events],
                              cls='events'))
-        if any(e.get('event') == 'restart' for e in events):
-            body.append('<p class="note">A restart rewrites the progress files: the plots show the steps of the last '
-                        'start, the events the whole run.</p>')
+        if any(e.get('event') == 'restart' for e in events) and len(data['attempts']) < 2:
+            body.append('<p class="note">The progress files of the attempts before the last one are not in the job '
+                        'directory (a script that keeps no earlier attempt): the plots show the last start, the '
+                        'events the whole run.</p>')
+
+    if len(data['attempts']) > 1:
+        body.append('<h2>Attempts</h2>')
+        body.append(rh.table(('attempt', 'started', 'steps', 'last step at', 'ranks'),
+                             [(a['attempt'], rh.utc(a['started_at']),
+                               '%s-%s' % (rh.number(a['first_step']), rh.number(a['last_step'])),
+                               rh.utc(a['last_step_time']), a['ranks']) for a in data['attempts']], cls='attempts'))
 
     body.append('<h2>Ranks</h2>')
     body.append(rh.table(('rank', 'node', 'steps logged', 'last step', 'last loss', 'mean steps/s', 's/step',

@@ -117,6 +117,35 @@ def require_gpus(visible):
         raise SystemExit(3)
 
 
+def keep_earlier_attempt(progress_dir, rank, attempt):
+    """Before a rank of attempt `attempt` starts its progress file: the file an earlier attempt of the job left
+    (its header's attempt below this one) moves to <progress_dir>/attempt-<that attempt>/rank-<rank>.log, so that
+    the report page spans every attempt; status reads the top-level files only. A first attempt (a new start of
+    the job id) removes this rank's files of attempts of an earlier start. Each rank moves its own file only."""
+    path = os.path.join(progress_dir, 'rank-%d.log' % rank)
+    if attempt <= 1:
+        for name in os.listdir(progress_dir):
+            if name.startswith('attempt-'):
+                try:
+                    os.unlink(os.path.join(progress_dir, name, 'rank-%d.log' % rank))
+                except OSError:
+                    pass
+        return None
+    try:
+        head = read_regular(path, 512).split(b'\n', 1)[0].decode('utf-8', 'replace')
+    except OSError:
+        return None
+    if not head.startswith('# gpucluster-progress '):
+        return None
+    earlier = _int(_words(head).get('attempt')) or 1
+    if earlier >= attempt:
+        return None
+    folder = os.path.join(progress_dir, 'attempt-%d' % earlier)
+    os.makedirs(folder, exist_ok=True)
+    os.replace(path, os.path.join(folder, 'rank-%d.log' % rank))
+    return earlier
+
+
 class Progress:
     def __init__(self, rank, world, progress_dir='progress', tensorboard_dir='tensorboard', attempt=None):
         self.rank = rank
@@ -129,6 +158,7 @@ class Progress:
         self.lock = threading.Lock()
         if progress_dir:
             os.makedirs(progress_dir, exist_ok=True)
+            keep_earlier_attempt(progress_dir, rank, self.attempt)
             # line buffered: every step line reaches the shared storage when it is written; a run
             # of the same job id starts the file again
             self.handle = open(os.path.join(progress_dir, 'rank-%d.log' % rank), 'w', buffering=1)

@@ -170,8 +170,10 @@ def test_the_examples_header_is_read_with_its_attempt(tmp_path, monkeypatch):
 
 
 def test_the_report_page_counts_the_newest_attempt_only(tmp_path):
-    progress, _events, _summary, _layout = jr.read_job(job_dir(tmp_path))
+    progress, _events, _summary, _layout, earlier = jr.read_job(job_dir(tmp_path))
     assert sorted(progress) == [0, 1, 2] and jm.world_size(progress) == 3
+    # the older attempt's file a rank of the newest has not (rank 3 of world 4) is that attempt's, for the plots
+    assert sorted(earlier) == [1] and 3 in earlier[1]
 
 
 def test_a_read_of_nothing_names_no_attempt(tmp_path):

@@ -21,8 +21,8 @@ import report_fixtures as rf  # noqa: E402
 
 
 def page_of(job):
-    progress, events, summary, layout = jr.read_job(str(job))
-    data = jr.job_data(job.name, progress, events, summary, layout)
+    progress, events, summary, layout, earlier = jr.read_job(str(job))
+    data = jr.job_data(job.name, progress, events, summary, layout, earlier=earlier)
     return jr.render(data, str(job)), data
 
 
@@ -162,8 +162,8 @@ def test_a_script_of_ones_own_without_progress_files_is_plotted_from_its_step_li
         (job / 'logs' / ('%s.log' % node)).write_text(
             'starting\n' + ''.join('it %d loss %.2f t %.1f\n' % (i, 3.0 - i / 10, 1795500000.0 + i) for i in range(1, 26)))
     regex = r'it (?P<step>[0-9]+) loss (?P<loss>[0-9.]+) t (?P<time>[0-9.]+)'
-    progress, events, summary, layout = jr.read_job(str(job), regex)
-    data = jr.job_data(job.name, progress, events, summary, layout)
+    progress, events, summary, layout, earlier = jr.read_job(str(job), regex)
+    data = jr.job_data(job.name, progress, events, summary, layout, earlier=earlier)
     # the loss curve from rank 0's node's lines, each node under its first rank
     assert data['loss']['points'][0] == [1, 2.9] and data['loss']['points'][-1] == [25, 0.5]
     assert [(r['rank'], r['node'], r['last_step']) for r in data['ranks']] == [(0, 'alpha', 25), (2, 'bravo', 25)]

@@ -72,9 +72,9 @@ class Opened:
 
 def job_page(tmp_path):
     job = rf.make_job(tmp_path)
-    progress, events, summary, layout = jr.read_job(str(job))
+    progress, events, summary, layout, earlier = jr.read_job(str(job))
     path = job / jr.PAGE
-    path.write_text(jr.render(jr.job_data(job.name, progress, events, summary, layout), str(job)))
+    path.write_text(jr.render(jr.job_data(job.name, progress, events, summary, layout, earlier=earlier), str(job)))
     return job, path
 
 
