@@ -517,7 +517,7 @@ def rank_gpu(local_rank, visible_devices, gpus):
 
 # ----- one node --------------------------------------------------------------------------------
 HEAD_BYTES = 4096        # a progress file's beginning read by every node: its header and first steps
-TAIL_BYTES = 65536       # and the end of one of this node's ranks: its last steps, heartbeats and done line
+TAIL_BYTES = 32768       # and the end of one of this node's ranks: its last steps, heartbeats and done line
 
 
 def read_bounded(path, tail_bytes=TAIL_BYTES, head_bytes=HEAD_BYTES):
