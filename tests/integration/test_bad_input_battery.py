@@ -127,6 +127,10 @@ CASES = [
     case('train-restarts-negative', 'train',
          'host bat-head: training_restarts must be a count (0 or more), got -1; nothing was started',
          extra={'training_restarts': -1}),
+    # the one step pattern of a user's script: a pattern Python cannot compile is refused before the start
+    case('train-progress-regex-invalid', 'train',
+         'host bat-head: training_progress_regex "it (?P<step>[0-9]+" is not a Python regular expression',
+         extra={'training_progress_regex': 'it (?P<step>[0-9]+'}),
     case('train-supervise-seconds-negative', 'train',
          'host bat-head: training_supervise_seconds must be a count of seconds (0: until the job ends), got -5; '
          'nothing was started', extra={'training_supervise_seconds': -5}),
