@@ -763,15 +763,16 @@ def end_leftover(child, wait=10.0):
 
 
 def boot_time():
-    """When this host booted (/proc/stat's btime, seconds since the epoch); None where it cannot be read."""
+    """When this host booted, seconds since the epoch: when its init (pid 1) started, from /proc/stat's btime
+    and pid 1's start (a system container that restarts has a new init on the same kernel); None where it
+    cannot be read."""
     try:
         with open('/proc/stat') as handle:
-            for line in handle:
-                if line.startswith('btime '):
-                    return float(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+            btime = next(float(line.split()[1]) for line in handle if line.startswith('btime '))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    init = proc_start(1)
+    return btime + (init / float(os.sysconf('SC_CLK_TCK')) if init is not None else 0.0)
 
 
 def when(stamp):

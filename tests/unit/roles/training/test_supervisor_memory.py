@@ -359,3 +359,10 @@ def test_a_node_whose_logins_fail_but_whose_sshd_answers_is_not_lost_and_a_froze
         server.close()
     fault = [e for e in _events(frozen) if e['event'] == 'fault'][0]
     assert fault['nodes'] == ['w2'] and 'open, but no SSH banner within 1 s (a frozen node?)' in fault['why']
+
+
+def test_the_host_booted_when_its_init_started():
+    booted = sv.boot_time()
+    with open('/proc/stat') as handle:
+        btime = float([line for line in handle if line.startswith('btime ')][0].split()[1])
+    assert btime <= booted <= time.time()
