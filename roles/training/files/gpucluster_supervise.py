@@ -1145,23 +1145,28 @@ class Supervisor:
             child = exc
         finally:
             os.close(handle)
-        return {'nodes': list(nodes), 'names': names, 'child': child, 'path': path, 'began': time.time()}
-
-    def probe_result(self, probe):
-        """{node: {answered, why}} of a probe start_probe() began: the TCP connects now, then the ping's end
-        (past PING_TIMEOUT from its start it is ended, and its nodes have not answered)."""
-        nodes, names, child = probe['nodes'], probe['names'], probe['child']
+        # the banners are waited for meanwhile too: a frozen node's wait overlaps the second read and the ping
         port = int(self.s.get('ssh_port', 22))
         addresses = self.s.get('addresses') or {}
         tcp = {}
 
         def one(node):
             tcp[node] = tcp_probe(addresses.get(node) or names[node], port, TCP_TIMEOUT, BANNER_TIMEOUT)
-        threads = [threading.Thread(target=one, args=(n,)) for n in nodes]
+        threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in nodes]
         for thread in threads:
             thread.start()
-        for thread in threads:
-            thread.join(TCP_TIMEOUT + BANNER_TIMEOUT + 5)
+        return {'nodes': list(nodes), 'names': names, 'child': child, 'path': path, 'began': time.time(),
+                'tcp': tcp, 'threads': threads}
+
+    def probe_result(self, probe):
+        """{node: {answered, why}} of a probe start_probe() began: the TCP connects and banners (begun with it),
+        then the ping's end (past PING_TIMEOUT from its start it is ended, and its nodes have not answered)."""
+        nodes, names, child = probe['nodes'], probe['names'], probe['child']
+        port = int(self.s.get('ssh_port', 22))
+        tcp = probe['tcp']
+        for thread in probe['threads']:
+            thread.join(max(0.0, probe['began'] + TCP_TIMEOUT + BANNER_TIMEOUT + 5 - time.time()))
+        tcp = dict(tcp)
         for node in nodes:  # a probe that is somehow still waiting has not answered
             tcp.setdefault(node, (False, 'port %s: no answer' % port))
         if isinstance(child, OSError):
