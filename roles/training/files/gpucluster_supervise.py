@@ -1163,10 +1163,9 @@ class Supervisor:
         then the ping's end (past PING_TIMEOUT from its start it is ended, and its nodes have not answered)."""
         nodes, names, child = probe['nodes'], probe['names'], probe['child']
         port = int(self.s.get('ssh_port', 22))
-        tcp = probe['tcp']
         for thread in probe['threads']:
             thread.join(max(0.0, probe['began'] + TCP_TIMEOUT + BANNER_TIMEOUT + 5 - time.time()))
-        tcp = dict(tcp)
+        tcp = dict(probe['tcp'])  # a copy: a thread still waiting writes into the probe's, not into this one
         for node in nodes:  # a probe that is somehow still waiting has not answered
             tcp.setdefault(node, (False, 'port %s: no answer' % port))
         if isinstance(child, OSError):
