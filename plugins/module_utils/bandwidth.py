@@ -190,6 +190,11 @@ def iperf3_run(module, binary, params, reverse, sleep=time.sleep, clock=time.tim
         if 'Connection refused' in text and waited < (params.get('server_wait') or 0):
             sleep(0.2)
             continue
+        # iperf3 3.12 with -J can end a test that did not happen with exit 0 and nothing printed (its
+        # error path prints a JSON document only while it has one): no answer, tried again like a busy server
+        if rc == 0 and not text.strip() and waited < BUSY_WAIT:
+            sleep(0.5)
+            continue
         break
     sender, receiver = (params['peer'], params['node']) if reverse else (params['node'], params['peer'])
     result = {'client': sender, 'server': receiver, 'tool': 'iperf3', 'streams': params['streams'],
@@ -197,7 +202,7 @@ def iperf3_run(module, binary, params, reverse, sleep=time.sleep, clock=time.tim
     try:
         parsed = parse_iperf3(out)
     except ValueError as exc:
-        result['error'] = '%s (exit %d%s)' % (exc, rc, ': ' + err.strip()[-300:] if err.strip() else '')
+        result['error'] = '%s (exit %d after %.0f s%s)' % (exc, rc, waited, ': ' + err.strip()[-300:] if err.strip() else '')
         return result
     if not parsed['ok']:
         result['error'] = parsed['error']

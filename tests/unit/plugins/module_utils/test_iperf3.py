@@ -61,3 +61,47 @@ def test_unfinished_test_names_the_missing_section():
         parse_iperf3(data)
     with pytest.raises(ValueError, match="no 'start' or 'end'"):
         parse_iperf3({'intervals': []})
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+class _Module:
+    """run_command answers from a list, in order (the last answer repeats)."""
+
+    def __init__(self, answers):
+        self.answers, self.calls = list(answers), 0
+
+    def run_command(self, command):
+        self.calls += 1
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+PARAMS = {'server': '10.0.0.2', 'port': 5201, 'streams': 4, 'duration': 1, 'connect_timeout': 5,
+          'node': 'n1', 'peer': 'n2', 'server_wait': 0}
+
+
+def test_an_iperf3_that_printed_nothing_and_exit_0_is_tried_again_and_then_measures():
+    from ansible_collections.gpucluster.multinode.plugins.module_utils import bandwidth
+    clock = _Clock()
+    module = _Module([(0, '', ''), (0, read('client-P4-loopback.json'), '')])
+    result = bandwidth.iperf3_run(module, 'iperf3', PARAMS, reverse=False, sleep=clock.sleep, clock=clock)
+    assert module.calls == 2 and result['error'] is None and result['gbps'] > 0
+
+
+def test_an_iperf3_that_keeps_printing_nothing_is_a_bounded_failure_naming_the_time():
+    from ansible_collections.gpucluster.multinode.plugins.module_utils import bandwidth
+    clock = _Clock()
+    module = _Module([(0, '', '')])
+    result = bandwidth.iperf3_run(module, 'iperf3', PARAMS, reverse=False, sleep=clock.sleep, clock=clock)
+    assert result['gbps'] is None and 'iperf3 output is empty' in result['error']
+    assert 'exit 0 after 10 s' in result['error']
+    assert module.calls == 21  # 10 s of tries half a second apart, then the failure
