@@ -161,3 +161,49 @@ def test_the_health_page_shows_each_failing_check_with_its_node_and_remedy(brows
         opened.check_clean()
     finally:
         opened.close()
+
+
+def test_a_restarted_jobs_page_draws_both_attempts_against_their_own_steps(browser, tmp_path):
+    """The morning view of a job restarted once from its step-20 checkpoint: attempt 1 logged steps 1-23 (its files
+    kept as progress/attempt-1 when attempt 2 began), attempt 2 steps 21-40; the page spans both."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', '..',
+                                    'roles', 'training', 'files'))
+    import gpucluster_progress as gp  # pylint: disable=import-outside-toplevel
+
+    def attempt(number, steps, done=False):
+        ranks = [gp.Progress(rank, 2, progress_dir=str(tmp_path / 'progress'), tensorboard_dir='', attempt=number)
+                 for rank in range(2)]
+        for step in steps:
+            for progress in ranks:
+                progress.step(step, 10.0 / step)
+        for progress in ranks:
+            if done:
+                progress.done(steps[-1])
+            elif progress.handle:
+                progress.handle.close()
+
+    attempt(1, list(range(1, 24)))
+    attempt(2, list(range(21, 41)), done=True)
+    progress, events, summary, layout, earlier = jr.read_job(str(tmp_path))
+    path = tmp_path / jr.PAGE
+    path.write_text(jr.render(jr.job_data('j-restarted', progress, events, summary, layout, earlier=earlier),
+                              str(tmp_path)))
+    opened = Opened(browser, path)
+    try:
+        lines = opened.js('() => [...document.querySelectorAll("#loss-plot polyline.series")].map(p => {'
+                          ' const xs = []; for (let i = 0; i < p.points.numberOfItems; i++) xs.push(p.points.getItem(i).x);'
+                          ' return [p.dataset.series, xs]; })')
+        assert [(name, len(xs)) for name, xs in lines] == [('attempt 1', 23), ('attempt 2', 20)]
+        (_, first), (_, second) = lines
+        # one x axis of steps: attempt 2 begins at step 21, left of attempt 1's last point (step 23), and goes past it
+        assert first == sorted(first) and second == sorted(second)
+        assert first[0] < second[0] < first[-1] < second[-1]
+        step_width = (first[-1] - first[0]) / 22
+        assert abs((second[0] - first[0]) - 20 * step_width) < 0.5  # step 21 sits where attempt 1's step 21 is
+        rows = opened.js('() => [...document.querySelectorAll("table.attempts tr")].slice(1)'
+                         '.map(tr => [tr.cells[0].textContent, tr.cells[2].textContent])')
+        assert rows == [['1', '1-23'], ['2', '21-40']]
+        assert '2 attempts, one line each' in opened.js('() => document.getElementById("loss-attempts").textContent')
+        opened.check_clean()
+    finally:
+        opened.close()
