@@ -10,6 +10,7 @@ role can fail before it changes anything with a message a user can act on.
 from __future__ import annotations
 
 import ipaddress
+import re
 
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import inventory_contract as contract
 
@@ -136,9 +137,22 @@ def network_hosts_lines(groups, hostvars, domain=''):
     return lines
 
 
+def network_hosts_loopback_pattern(groups, hostvars, domain=''):
+    """A multi-line regular expression of the /etc/hosts lines that map a cluster node's name to a loopback
+    address (a Debian installer's `127.0.1.1 <hostname>`): glibc's getaddrinfo answers such a line beside the
+    node's cluster address, and sorts 127.0.1.1 first, so that gloo or NCCL on that node binds to loopback.
+    The managed block never matches (a cluster address is never a loopback address); a commented line neither."""
+    names = set()
+    for host in contract.cluster_nodes(groups):
+        names.update(_names(hostvars, host, domain))
+    alternation = '|'.join(re.escape(n) for n in sorted(names, key=lambda n: (-len(n), n)))
+    return r'^((?:127(?:\.[0-9]{1,3}){3}|::1)[ \t]+(?:[^#\n]*[ \t])?(?:%s)(?=[ \t#]|$)[^\n]*)$' % alternation
+
+
 class FilterModule:
     def filters(self):
         return {
+            'network_hosts_loopback_pattern': network_hosts_loopback_pattern,
             'network_static_errors': network_static_errors,
             'network_static_facts': network_static_facts,
             'network_hostname_errors': network_hostname_errors,

@@ -434,8 +434,10 @@ failures:
   type: list
   elements: dict
   sample: [{node: bravo-2, cause: "head cannot reach bravo-2 over SSH as train: ssh: connect to host 10.99.0.14 port 22: Connection timed out"}]
-unreachable:
-  description: Nodes the launcher on the head could not reach over SSH (pdsh or mpirun's ssh lines), with the line.
+launcher_unreachable:
+  description:
+    - Nodes the launcher on the head could not reach over SSH (pdsh or mpirun's ssh lines), with the line.
+    - Not named C(unreachable), which Ansible reads as the module's own node being unreachable.
   returned: state is status and launcher is deepspeed or mpirun
   type: list
   elements: dict

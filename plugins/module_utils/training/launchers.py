@@ -271,7 +271,7 @@ class DeepSpeed(Launcher):
         for host, lines in tr.pdsh_node_tails(text, hosts, j.p['log_lines']).items():
             tails.setdefault(self.node_name(host), []).extend(lines)
         out['node_log_tails'] = dict((node, lines[-j.p['log_lines']:]) for node, lines in tails.items())
-        out['unreachable'] = lf.unreachable_nodes(text, j.nodes)
+        out['launcher_unreachable'] = lf.unreachable_nodes(text, j.nodes)
 
     def node_name(self, host):
         """The name of the node pdsh names host (its name or its address), host itself when no node is."""
@@ -353,7 +353,7 @@ class Mpirun(Launcher):
         if failure:
             node = failure['node'] or hf.node_of_rank(j.nodes, failure['rank']) or j.nodes[-1]['name']
             out['node_exit_codes'] = {node: failure['exit_code']}
-        out['unreachable'] = lf.unreachable_nodes(text, j.nodes)
+        out['launcher_unreachable'] = lf.unreachable_nodes(text, j.nodes)
 
     def failures(self, text):
         j = self.job

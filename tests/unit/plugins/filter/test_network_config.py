@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ansible_collections.gpucluster.multinode.plugins.filter.network_config import (
-    network_domain_errors, network_hostname_errors, network_hosts_lines, network_static_errors, network_static_facts)
+    network_domain_errors, network_hostname_errors, network_hosts_lines, network_hosts_loopback_pattern, network_static_errors,
+    network_static_facts)
 
 GOOD = {'interface': 'enp3s0', 'address': '192.168.1.100/24', 'gateway': '192.168.1.1', 'dns': ['192.168.1.1', '1.1.1.1']}
 IFACES = ['lo', 'enp3s0', 'wlp2s0']
@@ -96,3 +97,28 @@ def test_domain_must_be_rfc1123():
         assert network_domain_errors(bad, 'bad-head') == [
             "host bad-head: network_domain %r is not a valid DNS domain (RFC 1123: letters, digits and inner "
             "hyphens, labels separated by dots, no spaces); /etc/hosts would give a wrong name" % bad]
+
+
+def test_an_installers_loopback_line_for_a_cluster_name_is_matched_and_nothing_else():
+    import re  # pylint: disable=import-outside-toplevel
+    groups = {'cluster': ['gpu-master', 'gpu-worker-1'], 'head': ['gpu-master'], 'workers': ['gpu-worker-1']}
+    hostvars = {'gpu-master': {'ansible_host': '192.168.1.100'}, 'gpu-worker-1': {'ansible_host': '192.168.1.101'}}
+    hosts = ('# BEGIN gpucluster.multinode cluster nodes (Ansible managed)\n'
+             '192.168.1.100 gpu-master.home.lan gpu-master\n'
+             '192.168.1.101 gpu-worker-1.home.lan gpu-worker-1\n'
+             '# END gpucluster.multinode cluster nodes (Ansible managed)\n'
+             '127.0.0.1\tlocalhost\n'
+             '127.0.1.1\tgpu-master.home.lan\tgpu-master\n'
+             '::1     localhost ip6-localhost ip6-loopback gpu-worker-1  # a hand edit\n'
+             '127.0.1.1 gpu-master-old\n'
+             '#127.0.1.1 gpu-master\n'
+             '10.9.9.9 gpu-master-bmc\n')
+    pattern = network_hosts_loopback_pattern(groups, hostvars, 'home.lan')
+    done = re.sub(pattern, r'# \1  # note', hosts, flags=re.M)
+    assert done.splitlines()[5:7] == ['# 127.0.1.1\tgpu-master.home.lan\tgpu-master  # note',
+                                      '# ::1     localhost ip6-localhost ip6-loopback gpu-worker-1  # a hand edit  # note']
+    # the block, localhost, another name that starts like a cluster name, a comment and other addresses stay
+    assert [line for i, line in enumerate(done.splitlines()) if i not in (5, 6)] == [
+        line for i, line in enumerate(hosts.splitlines()) if i not in (5, 6)]
+    # a second run changes nothing
+    assert re.sub(pattern, r'# \1  # note', done, flags=re.M) == done
