@@ -1605,10 +1605,13 @@ class Supervisor:
             if self.rebooted and obs['state'] != 'unknown':
                 host, booted = self.rebooted
                 self.rebooted = None
-                if obs['state'] == 'stopped':
-                    nodes = [n for n in self.state['nodes'] if n == host or (self.s.get('hosts') or {}).get(n) == host]
-                    why = ('the job ended with the reboot of %s (up since %s): nothing of it runs and no part of it '
-                           'exited' % (host, when(booted)))
+                nodes = [n for n in self.state['nodes'] if n == host or (self.s.get('hosts') or {}).get(n) == host]
+                # the job's ranks on the rebooted host ended with it; the other nodes' ranks then fail on their own
+                # (a collective whose peer is gone): the fault is the reboot, not the first of them to exit
+                if obs['state'] == 'stopped' or (obs['state'] == 'failed' and nodes):
+                    why = ('the job ended with the reboot of %s (up since %s): ' % (host, when(booted))
+                           + ('nothing of it runs and no part of it exited' if obs['state'] == 'stopped' else
+                              'its ranks there ended with it, then the others failed (%s)' % obs.get('why')))
                     obs = dict(obs, state='failed', why=why)
                     waiting_first_step = self.recover(obs, {'action': 'stop', 'seen': 'rebooted', 'nodes': nodes,
                                                             'why': why})

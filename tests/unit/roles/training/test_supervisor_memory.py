@@ -298,6 +298,40 @@ def test_after_its_host_rebooted_a_job_found_stopped_is_a_fault_restarted_from_i
     assert (restart['attempt'], restart['resume_step']) == (2, 20)
 
 
+def test_after_its_host_rebooted_a_rank_that_failed_elsewhere_is_the_reboot_not_that_node(tmp_path, monkeypatch):
+    """The head's ranks ended with its reboot; a worker's rank then failed in a collective whose peer was gone
+    (exit 1, the first exit the read finds). The fault is the reboot of the head, and the restart takes every node."""
+    import socket
+    failed = _failed('w1', 33)
+    failed['result']['why'] = 'a rank failed first on w1 (exit 1)'
+    bin_dir, settings = _setup(tmp_path, [failed, RUNNING_2, DONE_2], [_healthy()], hosts={'head': socket.gethostname()})
+    now = time.time()
+    (tmp_path / 'state' / 'memory.json').write_text(json.dumps(
+        {'job_id': 'j-1', 'attempt': 1, 'state': {'nodes': NODES, 'restarts': 0}, 'phase': None, 'until': None,
+         'starts': [now - 100], 'time': now - 60}))
+    monkeypatch.setattr(sv, 'boot_time', lambda: now - 30)
+    assert sv.Supervisor(settings).run() == 0
+    events = _events(tmp_path)
+    assert [e['event'] for e in events] == ['resumed', 'fault', 'job_stopped', 'checked', 'restart', 'training', 'done']
+    fault, restart = events[1], events[4]
+    assert (fault['seen'], fault['nodes']) == ('rebooted', ['head'])
+    assert fault['why'].startswith('the job ended with the reboot of %s (up since ' % socket.gethostname())
+    assert 'its ranks there ended with it, then the others failed' in fault['why']
+    assert restart['nodes'] == NODES and restart['left_out'] == []
+
+
+def test_a_failure_after_a_reboot_of_a_supervisor_host_that_runs_no_rank_is_that_failure(tmp_path, monkeypatch):
+    bin_dir, settings = _setup(tmp_path, [_failed('w1', 33), RUNNING_2, DONE_2], [_healthy()])
+    now = time.time()
+    (tmp_path / 'state' / 'memory.json').write_text(json.dumps(
+        {'job_id': 'j-1', 'attempt': 1, 'state': {'nodes': NODES, 'restarts': 0}, 'phase': None, 'until': None,
+         'starts': [now - 100], 'time': now - 60}))
+    monkeypatch.setattr(sv, 'boot_time', lambda: now - 30)
+    assert sv.Supervisor(settings).run() == 0
+    fault = [e for e in _events(tmp_path) if e['event'] == 'fault'][0]
+    assert fault['seen'] == 'failed' and fault['nodes'] == ['w1']
+
+
 def test_without_a_reboot_a_job_found_stopped_ends_the_supervision_as_before(tmp_path, monkeypatch):
     stopped = {'result': {'state': 'stopped'}, 'progress': dict(_progress(33), state='stopped')}
     bin_dir, settings = _setup(tmp_path, [stopped])
