@@ -118,6 +118,39 @@ def attempt_rows(progress, earlier):
     return rows
 
 
+def fault_rows(events, progress, earlier, rank):
+    """[{time, seen, nodes, step, attempt, resume_step, passed_at, cost_s}] of every fault of the supervisor's
+    events: the time it cost, from the last step before it to the first step of the attempt that followed it past
+    the fault's step (the steps it recomputed from its checkpoint included), as rank `rank` logged them; passed_at
+    and cost_s are None where no attempt passed that step again (it gave up, or the job stopped first)."""
+    every = dict(earlier or {})
+    if progress:
+        every[max(jm.progress_attempt(p) for p in progress.values())] = progress
+    events = [e for e in events or [] if isinstance(e, dict)]
+    rows = []
+    for index, fault in enumerate(events):
+        if fault.get('event') != 'fault':
+            continue
+        restart = None
+        for later in events[index + 1:]:
+            if later.get('event') in ('fault', 'restart'):
+                restart = later if later.get('event') == 'restart' else None
+                break
+        step = fault.get('step') if isinstance(fault.get('step'), int) else None
+        passed = None
+        if restart is not None and isinstance(restart.get('attempt'), int):
+            past = step if step is not None else restart.get('resume_step')
+            steps = ((every.get(restart['attempt']) or {}).get(rank) or {}).get('steps') or []
+            passed = next((s['time'] for s in steps if _num(s.get('time')) and isinstance(past, int)
+                           and s['step'] > past), None)
+        began = fault.get('last_step_time') if _num(fault.get('last_step_time')) else fault.get('time')
+        rows.append({'time': fault.get('time'), 'seen': fault.get('seen'), 'nodes': fault.get('nodes') or [],
+                     'step': step, 'attempt': (restart or {}).get('attempt'),
+                     'resume_step': (restart or {}).get('resume_step'), 'passed_at': passed,
+                     'cost_s': round(passed - began, 1) if passed is not None and _num(began) else None})
+    return rows
+
+
 def log_progress(job_dir, layout, step_regex):
     """{rank: parsed} of a job whose script writes no progress file: each node's steps from the logs
     (monitor.read_node_log, the reader of status and the supervisor: the node's own log, else its lines in
@@ -287,6 +320,7 @@ def job_data(job_id, progress, events=None, summary=None, layout=None, max_point
         'loss': {'rank': loss_rank, 'steps_logged': len(loss_all), 'shown': len(loss), 'points': loss,
                  'attempts': loss_series},
         'attempts': attempts,
+        'faults': fault_rows(events, progress, earlier, loss_rank),
         'nodes': nodes,
         'slowest': {'node': slowest, 'why': why},
         'events': events,
@@ -437,6 +471,17 @@ def render(data, job_dir=''):
                              [(a['attempt'], rh.utc(a['started_at']),
                                '%s-%s' % (rh.number(a['first_step']), rh.number(a['last_step'])),
                                rh.utc(a['last_step_time']), a['ranks']) for a in data['attempts']], cls='attempts'))
+
+    if data.get('faults'):
+        body.append('<h2>Faults</h2>')
+        body.append('<p class="note">The time each fault cost: from the last step before it to the first step of '
+                    'the next attempt past that step (its recomputed steps included).</p>')
+        body.append(rh.table(('fault at', 'seen', 'nodes', 'step', 'attempt after it', 'resumed from', 'step passed again',
+                              'time it cost'),
+                             [(rh.utc(f['time']), f['seen'] or '-', ', '.join(f['nodes']) or '-', rh.number(f['step']),
+                               rh.number(f['attempt']), rh.number(f['resume_step']), rh.utc(f['passed_at']),
+                               rh.duration(f['cost_s']) if f['cost_s'] is not None else 'not passed again')
+                              for f in data['faults']], cls='faults'))
 
     body.append('<h2>Ranks</h2>')
     body.append(rh.table(('rank', 'node', 'steps logged', 'last step', 'last loss', 'mean steps/s', 's/step',

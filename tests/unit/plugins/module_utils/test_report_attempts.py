@@ -73,3 +73,29 @@ def test_the_same_attempt_started_again_starts_its_file_again_and_a_link_is_not_
     os.symlink(str(canary), str(folder / 'rank-0.log'))
     assert gp.keep_earlier_attempt(str(folder), 0, 2) is None  # a link planted there is neither read nor moved
     assert canary.read_text().startswith('# gpucluster-progress') and not (folder / 'attempt-1').exists()
+
+
+def test_each_fault_costs_from_its_last_step_to_the_step_the_next_attempt_passes_it_again(tmp_path):
+    folder = str(tmp_path / 'progress')
+    _attempt(folder, 1, range(1, 24))
+    time.sleep(0.01)
+    _attempt(folder, 2, range(21, 41), done=True)
+    progress, _, summary, layout, earlier = jr.read_job(str(tmp_path))
+    one = dict((s['step'], s['time']) for s in earlier[1][0]['steps'])
+    two = dict((s['step'], s['time']) for s in progress[0]['steps'])
+    events = [{'event': 'supervising', 'time': one[1] - 1},
+              {'event': 'fault', 'seen': 'failed', 'nodes': ['w1'], 'step': 23, 'last_step_time': one[23],
+               'time': one[23] + 5},
+              {'event': 'restart', 'attempt': 2, 'resume_step': 20, 'lost_steps': 3, 'time': one[23] + 9},
+              {'event': 'training', 'step': 21, 'time': two[21]},
+              {'event': 'fault', 'seen': 'stalled', 'nodes': ['w2'], 'step': 40, 'last_step_time': two[40],
+               'time': two[40] + 30},
+              {'event': 'gave_up', 'time': two[40] + 40, 'why': 'training_restarts (1) used up'}]
+    data = jr.job_data('j-1', progress, events, summary, layout, earlier=earlier)
+    first, second = data['faults']
+    # the cost runs to step 24 of attempt 2 (past the fault's step 23), not to its first step (21, recomputed)
+    assert (first['attempt'], first['resume_step'], first['passed_at']) == (2, 20, two[24])
+    assert first['cost_s'] == round(two[24] - one[23], 1)
+    assert (second['seen'], second['passed_at'], second['cost_s']) == ('stalled', None, None)
+    page = jr.render(data, str(tmp_path))
+    assert 'class="faults"' in page and 'not passed again' in page
