@@ -1558,6 +1558,15 @@ class Supervisor:
         self.attempt_began = bool(memory.get('attempt_began', True))
         self.state = dict(self.state, **(memory.get('state') or {}))
         self.to_fence = dict(memory.get('to_fence') or {})
+        # the step it read last, in its heartbeat (root's own file): a fault that its first read finds (a quick
+        # read of a few nodes, which may read no step) still counts the steps lost to it
+        try:
+            beat = json.loads(progress.read_regular(os.path.join(self.dir, HEARTBEAT)).decode('utf-8', 'replace'))
+        except (OSError, ValueError):
+            beat = None
+        if isinstance(beat, dict) and beat.get('attempt') == self.attempt and isinstance(beat.get('step'), int) \
+                and not isinstance(beat.get('step'), bool):
+            self.seen_step = beat['step']
         starts = [t for t in memory.get('starts') or [] if isinstance(t, (int, float)) and now - t < START_WINDOW]
         starts.append(now)
         self.resumed = dict(memory)

@@ -332,6 +332,28 @@ def test_a_failure_after_a_reboot_of_a_supervisor_host_that_runs_no_rank_is_that
     assert fault['seen'] == 'failed' and fault['nodes'] == ['w1']
 
 
+def _started_again_after_a_fault(tmp, attempt, beat):
+    tmp.mkdir()
+    bin_dir, settings = _setup(tmp, [_failed('w1', None), RUNNING_2, DONE_2], [_healthy()])
+    now = time.time()
+    (tmp / 'state' / 'memory.json').write_text(json.dumps(
+        {'job_id': 'j-1', 'attempt': attempt, 'state': {'nodes': NODES, 'restarts': 0}, 'phase': None,
+         'until': None, 'starts': [now - 100], 'time': now - 5}))
+    (tmp / 'state' / 'supervisor.json').write_text(json.dumps(dict(beat, time=now - 6)))
+    assert sv.Supervisor(settings).run() == 0
+    return [e for e in _events(tmp) if e['event'] == 'restart'][0]
+
+
+def test_a_supervisor_started_again_counts_the_steps_lost_to_a_fault_its_first_read_finds(tmp_path):
+    """Killed and back: its first read finds a failed rank but reads no step (a quick read that reached no rank's
+    file); the step in its heartbeat, of the same attempt, counts the steps lost."""
+    restart = _started_again_after_a_fault(tmp_path / 'same', 1, {'attempt': 1, 'step': 23})
+    assert (restart['resume_step'], restart['lost_steps']) == (20, 3)
+    # a heartbeat of another attempt is not this one's step
+    restart = _started_again_after_a_fault(tmp_path / 'other', 1, {'attempt': 7, 'step': 23})
+    assert restart['lost_steps'] is None
+
+
 def test_without_a_reboot_a_job_found_stopped_ends_the_supervision_as_before(tmp_path, monkeypatch):
     stopped = {'result': {'state': 'stopped'}, 'progress': dict(_progress(33), state='stopped')}
     bin_dir, settings = _setup(tmp_path, [stopped])
