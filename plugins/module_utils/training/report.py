@@ -99,13 +99,18 @@ def read_earlier_attempts(job_dir, newest=None):
     return out
 
 
+def every_attempt(progress, earlier):
+    """{attempt: {rank: parsed}} of every attempt: the earlier ones and the newest (progress)."""
+    every = dict(earlier or {})
+    if progress:
+        every[max(jm.progress_attempt(p) for p in progress.values())] = progress
+    return every
+
+
 def attempt_rows(progress, earlier):
     """[{attempt, started_at, first_step, last_step, last_step_time, ranks}] of every attempt, the first first."""
     rows = []
-    every = dict(earlier or {})
-    if progress:
-        newest = max(jm.progress_attempt(p) for p in progress.values())
-        every[newest] = progress
+    every = every_attempt(progress, earlier)
     for number in sorted(every):
         files = every[number]
         steps = [s for p in files.values() for s in p['steps'] if s.get('dated', True)]
@@ -123,9 +128,7 @@ def fault_rows(events, progress, earlier, rank):
     events: the time it cost, from the last step before it to the first step of the attempt that followed it past
     the fault's step (the steps it recomputed from its checkpoint included), as rank `rank` logged them; passed_at
     and cost_s are None where no attempt passed that step again (it gave up, or the job stopped first)."""
-    every = dict(earlier or {})
-    if progress:
-        every[max(jm.progress_attempt(p) for p in progress.values())] = progress
+    every = every_attempt(progress, earlier)
     events = [e for e in events or [] if isinstance(e, dict)]
     rows = []
     for index, fault in enumerate(events):
@@ -141,8 +144,8 @@ def fault_rows(events, progress, earlier, rank):
         if restart is not None and isinstance(restart.get('attempt'), int):
             past = step if step is not None else restart.get('resume_step')
             steps = ((every.get(restart['attempt']) or {}).get(rank) or {}).get('steps') or []
-            passed = next((s['time'] for s in steps if _num(s.get('time')) and isinstance(past, int)
-                           and s['step'] > past), None)
+            if isinstance(past, int):
+                passed = next((s['time'] for s in steps if s['step'] > past and _num(s.get('time'))), None)
         began = fault.get('last_step_time') if _num(fault.get('last_step_time')) else fault.get('time')
         rows.append({'time': fault.get('time'), 'seen': fault.get('seen'), 'nodes': fault.get('nodes') or [],
                      'step': step, 'attempt': (restart or {}).get('attempt'),

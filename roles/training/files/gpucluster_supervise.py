@@ -708,10 +708,15 @@ def report(state_dir, now=None):
 
 # ----- its memory: what it decided, on the supervisor host's disk --------------------------------
 def read_memory(state_dir):
-    """memory.json of a state directory: {} when there is none, None when it cannot be read or is not a record
-    (a regular file only, read up to a bound)."""
+    """memory.json of a state directory: {} when there is none, None when it cannot be read or is not a record."""
+    return read_record(os.path.join(state_dir, MEMORY))
+
+
+def read_record(path):
+    """A JSON object the supervisor wrote (its memory, its heartbeat): {} when there is none, None when it cannot
+    be read or is not an object (a regular file only, read up to a bound)."""
     try:
-        data = progress.read_regular(os.path.join(state_dir, MEMORY))
+        data = progress.read_regular(path)
     except FileNotFoundError:
         return {}
     except OSError:
@@ -1560,11 +1565,8 @@ class Supervisor:
         self.to_fence = dict(memory.get('to_fence') or {})
         # the step it read last, in its heartbeat (root's own file): a fault that its first read finds (a quick
         # read of a few nodes, which may read no step) still counts the steps lost to it
-        try:
-            beat = json.loads(progress.read_regular(os.path.join(self.dir, HEARTBEAT)).decode('utf-8', 'replace'))
-        except (OSError, ValueError):
-            beat = None
-        if isinstance(beat, dict) and beat.get('attempt') == self.attempt and isinstance(beat.get('step'), int) \
+        beat = read_record(os.path.join(self.dir, HEARTBEAT)) or {}
+        if beat.get('attempt') == self.attempt and isinstance(beat.get('step'), int) \
                 and not isinstance(beat.get('step'), bool):
             self.seen_step = beat['step']
         starts = [t for t in memory.get('starts') or [] if isinstance(t, (int, float)) and now - t < START_WINDOW]

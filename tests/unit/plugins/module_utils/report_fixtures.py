@@ -24,6 +24,7 @@ HOSTS = {0: 'lab-head', 1: 'lab-head', 2: 'lab-worker-1'}
 LAYOUT = {'lab-head': 2, 'lab-worker-1': 1}
 
 sys.path.insert(0, os.path.join(ROOT, 'roles', 'training', 'files'))
+import gpucluster_progress as gp  # noqa: E402
 import gpucluster_supervise as sv  # noqa: E402
 import supervision as core  # noqa: E402  the supervision core, as the supervisor imports it
 
@@ -112,3 +113,19 @@ def health_report(scenario, previous_scenario=None, tier='quick'):
     report['changes'] = health_reports.changes_since(previous, report)
     report['previous_report'] = '/var/lib/gpucluster/health/history/quick-20261124T050040000Z.json' if previous else None
     return report
+
+
+def write_attempt(progress_dir, attempt, steps, world=2, done=False):
+    """One attempt of a job of `world` ranks, written by the ranks' own progress writer (gpucluster_progress), which
+    keeps an earlier attempt's files as progress/attempt-<N>/ when a later one starts: each rank logs every step of
+    `steps` (loss 10/step), then ends (done: its done line)."""
+    ranks = [gp.Progress(rank, world, progress_dir=progress_dir, tensorboard_dir='', attempt=attempt)
+             for rank in range(world)]
+    for step in steps:
+        for progress in ranks:
+            progress.step(step, 10.0 / step)
+    for progress in ranks:
+        if done:
+            progress.done(steps[-1])
+        elif progress.handle:
+            progress.handle.close()

@@ -5,6 +5,8 @@ import pytest
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils.iperf3 import parse_iperf3
 
+from test_launchers import Clock  # the fake clock whose sleep advances it
+
 FIXTURES = os.path.join(os.path.dirname(__file__), '..', '..', 'fixtures', 'iperf3')
 
 
@@ -63,17 +65,6 @@ def test_unfinished_test_names_the_missing_section():
         parse_iperf3({'intervals': []})
 
 
-class _Clock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
-
-
 class _Module:
     """run_command answers from a list, in order (the last answer repeats)."""
 
@@ -91,7 +82,7 @@ PARAMS = {'server': '10.0.0.2', 'port': 5201, 'streams': 4, 'duration': 1, 'conn
 
 def test_an_iperf3_that_printed_nothing_and_exit_0_is_tried_again_and_then_measures():
     from ansible_collections.gpucluster.multinode.plugins.module_utils import bandwidth
-    clock = _Clock()
+    clock = Clock()
     module = _Module([(0, '', ''), (0, read('client-P4-loopback.json'), '')])
     result = bandwidth.iperf3_run(module, 'iperf3', PARAMS, reverse=False, sleep=clock.sleep, clock=clock)
     assert module.calls == 2 and result['error'] is None and result['gbps'] > 0
@@ -99,7 +90,7 @@ def test_an_iperf3_that_printed_nothing_and_exit_0_is_tried_again_and_then_measu
 
 def test_an_iperf3_that_keeps_printing_nothing_is_a_bounded_failure_naming_the_time():
     from ansible_collections.gpucluster.multinode.plugins.module_utils import bandwidth
-    clock = _Clock()
+    clock = Clock()
     module = _Module([(0, '', '')])
     result = bandwidth.iperf3_run(module, 'iperf3', PARAMS, reverse=False, sleep=clock.sleep, clock=clock)
     assert result['gbps'] is None and 'iperf3 output is empty' in result['error']

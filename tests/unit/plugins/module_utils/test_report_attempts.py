@@ -13,25 +13,15 @@ FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles',
 sys.path.insert(0, FILES)
 import gpucluster_progress as gp  # noqa: E402
 
-
-def _attempt(progress_dir, attempt, steps, world=2, done=False):
-    ranks = [gp.Progress(rank, world, progress_dir=progress_dir, tensorboard_dir='', attempt=attempt)
-             for rank in range(world)]
-    for step in steps:
-        for progress in ranks:
-            progress.step(step, 10.0 / step)
-    for progress in ranks:
-        if done:
-            progress.done(steps[-1])
-        elif progress.handle:
-            progress.handle.close()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report_fixtures as rf  # noqa: E402
 
 
 def test_a_restarted_jobs_page_spans_both_attempts_and_status_reads_the_newest(tmp_path):
     folder = str(tmp_path / 'progress')
-    _attempt(folder, 1, range(1, 24))
+    rf.write_attempt(folder, 1, range(1, 24))
     time.sleep(0.01)
-    _attempt(folder, 2, range(21, 41), done=True)
+    rf.write_attempt(folder, 2, range(21, 41), done=True)
     assert sorted(os.listdir(folder)) == ['attempt-1', 'rank-0.log', 'rank-1.log']
     assert sorted(os.listdir(os.path.join(folder, 'attempt-1'))) == ['rank-0.log', 'rank-1.log']
     # status: the newest attempt's files only
@@ -54,9 +44,9 @@ def test_a_restarted_jobs_page_spans_both_attempts_and_status_reads_the_newest(t
 
 def test_a_new_start_of_the_job_id_leaves_nothing_of_an_earlier_starts_attempts(tmp_path):
     folder = str(tmp_path / 'progress')
-    _attempt(folder, 1, range(1, 10))
-    _attempt(folder, 2, range(5, 12))
-    _attempt(folder, 1, range(1, 4))  # the user started the job id again
+    rf.write_attempt(folder, 1, range(1, 10))
+    rf.write_attempt(folder, 2, range(5, 12))
+    rf.write_attempt(folder, 1, range(1, 4))  # the user started the job id again
     assert os.listdir(os.path.join(folder, 'attempt-1')) == []
     progress, events, summary, layout, earlier = jr.read_job(str(tmp_path))
     assert earlier == {}
@@ -77,9 +67,9 @@ def test_the_same_attempt_started_again_starts_its_file_again_and_a_link_is_not_
 
 def test_each_fault_costs_from_its_last_step_to_the_step_the_next_attempt_passes_it_again(tmp_path):
     folder = str(tmp_path / 'progress')
-    _attempt(folder, 1, range(1, 24))
+    rf.write_attempt(folder, 1, range(1, 24))
     time.sleep(0.01)
-    _attempt(folder, 2, range(21, 41), done=True)
+    rf.write_attempt(folder, 2, range(21, 41), done=True)
     progress, _, summary, layout, earlier = jr.read_job(str(tmp_path))
     one = dict((s['step'], s['time']) for s in earlier[1][0]['steps'])
     two = dict((s['step'], s['time']) for s in progress[0]['steps'])

@@ -166,24 +166,8 @@ def test_the_health_page_shows_each_failing_check_with_its_node_and_remedy(brows
 def test_a_restarted_jobs_page_draws_both_attempts_against_their_own_steps(browser, tmp_path):
     """The morning view of a job restarted once from its step-20 checkpoint: attempt 1 logged steps 1-23 (its files
     kept as progress/attempt-1 when attempt 2 began), attempt 2 steps 21-40; the page spans both."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', '..', '..', '..',
-                                    'roles', 'training', 'files'))
-    import gpucluster_progress as gp  # pylint: disable=import-outside-toplevel
-
-    def attempt(number, steps, done=False):
-        ranks = [gp.Progress(rank, 2, progress_dir=str(tmp_path / 'progress'), tensorboard_dir='', attempt=number)
-                 for rank in range(2)]
-        for step in steps:
-            for progress in ranks:
-                progress.step(step, 10.0 / step)
-        for progress in ranks:
-            if done:
-                progress.done(steps[-1])
-            elif progress.handle:
-                progress.handle.close()
-
-    attempt(1, list(range(1, 24)))
-    attempt(2, list(range(21, 41)), done=True)
+    rf.write_attempt(str(tmp_path / 'progress'), 1, list(range(1, 24)))
+    rf.write_attempt(str(tmp_path / 'progress'), 2, list(range(21, 41)), done=True)
     progress, events, summary, layout, earlier = jr.read_job(str(tmp_path))
     path = tmp_path / jr.PAGE
     path.write_text(jr.render(jr.job_data('j-restarted', progress, events, summary, layout, earlier=earlier),

@@ -277,15 +277,22 @@ def test_the_run_a_killed_supervisor_left_is_ended_before_it_acts_and_nothing_el
                 proc.wait()
 
 
+def _remembered(tmp, written_ago):
+    """A supervisor's memory of attempt 1 with no restart used, written `written_ago` seconds ago (its start 100 s
+    ago): what a supervisor killed or rebooted mid-job finds. Now, as the time it was written from."""
+    now = time.time()
+    (tmp / 'state' / 'memory.json').write_text(json.dumps(
+        {'job_id': 'j-1', 'attempt': 1, 'state': {'nodes': NODES, 'restarts': 0}, 'phase': None, 'until': None,
+         'starts': [now - 100], 'time': now - written_ago}))
+    return now
+
+
 def test_after_its_host_rebooted_a_job_found_stopped_is_a_fault_restarted_from_its_checkpoint(tmp_path, monkeypatch):
     import socket
     stopped = {'result': {'state': 'stopped', 'attempt': 1}, 'progress': dict(_progress(33, attempt=1), state='stopped')}
     bin_dir, settings = _setup(tmp_path, [stopped, RUNNING_2, DONE_2], [_healthy()],
                                hosts={'head': socket.gethostname()})
-    now = time.time()
-    (tmp_path / 'state' / 'memory.json').write_text(json.dumps(
-        {'job_id': 'j-1', 'attempt': 1, 'state': {'nodes': NODES, 'restarts': 0}, 'phase': None, 'until': None,
-         'starts': [now - 100], 'time': now - 60}))
+    now = _remembered(tmp_path, written_ago=60)
     monkeypatch.setattr(sv, 'boot_time', lambda: now - 30)  # the head came back 30 s ago
     assert sv.Supervisor(settings).run() == 0
     assert _calls(bin_dir) == ['status', 'stopped', 'health', 'started', 'status', 'status', 'report']
@@ -305,10 +312,7 @@ def test_after_its_host_rebooted_a_rank_that_failed_elsewhere_is_the_reboot_not_
     failed = _failed('w1', 33)
     failed['result']['why'] = 'a rank failed first on w1 (exit 1)'
     bin_dir, settings = _setup(tmp_path, [failed, RUNNING_2, DONE_2], [_healthy()], hosts={'head': socket.gethostname()})
-    now = time.time()
-    (tmp_path / 'state' / 'memory.json').write_text(json.dumps(
-        {'job_id': 'j-1', 'attempt': 1, 'state': {'nodes': NODES, 'restarts': 0}, 'phase': None, 'until': None,
-         'starts': [now - 100], 'time': now - 60}))
+    now = _remembered(tmp_path, written_ago=60)
     monkeypatch.setattr(sv, 'boot_time', lambda: now - 30)
     assert sv.Supervisor(settings).run() == 0
     events = _events(tmp_path)
@@ -322,23 +326,17 @@ def test_after_its_host_rebooted_a_rank_that_failed_elsewhere_is_the_reboot_not_
 
 def test_a_failure_after_a_reboot_of_a_supervisor_host_that_runs_no_rank_is_that_failure(tmp_path, monkeypatch):
     bin_dir, settings = _setup(tmp_path, [_failed('w1', 33), RUNNING_2, DONE_2], [_healthy()])
-    now = time.time()
-    (tmp_path / 'state' / 'memory.json').write_text(json.dumps(
-        {'job_id': 'j-1', 'attempt': 1, 'state': {'nodes': NODES, 'restarts': 0}, 'phase': None, 'until': None,
-         'starts': [now - 100], 'time': now - 60}))
+    now = _remembered(tmp_path, written_ago=60)
     monkeypatch.setattr(sv, 'boot_time', lambda: now - 30)
     assert sv.Supervisor(settings).run() == 0
     fault = [e for e in _events(tmp_path) if e['event'] == 'fault'][0]
     assert fault['seen'] == 'failed' and fault['nodes'] == ['w1']
 
 
-def _started_again_after_a_fault(tmp, attempt, beat):
+def _started_again_after_a_fault(tmp, beat):
     tmp.mkdir()
     bin_dir, settings = _setup(tmp, [_failed('w1', None), RUNNING_2, DONE_2], [_healthy()])
-    now = time.time()
-    (tmp / 'state' / 'memory.json').write_text(json.dumps(
-        {'job_id': 'j-1', 'attempt': attempt, 'state': {'nodes': NODES, 'restarts': 0}, 'phase': None,
-         'until': None, 'starts': [now - 100], 'time': now - 5}))
+    now = _remembered(tmp, written_ago=5)
     (tmp / 'state' / 'supervisor.json').write_text(json.dumps(dict(beat, time=now - 6)))
     assert sv.Supervisor(settings).run() == 0
     return [e for e in _events(tmp) if e['event'] == 'restart'][0]
@@ -347,20 +345,17 @@ def _started_again_after_a_fault(tmp, attempt, beat):
 def test_a_supervisor_started_again_counts_the_steps_lost_to_a_fault_its_first_read_finds(tmp_path):
     """Killed and back: its first read finds a failed rank but reads no step (a quick read that reached no rank's
     file); the step in its heartbeat, of the same attempt, counts the steps lost."""
-    restart = _started_again_after_a_fault(tmp_path / 'same', 1, {'attempt': 1, 'step': 23})
+    restart = _started_again_after_a_fault(tmp_path / 'same', {'attempt': 1, 'step': 23})
     assert (restart['resume_step'], restart['lost_steps']) == (20, 3)
     # a heartbeat of another attempt is not this one's step
-    restart = _started_again_after_a_fault(tmp_path / 'other', 1, {'attempt': 7, 'step': 23})
+    restart = _started_again_after_a_fault(tmp_path / 'other', {'attempt': 7, 'step': 23})
     assert restart['lost_steps'] is None
 
 
 def test_without_a_reboot_a_job_found_stopped_ends_the_supervision_as_before(tmp_path, monkeypatch):
     stopped = {'result': {'state': 'stopped'}, 'progress': dict(_progress(33), state='stopped')}
     bin_dir, settings = _setup(tmp_path, [stopped])
-    now = time.time()
-    (tmp_path / 'state' / 'memory.json').write_text(json.dumps(
-        {'job_id': 'j-1', 'attempt': 1, 'state': {'nodes': NODES, 'restarts': 0}, 'phase': None, 'until': None,
-         'starts': [now - 100], 'time': now - 60}))
+    now = _remembered(tmp_path, written_ago=60)
     monkeypatch.setattr(sv, 'boot_time', lambda: now - 3600)
     assert sv.Supervisor(settings).run() == 0
     assert 'started' not in _calls(bin_dir)
