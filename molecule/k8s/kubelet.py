@@ -16,7 +16,7 @@ What it does as the kubelet does (pkg/kubelet/kuberuntime, volume/configmap, vol
 - capabilities: drop and add as the spec says; allowPrivilegeEscalation false: no_new_privs;
 - HOME is the image's unless the spec's env sets it (podman's own default, as containerd's);
 - a ConfigMap is projected read-only: its keys are symlinks to ..data/<key>, files with defaultMode;
-- the downward API: metadata.name, metadata.namespace, status.podIP;
+- the downward API: metadata.name, metadata.namespace, status.podIP, spec.nodeName (node-<pod>);
 - /dev/shm is the memory emptyDir's sizeLimit; other emptyDirs are 0777 directories kept across
   container restarts; limits.memory is the whole container's memory (no swap), limits.cpu its CPUs;
 - restartPolicy Always: a container whose PID 1 exits is started again, with a fresh /tmp (a new
@@ -150,7 +150,9 @@ def podman_args(objects, ordinal, prefix, network, ip, work, openshift_uid=None,
         cpu = str(limits['cpu'])
         args += ['--cpus', str(int(cpu[:-1]) / 1000 if cpu.endswith('m') else float(cpu))]
     env = {}
-    fields = {'metadata.name': name, 'metadata.namespace': sts['metadata']['namespace'], 'status.podIP': ip}
+    # each pod on a node of its own (the anti-affinity's wish), named as a node would be
+    fields = {'metadata.name': name, 'metadata.namespace': sts['metadata']['namespace'], 'status.podIP': ip,
+              'spec.nodeName': 'node-%s' % name}
     for item in ctr.get('env') or []:
         if 'value' in item:
             env[item['name']] = item['value']

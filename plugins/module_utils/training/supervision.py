@@ -279,11 +279,13 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
     beginning). settings: restarts (training_restarts), min_nodes (training_min_nodes), spares (the inventory's
     spares group less the job's nodes). A node left out is replaced by a spare that passed the check and never
     ran this job, in the spares' order: the job keeps its size while spares last; then it shrinks, down to
-    min_nodes."""
+    min_nodes. A supervisor that decided the restart itself (a failure policy: settings decided) has the budget
+    not checked again; settings min_variable names its minimum (training_min_nodes by default)."""
     nodes = list(state['nodes'])
     head = nodes[0]
     left_out = [n for n in nodes if n in health_bad]
-    budget = restart_decision(state['restarts'], settings['restarts'], 'training_restarts')
+    budget = {'action': 'restart'} if settings.get('decided') else \
+        restart_decision(state['restarts'], settings['restarts'], 'training_restarts')
     if budget['action'] == 'give_up':
         return {'action': 'give_up', 'why': budget['why']}
     previous = (state.get('failures') or [])[-1:]
@@ -301,8 +303,9 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
     spares = ready[:len(left_out)]
     remaining = [n for n in nodes if n not in left_out] + spares
     if len(remaining) < settings['min_nodes']:
-        return {'action': 'give_up', 'why': '%d node(s) would remain (%s) and training_min_nodes is %d; left out: %s'
-                                            % (len(remaining), ', '.join(remaining), settings['min_nodes'],
+        return {'action': 'give_up', 'why': '%d node(s) would remain (%s) and %s is %d; left out: %s'
+                                            % (len(remaining), ', '.join(remaining),
+                                               settings.get('min_variable', 'training_min_nodes'), settings['min_nodes'],
                                                ', '.join(left_out))}
     recovered = [n for n in suspects if n in nodes and n not in left_out]
     if spares:

@@ -211,7 +211,8 @@ NETWORK = ('mode', 'rdma_resource', 'rdma_resource_count', 'ib_hca', 'attachment
            'socket_ifname', 'ib_gid_index')
 STORAGE = ('mode', 'storage_class', 'size', 'mount_path', 'claim_name')
 TRAIN = ('command', 'deepspeed_config', 'env', 'peer_wait', 'master_port', 'agent_port', 'python',
-         'deepspeed', 'workdir', 'restarts', 'resume_args', 'failure_policy', 'lost_pod_wait')
+         'deepspeed', 'workdir', 'restarts', 'resume_args', 'failure_policy', 'lost_pod_wait', 'spares',
+         'min_pods', 'unreachable_after')
 # train.failure_policy: what kind of failure restarts the job (as JobSet's failurePolicy rules): the pod
 # agent's kinds, and the actions (RestartJobSet, RestartJobSetAndIgnoreMaxRestarts, FailJobSet).
 FAILURE_KINDS = ('exit', 'signal', 'unreachable', 'restarted')
@@ -420,7 +421,13 @@ def check(data, where='cluster file'):
     if job['resume_args'] and not job['restarts'] and not any(
             r['action'] == 'restart_uncounted' for r in job['failure_policy']):
         c.fail('train.resume_args', 'are added when the job is restarted; they need train.restarts 1 or more')
-    job['lost_pod_wait'] = c.integer(train.get('lost_pod_wait', 120), 'train.lost_pod_wait', 5, 86400)
+    job['lost_pod_wait'] = c.integer(train.get('lost_pod_wait', 60), 'train.lost_pod_wait', 5, 86400)
+    job['unreachable_after'] = c.integer(train.get('unreachable_after', 30), 'train.unreachable_after', 5, 3600)
+    # the last train.spares pods of the StatefulSet wait, each ready to take a lost pod's place (and its slots:
+    # every pod has the same resources) at a restart
+    job['spares'] = c.integer(train.get('spares', 0), 'train.spares', 0, out['replicas'] - 1)
+    working = out['replicas'] - job['spares']
+    job['min_pods'] = c.integer(train.get('min_pods', working), 'train.min_pods', 1, working)
     out['train'] = job
 
     nccl = c.mapping(data.get('nccl'), 'nccl', NCCL)

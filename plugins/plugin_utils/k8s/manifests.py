@@ -66,7 +66,8 @@ def job_settings(cluster):
         'deepspeed_config': 'ds_config.json' if train['deepspeed_config'] else None,
         'network_mode': cluster['network']['mode'], 'restarts': train['restarts'],
         'resume_args': train['resume_args'], 'failure_policy': train['failure_policy'],
-        'lost_pod_wait': train['lost_pod_wait'],
+        'lost_pod_wait': train['lost_pod_wait'], 'unreachable_after': train['unreachable_after'],
+        'spares': train['spares'], 'min_pods': train['min_pods'],
         # each pod's part (state and log) on the volume: a restarted container knows what it ran
         'state_dir': '%s/.gpucluster/jobs' % cluster['storage']['mount_path'].rstrip('/'),
         # what the agent checks it can write before a job starts, and names when it cannot
@@ -167,6 +168,7 @@ def statefulset(cluster, nccl_env):
     env.insert(0, {'name': 'GPUCLUSTER_POD_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.name'}}})
     env.insert(1, {'name': 'GPUCLUSTER_POD_NAMESPACE', 'valueFrom': {'fieldRef': {'fieldPath': 'metadata.namespace'}}})
     env.insert(2, {'name': 'GPUCLUSTER_POD_IP', 'valueFrom': {'fieldRef': {'fieldPath': 'status.podIP'}}})
+    env.insert(3, {'name': 'GPUCLUSTER_NODE_NAME', 'valueFrom': {'fieldRef': {'fieldPath': 'spec.nodeName'}}})
     mounts = [{'name': CONFIG_VOLUME, 'mountPath': kc.CONFIG_DIR, 'readOnly': True},
               {'name': SHM_VOLUME, 'mountPath': '/dev/shm'},
               {'name': HOME_VOLUME, 'mountPath': HOME_DIR},

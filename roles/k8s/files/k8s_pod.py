@@ -8,9 +8,12 @@ that answers its peers and starts, reports and stops this pod's part of a job. A
 ``deepspeed --no_ssh --node_rank <ordinal>`` with the hostfile of the ConfigMap: each pod starts its
 own ranks, no SSH, no root, any uid (OpenShift's restricted-v2 runs it as a random one).
 
-In pod 0, ``k8s_pod.py launch --job-id ID`` waits (bounded by --peer-wait) until every pod of the
-hostfile resolves through the headless Service and its agent answers with the expected pod name;
-a pod that never does is named in one line and nothing is started anywhere. Then it starts every
+In pod 0, ``k8s_pod.py launch --job-id ID`` waits (bounded by --peer-wait) until every pod of the job
+answers as itself: at the name the headless Service publishes, or, before that name exists (a Service
+publishes a pod seconds after it starts, and a resolver caches the answer that it did not exist), at
+the address the pod registered on the shared volume; a pod that never does is named in one line and
+nothing is started anywhere. A pod takes a start or a stop only from pod 0, which it knows by its
+published address or, before that, by asking the caller's own agent who it is. Then it starts every
 pod's part (pod 0's own last is not special: all are started through the agents) and, unless
 --detach, follows the job: the first pod whose launcher exits non-zero is named and the job is
 stopped on the others. ``status`` and ``stop`` do the same through the agents.
@@ -40,6 +43,8 @@ JOB_ID_RE = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$')
 STATE_ROOT = os.environ.get('GPUCLUSTER_JOB_DIR', '/tmp/gpucluster-jobs')
 JOB_ENV = 'GPUCLUSTER_JOB_ID'
 IO_TIMEOUT = 5.0
+LOST_IO_TIMEOUT = 5.0   # a request to a pod that has not answered for a while: it is not waited on longer
+REGISTRY = '.pods'      # <state dir>/.pods/<pod>.json: each agent's own address (the downward API's podIP)
 
 
 def load_job(config_dir=CONFIG_DIR):
@@ -49,6 +54,80 @@ def load_job(config_dir=CONFIG_DIR):
 
 def pod_name():
     return os.environ.get('GPUCLUSTER_POD_NAME') or socket.gethostname().split('.')[0]
+
+
+def pod_ip():
+    """This pod's address (the downward API's status.podIP), '' where it is not set."""
+    return os.environ.get('GPUCLUSTER_POD_IP', '')
+
+
+def node_name():
+    """The node this pod runs on (the downward API's spec.nodeName), '' where it is not set."""
+    return os.environ.get('GPUCLUSTER_NODE_NAME', '')
+
+
+def register(root, name, address, node, boot):
+    """Write where this pod's agent answers (best effort: a volume it cannot write is named by the launch)."""
+    if not address:
+        return False
+    path = os.path.join(root, REGISTRY)
+    try:
+        os.makedirs(path, mode=0o2770, exist_ok=True)
+        tmp = os.path.join(path, '.%s.%d.tmp' % (name, os.getpid()))
+        with open(tmp, 'w') as handle:
+            json.dump({'pod': name, 'address': address, 'node': node, 'boot': boot, 'time': time.time()}, handle)
+        os.replace(tmp, os.path.join(path, '%s.json' % name))
+        return True
+    except OSError:
+        return False
+
+
+def registered(root, name):
+    """The address a pod registered ('' when none)."""
+    try:
+        with open(os.path.join(root, REGISTRY, '%s.json' % name)) as handle:
+            entry = json.load(handle)
+    except (OSError, ValueError):
+        return ''
+    address = str(entry.get('address') or '') if isinstance(entry, dict) else ''
+    return address if _is_address(address) else ''
+
+
+def each(items, call):
+    """call(item) for every item at once, the results in order: a pod that does not answer costs its own
+    timeout, not every other pod's too. call handles its own errors."""
+    results = [None] * len(items)
+
+    def run(index, item):
+        results[index] = call(item)
+    threads = [threading.Thread(target=run, args=(i, item), daemon=True) for i, item in enumerate(items)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def working_pods(job):
+    """The pods a job starts on: all but the last train.spares (they wait to take a lost pod's place)."""
+    pods = list(job['pods'])
+    return pods[:len(pods) - int(job.get('spares') or 0)]
+
+
+def layout_of(job, record):
+    """The pods of the job's current attempt ({name, address, slots}, rank order): the record's, else the
+    working pods."""
+    by_name = {p['name']: p for p in job['pods']}
+    out = []
+    for entry in (record or {}).get('layout') or []:
+        pod = by_name.get(entry.get('name'))
+        if pod:
+            out.append(dict(pod, slots=int(entry.get('slots', pod['slots']))))
+    return out or working_pods(job)
+
+
+def hostfile_lines(layout):
+    return ''.join('%s slots=%d\n' % (p['address'], p['slots']) for p in layout)
 
 
 def ordinal_of(job, name):
@@ -134,7 +213,6 @@ def request(address, port, message, timeout=IO_TIMEOUT):
 # ----- what a pod can do -----------------------------------------------------------------------------
 CAP_IPC_LOCK = 14
 SETTLE_POLLS = 5        # polls pod 0 gathers the parts' states after the first failure before it names one
-UNREACHABLE_POLLS = 10  # polls a pod may not answer (its container starting again) before the job fails
 FENCE_SECONDS = 3600    # how long pod 0 keeps asking a pod that did not answer a failed job's stop
 
 
@@ -356,18 +434,21 @@ class Agent:
             self._save(job_id)
 
     # -- processes
-    def command(self, job_id, node_rank, attempt=0):
+    def command(self, job_id, node_rank, attempt=0, hostfile=None, master=None):
+        """The part's launcher line: the attempt's hostfile (its pods, rank order) and pod 0's address as the
+        ranks' master (an address: no rank waits for a name to be published)."""
         job = self.job
-        master = job['pods'][0]['address']
         extra = list(job.get('resume_args') or []) if attempt else []
-        return [job['deepspeed'], '--no_ssh', '--hostfile', os.path.join(job['config_dir'], 'hostfile'),
-                '--node_rank', str(node_rank), '--master_addr', master,
+        return [job['deepspeed'], '--no_ssh', '--hostfile', hostfile or os.path.join(job['config_dir'], 'hostfile'),
+                '--node_rank', str(node_rank), '--master_addr', master or job['pods'][0]['address'],
                 '--master_port', str(job['master_port'])] + list(job['command']) + extra
 
     def running(self):
         return [j for j, rec in self.jobs.items() if rec.get('state') == 'running']
 
-    def start(self, job_id, node_rank, attempt=0):
+    def start(self, job_id, node_rank, attempt=0, hosts=None, master=None):
+        """Start this pod's part: hosts, the attempt's [[address, slots], ...] (rank order; none: the
+        ConfigMap's hostfile), master, rank 0's address."""
         with self.lock:
             # the ConfigMap as it is now: a changed command or hostfile reaches running pods (kubelet
             # refreshes mounted ConfigMaps) without a restart
@@ -382,12 +463,20 @@ class Agent:
             if running:
                 return {'ok': False, 'error': 'job %s is still running on %s' % (running[0], self.name)}
             log = os.path.join(self._job_dir(job_id), '%s.log' % self.name)
+            hostfile = None
+            if hosts:
+                hostfile = os.path.join(self._job_dir(job_id), '%s.hostfile' % self.name)
+                with open(hostfile + '.tmp', 'w') as handle:
+                    handle.write(hostfile_lines([{'address': str(a), 'slots': int(n)} for a, n in hosts]))
+                os.replace(hostfile + '.tmp', hostfile)
             # GPUCLUSTER_ATTEMPT counts from 1 as on the SSH path (the examples fence attempts by it:
             # a rank of an older attempt never writes a checkpoint); GPUCLUSTER_JOB_ATTEMPT counts restarts
             env = dict(os.environ, **{JOB_ENV: job_id, 'GPUCLUSTER_JOB_ATTEMPT': str(attempt),
                                       'GPUCLUSTER_ATTEMPT': str(attempt + 1)})
             workdir = self.job['workdir'] if os.path.isdir(self.job['workdir']) else '/tmp'
-            proc = subprocess.Popen(self.command(job_id, node_rank, attempt), stdin=subprocess.DEVNULL,
+            line = self.command(job_id, node_rank, attempt, hostfile=hostfile, master=master) \
+                if (hostfile or master) else self.command(job_id, node_rank, attempt)
+            proc = subprocess.Popen(line, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir, env=env,
                                     start_new_session=True)
             CHILDREN[proc.pid] = (self, job_id, proc)
@@ -452,12 +541,17 @@ class Agent:
                 'reason': rec.get('reason', ''), 'pid': rec.get('pid'), 'attempt': rec.get('attempt', 0),
                 'ended': rec.get('ended'), 'tail': tail(rec.get('log', ''), lines)}
 
-    def stop(self, job_id, grace=10.0, reason='stopped'):
-        """SIGTERM to the job's process group, SIGKILL after grace; returns once nothing of it runs."""
+    def stop(self, job_id, grace=10.0, reason='stopped', before_attempt=None):
+        """SIGTERM to the job's process group, SIGKILL after grace; returns once nothing of it runs. With
+        before_attempt, only a part of an earlier attempt is stopped (a fence never stops the attempt that
+        replaced it)."""
         with self.lock:
             rec = self.jobs.get(job_id)
             if rec is None:
                 return {'ok': True, 'pod': self.name, 'state': 'absent'}
+            if before_attempt is not None and int(rec.get('attempt', 0)) >= before_attempt:
+                return {'ok': True, 'pod': self.name, 'state': rec['state'], 'attempt': rec.get('attempt', 0),
+                        'reason': rec.get('reason', ''), 'kept': True}
             if rec.get('state') == 'running':
                 rec.update(state='stopped', reason=reason)
                 self._save(job_id)
@@ -481,15 +575,17 @@ class Agent:
 
     def hello(self):
         soft, hard = memlock()
-        return {'ok': True, 'pod': self.name, 'ordinal': self.ordinal,
-                'slots': self.job['pods'][self.ordinal]['slots'], 'running': self.running(),
+        return {'ok': True, 'pod': self.name, 'ordinal': self.ordinal, 'address': pod_ip(), 'node': node_name(),
+                'boot': self.boot, 'slots': self.job['pods'][self.ordinal]['slots'], 'running': self.running(),
                 'uid': os.getuid(), 'gid': os.getgid(), 'groups': sorted(os.getgroups()),
                 'memlock': [soft, hard], 'cap_eff': '%016x' % capabilities(),
                 'home_writable': os.access(os.environ.get('HOME', '/'), os.W_OK),
                 'claim': claim_check(self.job.get('mount_path', ''))}
 
     # -- pod 0: the job as a whole (JobSet's failure policy and maxRestarts)
-    def supervise(self, job_id, attempt=0, poll=1.0):
+    def supervise(self, job_id, attempt=0, poll=1.0, layout=None, nodes=None):
+        """Supervise a job pod 0 started: layout, its pods ({name, address, slots}, rank order; none: the
+        working pods); nodes, {pod: node} as the pods said at the start (named when a pod is lost)."""
         if self.ordinal != 0:
             return {'ok': False, 'error': 'only pod 0 supervises a job'}
         with self.lock:
@@ -497,13 +593,18 @@ class Agent:
             if current and current.is_alive():
                 return {'ok': True, 'supervising': job_id, 'already': True}
             record = read_job_record(self.state_root(), job_id) or {}
+            layout = layout_of(self.job, {'layout': layout} if layout else record)
             record.update(job_id=job_id, state='running', attempt=attempt,
-                          restarts=int(self.job.get('restarts', 0)), updated=time.time())
+                          restarts=int(self.job.get('restarts', 0)), updated=time.time(),
+                          layout=[{'name': p['name'], 'slots': p['slots']} for p in layout])
             record.setdefault('history', [])
             record.setdefault('restarts_used', 0)
+            record.setdefault('spares_used', [])
+            record['nodes_of'] = dict(record.get('nodes_of') or {}, **{k: v for k, v in (nodes or {}).items() if v})
             write_job_record(self.state_root(), job_id, record)
             job_event(self.state_root(), job_id, 'supervising', attempt=attempt,
-                      nodes=[p['name'] for p in self.job['pods']], restarts=record['restarts'])
+                      nodes=[p['name'] for p in layout], restarts=record['restarts'],
+                      spares=[p['name'] for p in self.job['pods'] if p['name'] not in [q['name'] for q in layout]])
             thread = threading.Thread(target=self._supervise, args=(job_id, poll), daemon=True)
             self.supervisors[job_id] = thread
             thread.start()
@@ -521,19 +622,30 @@ class Agent:
                 self.supervisors[job_id] = thread
                 thread.start()
 
-    def _supervise(self, job_id, poll, settle=SETTLE_POLLS, unreachable_polls=UNREACHABLE_POLLS):
+    def _supervise(self, job_id, poll, settle=SETTLE_POLLS):
+        """Follow the job until it ends: a part that failed, or a pod that has not answered for
+        train.unreachable_after seconds, is a fault; the job is stopped on every pod (a pod that does not answer
+        is asked once, briefly, and fenced later) and restarted by the failure policy and train.restarts: in
+        place, or with a spare pod in a lost pod's place, or shrunk down to train.min_pods, else it fails naming
+        the pod, its node and what an administrator runs."""
         root = self.state_root()
-        misses = {}
+        bound = float(self.job.get('unreachable_after', 30))
+        since = {}          # pod -> when it first did not answer, in this run of misses
         while True:
             time.sleep(poll)
             record = read_job_record(root, job_id) or {}
             if record.get('state') != 'running':
                 return
-            states = all_status(self.job, job_id, lines=5)
+            layout = layout_of(self.job, record)
+            states = all_status(self.job, job_id, lines=5, pods=layout, slow=since)
+            now = time.time()
             for st in states:
-                misses[st['pod']] = misses.get(st['pod'], 0) + 1 if st.get('state') == 'unreachable' else 0
-            trouble = [st for st in states if st.get('state') in ('failed', 'absent', 'stopped')
-                       or misses.get(st['pod'], 0) >= unreachable_polls]
+                if st.get('state') == 'unreachable':
+                    since.setdefault(st['pod'], now)
+                else:
+                    since.pop(st['pod'], None)
+            lost = [st for st in states if st['pod'] in since and now - since[st['pod']] >= bound]
+            trouble = [st for st in states if st.get('state') in ('failed', 'absent', 'stopped')] + lost
             if not trouble:
                 if states and all(st.get('state') == 'finished' for st in states):
                     record.update(state='finished', updated=time.time())
@@ -542,84 +654,152 @@ class Agent:
                     self.say('job %s finished (attempt %d)' % (job_id, record.get('attempt', 0)))
                     return
                 continue
-            # the other pods' ranks fail too once a peer is gone: gather for a few polls, then blame
-            # the cause (a restarted container, an unreachable pod, a killed rank) rather than the
-            # first collateral exit
+            for st in lost:
+                st['error'] = 'no answer for %.0f s: %s' % (now - since[st['pod']], st.get('error', ''))
             seen = {st['pod']: st for st in states}
-            for _ in range(settle):
-                if all(st.get('state') in ('failed', 'absent', 'stopped', 'finished') for st in seen.values()):
-                    break
-                time.sleep(poll)
-                for st in all_status(self.job, job_id, lines=5):
-                    if st.get('state') != 'unreachable' or seen[st['pod']].get('state') in ('running', 'unreachable'):
-                        seen[st['pod']] = st
+            if not lost:
+                # the other pods' ranks fail too once a peer is gone: gather for a few polls, then blame the
+                # cause (a restarted container, a killed rank) rather than the first collateral exit. A pod that
+                # has not answered long enough is the cause already: nothing to gather.
+                for _ in range(settle):
+                    if all(st.get('state') in ('failed', 'absent', 'stopped', 'finished', 'unreachable')
+                           for st in seen.values()):
+                        break
+                    time.sleep(poll)
+                    for st in all_status(self.job, job_id, lines=5, pods=layout, slow=since):
+                        if st.get('state') != 'unreachable' or seen[st['pod']].get('state') in ('running', 'unreachable'):
+                            seen[st['pod']] = st
             bad = blame(list(seen.values())) or blame(trouble)
             if bad is None:
                 continue
-            pod, reason = bad
-            if record.get('state') == 'stopped':
-                return
-            culprit = seen.get(pod) or next((st for st in trouble if st['pod'] == pod), {'pod': pod})
-            kind = supervision.failure_kind(dict(culprit, reason=reason))
-            attempt = record.get('attempt', 0)
-            job_event(root, job_id, 'fault', attempt=attempt, seen=kind, nodes=[pod], why='pod %s %s' % (pod, reason),
-                      exit_code=culprit.get('exit_code'))
-            self.say('job %s: pod %s %s; stopping the job on every pod' % (job_id, pod, reason))
-            unanswered = [r['pod'] for r in stop_all(self.job, job_id, reason='stopped: pod %s %s' % (pod, reason))
-                          if r.get('state') == 'unreachable']
-            job_event(root, job_id, 'job_stopped', attempt=attempt, nodes=[p['name'] for p in self.job['pods']],
-                      why='stopped on every pod after pod %s %s' % (pod, reason),
-                      **({'unanswered': unanswered} if unanswered else {}))
-            record = read_job_record(root, job_id) or record
-            if record.get('state') != 'running':
-                job_event(root, job_id, 'stopped', attempt=attempt, why='stopped by the user meanwhile')
-                return  # stopped by the user meanwhile
-            record['history'].append({'attempt': attempt, 'failed_pod': pod, 'reason': reason, 'kind': kind,
-                                      'at': time.time()})
-            used = int(record.get('restarts_used', 0))
-            decision = supervision.restart_decision(used, int(record.get('restarts', 0)), 'train.restarts',
-                                                    self.job.get('failure_policy'), kind, culprit.get('exit_code'))
-            why = decision['why'] if decision['action'] == 'give_up' else ''
-            if not why:
-                attempt += 1
-                used += 1 if decision['counted'] else 0
-                record.update(attempt=attempt, restarts_used=used, updated=time.time())
-                write_job_record(root, job_id, record)
-                self.say('job %s: %s, attempt %d, after pod %s %s' % (job_id, decision['why'], attempt, pod, reason))
-                # a pod that did not answer may be on a lost node: the StatefulSet makes it again only once
-                # the pod is deleted, so the restart waits for it train.lost_pod_wait, not peer_wait
-                bound = int(self.job.get('lost_pod_wait', 120) if kind == 'unreachable' else self.job.get('peer_wait', 300))
-                why_peers, _ = wait_for_peers(self.job, bound)
-                problem = start_all(self.job, job_id, attempt) if not why_peers else \
-                    'pod %s: %s after %d s' % (sorted(why_peers)[0], why_peers[sorted(why_peers)[0]], bound)
-                if not problem:
-                    job_event(root, job_id, 'restart', attempt=attempt, nodes=[p['name'] for p in self.job['pods']],
-                              left_out=[], why='pod %s %s' % (pod, reason), counted=decision['counted'],
-                              restarts_used=used)
-                    misses = {}
-                    continue
-                failed_pod = problem.split(': ', 1)[0].replace('pod ', '')
-                lost = kind == 'unreachable' and failed_pod == pod
-                reason = 'restart failed: %s%s' % (problem, (
-                    '; pod %s is lost (its node may be down): the StatefulSet makes it again only once the pod '
-                    'is deleted (kubectl delete pod %s --force, once its node is known down)' % (pod, pod))
-                    if lost else '')
-                pod = failed_pod
-                job_event(root, job_id, 'restart_failed', attempt=attempt, nodes=[pod], why=reason)
-                stop_all(self.job, job_id, reason='stopped: restart failed')
-                why = reason
-            record.update(state='failed', failed_pod=pod, reason=reason, updated=time.time())
-            write_job_record(root, job_id, record)
-            job_event(root, job_id, 'gave_up', attempt=attempt, nodes=[pod], why=why)
-            self.say('job %s failed: pod %s %s (attempt %d); nothing of it runs' % (job_id, pod, reason, attempt))
-            if unanswered:
-                self.fence(job_id, unanswered, attempt)
+            self._fault(job_id, record, layout, seen, trouble, bad, since)
             return
 
-    def fence(self, job_id, pods, attempt, period=5.0, seconds=FENCE_SECONDS):
+    def _fault(self, job_id, record, layout, seen, trouble, bad, since):
+        """A fault named: stop the job everywhere, then restart it (same pods, a spare in a lost pod's place,
+        fewer pods) or give up naming why; the supervision of a restarted job goes on in a new loop."""
+        root = self.state_root()
+        pod, reason = bad
+        culprit = seen.get(pod) or next((st for st in trouble if st['pod'] == pod), {'pod': pod})
+        kind = supervision.failure_kind(dict(culprit, reason=reason))
+        attempt = record.get('attempt', 0)
+        names = [p['name'] for p in layout]
+        record.update(phase='fault', updated=time.time())
+        write_job_record(root, job_id, record)
+        job_event(root, job_id, 'fault', attempt=attempt, seen=kind, nodes=[pod], why='pod %s %s' % (pod, reason),
+                  exit_code=culprit.get('exit_code'))
+        self.say('job %s: pod %s %s; stopping the job on every pod' % (job_id, pod, reason))
+        replies = stop_all(self.job, job_id, reason='stopped: pod %s %s' % (pod, reason), pods=layout, slow=since)
+        unanswered = [r['pod'] for r in replies if r.get('state') == 'unreachable']
+        job_event(root, job_id, 'job_stopped', attempt=attempt, nodes=names,
+                  why='stopped on every pod after pod %s %s' % (pod, reason),
+                  **({'unanswered': unanswered} if unanswered else {}))
+        record = read_job_record(root, job_id) or record
+        if record.get('state') != 'running':
+            job_event(root, job_id, 'stopped', attempt=attempt, why='stopped by the user meanwhile')
+            return
+        record['history'].append({'attempt': attempt, 'failed_pod': pod, 'reason': reason, 'kind': kind,
+                                  'at': time.time()})
+        used = int(record.get('restarts_used', 0))
+        decision = supervision.restart_decision(used, int(record.get('restarts', 0)), 'train.restarts',
+                                                self.job.get('failure_policy'), kind, culprit.get('exit_code'))
+        if decision['action'] == 'give_up':
+            return self._give_up(job_id, record, attempt, pod, reason, decision['why'], unanswered)
+        # the pods that did not answer are left out: a spare takes each one's place (and its slots), else the
+        # job shrinks down to train.min_pods, else it waits train.lost_pod_wait for them to answer again
+        left_out = [n for n in names if n in unanswered or (n == pod and kind == 'unreachable')]
+        new_layout, why_plan, spares = layout, decision['why'], []
+        if left_out:
+            new_layout, why_plan, spares, problem = self._replan(job_id, record, layout, left_out, pod, kind)
+            if problem:
+                return self._give_up(job_id, record, attempt, pod, '%s; %s' % (reason, problem), problem, unanswered)
+        attempt += 1
+        used += 1 if decision['counted'] else 0
+        record.update(attempt=attempt, restarts_used=used, updated=time.time(), phase='restarting',
+                      layout=[{'name': p['name'], 'slots': p['slots']} for p in new_layout],
+                      spares_used=list(record.get('spares_used') or []) + spares)
+        write_job_record(root, job_id, record)
+        self.say('job %s: %s, attempt %d, after pod %s %s' % (job_id, decision['why'], attempt, pod, reason))
+        why_peers, _ = wait_for_peers(self.job, int(self.job.get('peer_wait', 300)), pods=new_layout, root=root)
+        problem = start_all(self.job, job_id, attempt, pods=new_layout) if not why_peers else \
+            'pod %s: %s after %d s' % (sorted(why_peers)[0], why_peers[sorted(why_peers)[0]],
+                                       int(self.job.get('peer_wait', 300)))
+        if unanswered:
+            self.fence(job_id, unanswered, attempt)
+        if problem:
+            failed_pod = problem.split(': ', 1)[0].replace('pod ', '')
+            job_event(root, job_id, 'restart_failed', attempt=attempt, nodes=[failed_pod], why='restart failed: ' + problem)
+            stop_all(self.job, job_id, reason='stopped: restart failed', pods=new_layout)
+            return self._give_up(job_id, record, attempt, failed_pod, 'restart failed: %s' % problem,
+                                 'restart failed: %s' % problem, [])
+        world = sum(p['slots'] for p in new_layout)
+        job_event(root, job_id, 'restart', attempt=attempt, nodes=[p['name'] for p in new_layout],
+                  left_out=left_out, spares=spares, world_size=world, why='pod %s %s: %s' % (pod, reason, why_plan),
+                  counted=decision['counted'], restarts_used=used)
+        record = read_job_record(root, job_id) or record
+        record.pop('phase', None)
+        write_job_record(root, job_id, record)
+        thread = threading.Thread(target=self._supervise, args=(job_id, 1.0), daemon=True)
+        self.supervisors[job_id] = thread
+        thread.start()
+
+    def _replan(self, job_id, record, layout, left_out, pod, kind):
+        """(layout, why, spares used, '') of a restart without the pods left out, or (.., problem) when none
+        is possible: spares that answer take their places, else the job shrinks to train.min_pods, else the pods
+        left out are waited for (train.lost_pod_wait) and the job restarts on the same pods."""
+        root = self.state_root()
+        names = [p['name'] for p in layout]
+        by_name = {p['name']: p for p in self.job['pods']}
+        used = list(record.get('spares_used') or [])
+        candidates = [p for p in self.job['pods'] if p['name'] not in names and p['name'] not in used
+                      and p['name'] not in (record.get('lost') or [])]
+        ready = [p['name'] for p, hello in zip(candidates, each(candidates, lambda p: hello_of(self.job, p)))
+                 if hello and not hello.get('running')]
+        job_event(root, job_id, 'checked', attempt=record.get('attempt', 0), nodes=left_out + [p['name'] for p in candidates],
+                  failed=left_out, spares_ready=ready)
+        record['lost'] = sorted(set(record.get('lost') or []) | set(left_out))
+        plan = supervision.plan_restart(
+            {'nodes': names, 'restarts': record.get('restarts_used', 0), 'spares_used': used}, {}, [pod], left_out,
+            None, {'decided': True, 'restarts': record.get('restarts', 0), 'spares': ready,
+                   'min_nodes': int(self.job.get('min_pods', len(working_pods(self.job)))),
+                   'min_variable': 'train.min_pods'})
+        if plan['action'] == 'restart':
+            spares = list(plan['spares'])
+            new, take = [], list(spares)
+            for p in layout:
+                if p['name'] not in left_out:
+                    new.append(p)
+                elif take:
+                    new.append(dict(by_name[take.pop(0)], slots=p['slots']))
+            return new, plan['why'], spares, ''
+        # no spare, too few pods: the pods left out may come back (a node that was only slow)
+        wait = int(self.job.get('lost_pod_wait', 60))
+        lost = [p for p in layout if p['name'] in left_out]
+        why, _ = wait_for_peers(self.job, wait, pods=lost, root=root)
+        if not why:
+            record['lost'] = [n for n in record['lost'] if n not in left_out]
+            return layout, 'on the same pods (%s answered again)' % ', '.join(left_out), [], ''
+        nodes_of = record.get('nodes_of') or {}
+        gone = [n for n in left_out if n in why]
+        problem = '%s; %s did not answer again within train.lost_pod_wait (%d s): %s' % (
+            plan['why'], ', '.join(gone), wait, '; '.join(admin_step(self.job, n, nodes_of.get(n)) for n in gone))
+        return layout, '', [], problem
+
+    def _give_up(self, job_id, record, attempt, pod, reason, why, unanswered):
+        root = self.state_root()
+        record.update(state='failed', failed_pod=pod, reason=reason, updated=time.time())
+        record.pop('phase', None)
+        write_job_record(root, job_id, record)
+        job_event(root, job_id, 'gave_up', attempt=attempt, nodes=[pod], why=why)
+        self.say('job %s failed: pod %s %s (attempt %d); nothing of it runs' % (job_id, pod, record['reason'], attempt))
+        if unanswered:
+            self.fence(job_id, unanswered, attempt + 1)
+
+    def fence(self, job_id, pods, before_attempt, period=5.0, seconds=FENCE_SECONDS):
         """The pods that did not answer the job's stop (lost with their node, or frozen) are asked again
-        every period seconds, for at most seconds: a pod that comes back stops its part at once, so ranks
-        of a failed job never run on beside the next one (event fenced, in the SSH supervisor's words)."""
+        every period seconds, for at most seconds: a pod that comes back stops its part of an attempt before
+        before_attempt at once, so ranks of a failed attempt never run on beside the next one (event fenced, in
+        the SSH supervisor's words); a part of a later attempt (the pod came back and was restarted) is kept."""
         def loop():
             left, deadline = list(pods), time.time() + seconds
             while left and time.time() < deadline:
@@ -628,12 +808,13 @@ class Agent:
                     address = next(p['address'] for p in self.job['pods'] if p['name'] == pod)
                     try:
                         reply = request(address, int(self.job['agent_port']),
-                                        {'op': 'stop', 'job_id': job_id, 'reason': 'stopped: fenced (the job failed)'},
-                                        timeout=30.0)
+                                        {'op': 'stop', 'job_id': job_id, 'before_attempt': before_attempt,
+                                         'reason': 'stopped: fenced (attempt %d replaced it or the job failed)'
+                                                   % before_attempt}, timeout=30.0)
                     except (OSError, ValueError):
                         continue
                     left.remove(pod)
-                    job_event(self.state_root(), job_id, 'fenced', attempt=attempt, nodes=[pod],
+                    job_event(self.state_root(), job_id, 'fenced', attempt=before_attempt - 1, nodes=[pod],
                               state=reply.get('state'), exit_code=reply.get('exit_code'))
                     self.say('job %s: pod %s answers again; its part is stopped (%s)' % (job_id, pod, reply.get('state')))
         thread = threading.Thread(target=loop, daemon=True)
@@ -643,11 +824,24 @@ class Agent:
     def allowed(self, peer):
         """Only pod 0 (or this pod itself) may start or stop a job here. Pod 0's addresses are those last
         resolved (watch_pod0 keeps them fresh in the background): a peer that is not among them has the name
-        resolved again before it is refused, so a slow DNS answer delays no request from pod 0."""
+        resolved again, and where pod 0's name is not published yet (or still names its old address), the
+        caller's own agent is asked who it is: it is pod 0 when it answers as pod 0. The NetworkPolicy is what
+        keeps other pods from the agents' port."""
         if peer in ('127.0.0.1', '::1') or peer in self.pod0:
             return True
-        self.pod0 = set(resolve(self.job['pods'][0]['address']))
-        return peer in self.pod0
+        found = resolve(self.job['pods'][0]['address'])
+        if found:
+            self.pod0 = set(found)
+            if peer in self.pod0:
+                return True
+        try:
+            reply = _exchange(peer, int(self.job['agent_port']), {'op': 'hello'}, 3.0)
+        except (OSError, ValueError):
+            return False
+        if reply.get('pod') == self.job['pods'][0]['name']:
+            self.pod0 = self.pod0 | {peer}
+            return True
+        return False
 
     def watch_pod0(self, period=30.0):
         """Resolve pod 0's name every period seconds, so that allowed() rarely has to."""
@@ -682,11 +876,15 @@ class Agent:
                 reply = {'ok': False, 'error': '%s refuses %s from %s: only pod 0 starts and stops jobs'
                          % (self.name, op, peer[0])}
             elif op == 'start':
-                reply = self.start(job_id, int(msg.get('node_rank', self.ordinal)), int(msg.get('attempt', 0)))
+                reply = self.start(job_id, int(msg.get('node_rank', self.ordinal)), int(msg.get('attempt', 0)),
+                                   hosts=msg.get('hosts'), master=msg.get('master_addr'))
             elif op == 'stop':
-                reply = self.stop(job_id, reason=str(msg.get('reason') or 'stopped'))
+                before = msg.get('before_attempt')
+                reply = self.stop(job_id, reason=str(msg.get('reason') or 'stopped'),
+                                  before_attempt=None if before is None else int(before))
             elif op == 'supervise':
-                reply = self.supervise(job_id, int(msg.get('attempt', 0)))
+                reply = self.supervise(job_id, int(msg.get('attempt', 0)), layout=msg.get('layout'),
+                                       nodes=msg.get('nodes'))
             else:
                 reply = {'ok': False, 'error': 'unknown request %r' % op}
             conn.sendall((json.dumps(reply) + '\n').encode())
@@ -719,6 +917,9 @@ class Agent:
                                 'unlimited' if hello['memlock'][0] == -1 else '%d KiB' % (hello['memlock'][0] // 1024),
                                 hello['cap_eff'], os.environ.get('HOME', '-'),
                                 '' if hello['home_writable'] else ' (not writable)'))
+        if not register(self.state_root(), self.name, pod_ip(), node_name(), self.boot):
+            self.say('could not register its address under %s (the launch then waits for its published name)'
+                     % os.path.join(self.state_root(), REGISTRY))
         self.recover()
         threading.Thread(target=self.reaper, daemon=True).start()
         threading.Thread(target=self.watch_pod0, daemon=True).start()
@@ -798,30 +999,60 @@ def tail(path, lines):
 
 
 # ----- pod 0: wait, start, follow --------------------------------------------------------------------
-def wait_for_peers(job, seconds, clock=time.time, sleep=time.sleep):
-    """({}, hellos) when every pod resolves and its agent answers as itself; else ({pod: why}, hellos)
-    at the bound. hellos: {pod: its hello reply} of the pods that answered."""
+def hello_of(job, pod, timeout=3.0):
+    """A pod's hello reply when its agent answers as itself, else None."""
+    try:
+        reply = request(pod['address'], int(job['agent_port']), {'op': 'hello'}, timeout=timeout)
+    except (OSError, ValueError):
+        return None
+    return reply if reply.get('pod') == pod['name'] else None
+
+
+def forget(name):
+    with ADDRESSES_LOCK:
+        ADDRESSES.pop(name, None)
+
+
+def wait_for_peers(job, seconds, clock=time.time, sleep=time.sleep, pods=None, root=None):
+    """({}, hellos) when every pod (default: the working pods) answers as itself; else ({pod: why}, hellos)
+    at the bound. A pod is asked at its published name, or, while that does not resolve yet, at the address
+    it registered under root (the state directory; it must answer as itself there too). hellos: {pod: its
+    hello reply} of the pods that answered."""
     port = int(job['agent_port'])
+    pods = working_pods(job) if pods is None else pods
+    root = state_root(job) if root is None else root
     deadline = clock() + seconds
+
+    def ask(pod):
+        addresses = resolve(pod['address'])
+        published = bool(addresses)
+        if not addresses:
+            addresses = [a for a in [registered(root, pod['name'])] if a]
+        if not addresses:
+            return '%s does not resolve' % pod['address'], None
+        remember(pod['address'], addresses)
+        try:
+            reply = request(pod['address'], port, {'op': 'hello'}, timeout=2.0)
+        except (OSError, ValueError) as exc:
+            if not published:
+                forget(pod['address'])
+                return '%s does not resolve' % pod['address'], None
+            return '%s (%s) does not answer on port %d: %s' % (
+                pod['address'], addresses[0], port, getattr(exc, 'strerror', None) or exc), None
+        if reply.get('pod') != pod['name']:
+            if not published:       # a registered address now held by another pod: wait for the name
+                forget(pod['address'])
+                return '%s does not resolve' % pod['address'], None
+            return '%s answers as %r: the hostfile does not match the pods' % (pod['address'], reply.get('pod')), None
+        if reply.get('running'):
+            return '%s still runs job %s' % (pod['name'], reply['running'][0]), None
+        return '', reply
+
     while True:
         why, hellos = {}, {}
-        for pod in job['pods']:
-            addresses = resolve(pod['address'])
-            if not addresses:
-                why[pod['name']] = '%s does not resolve' % pod['address']
-                continue
-            remember(pod['address'], addresses)
-            try:
-                reply = request(pod['address'], port, {'op': 'hello'}, timeout=2.0)
-            except (OSError, ValueError) as exc:
-                why[pod['name']] = '%s (%s) does not answer on port %d: %s' % (
-                    pod['address'], addresses[0], port, getattr(exc, 'strerror', None) or exc)
-                continue
-            if reply.get('pod') != pod['name']:
-                why[pod['name']] = '%s answers as %r: the hostfile does not match the pods' % (
-                    pod['address'], reply.get('pod'))
-            elif reply.get('running'):
-                why[pod['name']] = '%s still runs job %s' % (pod['name'], reply['running'][0])
+        for pod, (problem, reply) in zip(pods, each(pods, ask)):
+            if problem:
+                why[pod['name']] = problem
             else:
                 hellos[pod['name']] = reply
         if not why or clock() >= deadline:
@@ -829,17 +1060,33 @@ def wait_for_peers(job, seconds, clock=time.time, sleep=time.sleep):
         sleep(1.0)
 
 
-def all_status(job, job_id, lines=20):
+def admin_step(job, pod, node):
+    """What an administrator does for a pod lost with its node: the StatefulSet makes it again only once it is
+    deleted, which is safe only once its node is known to be down."""
+    namespace = job.get('namespace') or '<namespace>'
+    if node:
+        return ('pod %s on node %s is lost: once the node is confirmed down (kubectl get node %s: NotReady; '
+                'drained or powered off), kubectl delete pod %s -n %s --force --grace-period=0, and the StatefulSet '
+                'makes it again' % (pod, node, node, pod, namespace))
+    return ('pod %s is lost (its node may be down): once its node (kubectl get pod %s -n %s -o wide) is confirmed '
+            'down, kubectl delete pod %s -n %s --force --grace-period=0' % (pod, pod, namespace, pod, namespace))
+
+
+def all_status(job, job_id, lines=20, pods=None, slow=None):
+    """Every pod's part (default: the working pods), asked at once; a pod in slow (it has not answered
+    lately) is waited on LOST_IO_TIMEOUT at most."""
     port = int(job['agent_port'])
-    out = []
-    for pod in job['pods']:
+    pods = working_pods(job) if pods is None else pods
+
+    def ask(pod):
         try:
-            reply = request(pod['address'], port, {'op': 'status', 'job_id': job_id, 'lines': lines})
+            reply = request(pod['address'], port, {'op': 'status', 'job_id': job_id, 'lines': lines},
+                            timeout=LOST_IO_TIMEOUT if pod['name'] in (slow or ()) else IO_TIMEOUT)
         except (OSError, ValueError) as exc:
-            reply = {'pod': pod['name'], 'state': 'unreachable', 'error': str(exc)}
+            reply = {'pod': pod['name'], 'state': 'unreachable', 'error': str(exc) or type(exc).__name__}
         reply['pod'] = pod['name']
-        out.append(reply)
-    return out
+        return reply
+    return each(pods, ask)
 
 
 def summary(job, job_id, states, record=None):
@@ -858,10 +1105,15 @@ def summary(job, job_id, states, record=None):
         reason = failed[0].get('reason') or (
             'unreachable' if failed[0].get('state') == 'unreachable' else
             'has no part of the job' if failed[0].get('state') == 'absent' else 'exit %s' % failed[0].get('exit_code'))
+    ended = [s for s in states if s.get('state') in ('failed', 'stopped', 'absent')]
     if record and record.get('state') == 'failed':
         state, failed_pod, reason = 'failed', record.get('failed_pod'), record.get('reason', '')
-    elif record and record.get('state') == 'running' and (failed or any(s.get('state') == 'stopped' for s in states)):
+    elif record and record.get('state') == 'running' and (ended or record.get('phase')):
+        # a part ended, or pod 0 named a fault and acts on it; a pod that only did not answer yet is not
+        # a fault until train.unreachable_after (the job runs on: unreachable lists it)
         state = 'restarting' if record.get('restarts_used', record.get('attempt', 0)) < record.get('restarts', 0) else 'failing'
+    elif record and record.get('state') == 'running' and any(s.get('state') == 'running' for s in states):
+        state = 'running'
     elif failed:
         state = 'failed'
     elif all(s.get('state') == 'finished' for s in states):
@@ -873,79 +1125,97 @@ def summary(job, job_id, states, record=None):
     else:
         state = 'partial'
     out = {'job_id': job_id, 'state': state, 'failed_pod': failed_pod, 'reason': reason,
-           'unreachable': unreachable, 'world_size': sum(p['slots'] for p in job['pods']), 'pods': states}
+           'unreachable': unreachable, 'world_size': sum(p['slots'] for p in layout_of(job, record)), 'pods': states}
     if record:
         out.update(attempt=record.get('attempt', 0), restarts=record.get('restarts', 0),
                    restarts_used=record.get('restarts_used', record.get('attempt', 0)),
-                   history=record.get('history', []))
+                   history=record.get('history', []), spares_used=record.get('spares_used', []))
     return out
 
 
-def stop_all(job, job_id, reason='stopped'):
+def stop_all(job, job_id, reason='stopped', pods=None, slow=None, before_attempt=None):
+    """Stop the job on every pod (default: all of them, spares too) at once; a pod in slow (it has not
+    answered lately) is asked LOST_IO_TIMEOUT at most, the others 30 s (their ranks' grace)."""
     port = int(job['agent_port'])
-    out = []
-    for pod in job['pods']:
+    pods = job['pods'] if pods is None else pods
+    message = {'op': 'stop', 'job_id': job_id, 'reason': reason}
+    if before_attempt is not None:
+        message['before_attempt'] = before_attempt
+
+    def ask(pod):
         try:
-            out.append(request(pod['address'], port, {'op': 'stop', 'job_id': job_id, 'reason': reason}, timeout=30.0))
+            reply = request(pod['address'], port, message,
+                            timeout=LOST_IO_TIMEOUT if pod['name'] in (slow or ()) else 30.0)
         except (OSError, ValueError) as exc:
-            out.append({'pod': pod['name'], 'state': 'unreachable', 'error': str(exc)})
-    return out
+            reply = {'state': 'unreachable', 'error': str(exc) or type(exc).__name__}
+        reply['pod'] = pod['name']
+        return reply
+    return each(pods, ask)
 
 
-def start_all(job, job_id, attempt=0):
-    """Start every pod's part; '' or 'pod <name>: <why>' after stopping the parts already started."""
+def start_all(job, job_id, attempt=0, pods=None):
+    """Start every pod's part (default: the working pods) with the attempt's hostfile and pod 0's address as
+    the master; '' or 'pod <name>: <why>' after stopping the parts already started."""
     port = int(job['agent_port'])
-    for rank, pod in enumerate(job['pods']):
+    pods = working_pods(job) if pods is None else pods
+    hosts = [[p['address'], p['slots']] for p in pods]
+    master = pod_ip() or address_of(pods[0]['address'])
+    for rank, pod in enumerate(pods):
         try:
             reply = request(pod['address'], port, {'op': 'start', 'job_id': job_id, 'node_rank': rank,
-                                                   'attempt': attempt})
+                                                   'attempt': attempt, 'hosts': hosts, 'master_addr': master})
         except (OSError, ValueError) as exc:
             reply = {'ok': False, 'error': str(exc)}
         if not reply.get('ok'):
-            stop_all(job, job_id, reason='stopped: pod %s did not start its part' % pod['name'])
+            stop_all(job, job_id, reason='stopped: pod %s did not start its part' % pod['name'], pods=pods)
             return 'pod %s: %s' % (pod['name'], reply.get('error'))
     return ''
 
 
 def launch(job, job_id, peer_wait, detach, timeout, poll=2.0):
-    world = sum(p['slots'] for p in job['pods'])
+    layout = working_pods(job)
+    world = sum(p['slots'] for p in layout)
     started = time.time()
-    why, hellos = wait_for_peers(job, peer_wait)
+    why, hellos = wait_for_peers(job, peer_wait, pods=layout)
     if why:
-        first = next(p['name'] for p in job['pods'] if p['name'] in why)
+        first = next(p['name'] for p in layout if p['name'] in why)
         others = '' if len(why) == 1 else ' (%d pods not ready: %s)' % (len(why), ', '.join(sorted(why)))
         print('k8s_pod: job %s not started: pod %s: %s after %d s%s; nothing was started'
               % (job_id, first, why[first], peer_wait, others), file=sys.stderr, flush=True)
         return 3
     if job.get('network_mode') == 'rdma':
-        for pod in job['pods']:
+        for pod in layout:
             verdict = rdma_verdict(hellos.get(pod['name'], {}))
             if verdict:
                 print('k8s_pod: job %s not started: pod %s %s; nothing was started' % (job_id, pod['name'], verdict),
                       file=sys.stderr, flush=True)
                 return 6
-    for pod in job['pods']:
+    for pod in layout:
         verdict = claim_verdict(job, pod['name'], hellos.get(pod['name'], {}))
         if verdict:
             print('k8s_pod: job %s not started: %s; nothing was started' % (job_id, verdict), file=sys.stderr, flush=True)
             return 7
-    problem = start_all(job, job_id)
+    problem = start_all(job, job_id, pods=layout)
     if problem:
         print('k8s_pod: job %s not started: %s; stopped on the others' % (job_id, problem), file=sys.stderr, flush=True)
         return 4
     port = int(job['agent_port'])
     try:
-        sup = request(job['pods'][0]['address'], port, {'op': 'supervise', 'job_id': job_id})
+        sup = request(job['pods'][0]['address'], port, {
+            'op': 'supervise', 'job_id': job_id, 'layout': [{'name': p['name'], 'slots': p['slots']} for p in layout],
+            'nodes': {name: reply.get('node') for name, reply in hellos.items()}})
     except (OSError, ValueError) as exc:
         sup = {'ok': False, 'error': str(exc)}
     if not sup.get('ok'):
-        stop_all(job, job_id, reason='stopped: pod 0 could not supervise it')
+        stop_all(job, job_id, reason='stopped: pod 0 could not supervise it', pods=layout)
         print('k8s_pod: job %s not started: pod %s does not supervise it: %s; stopped'
               % (job_id, job['pods'][0]['name'], sup.get('error')), file=sys.stderr, flush=True)
         return 4
-    print('k8s_pod: job %s started on %d pods, world size %d (%s) after %.0f s'
-          % (job_id, len(job['pods']), world, ', '.join('%s %d' % (p['name'], p['slots']) for p in job['pods']),
-             time.time() - started), flush=True)
+    spares = [p['name'] for p in job['pods'][len(layout):]]
+    print('k8s_pod: job %s started on %d pods, world size %d (%s) after %.0f s%s'
+          % (job_id, len(layout), world, ', '.join('%s %d' % (p['name'], p['slots']) for p in layout),
+             time.time() - started, '; spare%s: %s' % ('s' if len(spares) > 1 else '', ', '.join(spares))
+             if spares else ''), flush=True)
     if detach:
         return 0
     deadline = time.time() + timeout if timeout else None
@@ -954,7 +1224,7 @@ def launch(job, job_id, peer_wait, detach, timeout, poll=2.0):
         time.sleep(poll)
         record = read_job_record(root, job_id) or {}
         if record.get('state') == 'failed':
-            states = all_status(job, job_id)
+            states = all_status(job, job_id, pods=layout_of(job, record))
             bad = next((st for st in states if st['pod'] == record.get('failed_pod')), {})
             print('k8s_pod: job %s failed: pod %s %s (attempt %d of %d); stopped on every pod'
                   % (job_id, record.get('failed_pod'), record.get('reason'), record.get('attempt', 0),
@@ -963,9 +1233,12 @@ def launch(job, job_id, peer_wait, detach, timeout, poll=2.0):
                 print('  %s | %s' % (bad['pod'], line), file=sys.stderr)
             return 1
         if record.get('state') == 'finished':
+            final = layout_of(job, record)
             print('k8s_pod: job %s finished on %d pods, world size %d, in %.0f s%s'
-                  % (job_id, len(job['pods']), world, time.time() - started,
-                     ' after %d restart(s)' % record['attempt'] if record.get('attempt') else ''), flush=True)
+                  % (job_id, len(final), sum(p['slots'] for p in final), time.time() - started,
+                     ' after %d restart(s)%s' % (record['attempt'], ' (spare %s used)' % ', '.join(record['spares_used'])
+                                                 if record.get('spares_used') else '')
+                     if record.get('attempt') else ''), flush=True)
             return 0
         if record.get('state') == 'stopped':
             print('k8s_pod: job %s was stopped' % job_id, file=sys.stderr, flush=True)
@@ -1021,7 +1294,8 @@ def main(argv=None):
         return launch(job, args.job_id, peer_wait, args.detach, args.timeout)
     if args.mode == 'status':
         record = read_job_record(state_root(job), args.job_id)
-        print(json.dumps(summary(job, args.job_id, all_status(job, args.job_id, args.lines), record), sort_keys=True))
+        states = all_status(job, args.job_id, args.lines, pods=layout_of(job, record))
+        print(json.dumps(summary(job, args.job_id, states, record), sort_keys=True))
         return 0
     print(json.dumps({'job_id': args.job_id, 'pods': stop_job(job, args.job_id)}, sort_keys=True))
     return 0

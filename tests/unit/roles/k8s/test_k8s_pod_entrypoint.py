@@ -97,7 +97,7 @@ def test_a_pod_that_does_not_resolve_is_named_at_the_bound(job, monkeypatch):
 
 
 def test_launch_names_the_first_missing_pod_in_one_line_and_starts_nothing(job, monkeypatch, capsys):
-    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s: ({'trainer-2': 'x does not resolve',
+    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s, **k: ({'trainer-2': 'x does not resolve',
                                                                   'trainer-1': 'y does not answer'}, {}))
     started = []
     monkeypatch.setattr(k8s_pod, 'request', lambda *a, **k: started.append(a))
@@ -182,15 +182,15 @@ def test_a_restarted_container_reports_its_part_failed_and_signals_nothing(job, 
 
 
 def cluster_of_agents(job, monkeypatch, commands):
-    """Three agents on three local ports, each pod's address mapped to its own port."""
-    ports = [job['agent_port'], free_port(), free_port()]
+    """An agent for every pod on a local port of its own, each pod's address mapped to its port."""
+    ports = [job['agent_port']] + [free_port() for _ in job['pods'][1:]]
     monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['127.0.0.1'])
     by_name = {p['address']: ports[i] for i, p in enumerate(job['pods'])}
     monkeypatch.setattr(k8s_pod, 'request', lambda addr, port, msg, timeout=5: _request('127.0.0.1', by_name[addr], msg, timeout))
     agents, socks = [], []
-    for i in range(3):
+    for i in range(len(job['pods'])):
         agent = k8s_pod.Agent(dict(job, agent_port=ports[i]), 'trainer-%d' % i, out=io.StringIO())
-        agent.command = (lambda rank: lambda job_id, r, attempt=0: commands(rank, attempt))(i)
+        agent.command = (lambda rank: lambda job_id, r, attempt=0, **kw: commands(rank, attempt))(i)
         start_reaper(agent)
         agents.append(agent)
         socks.append(serve(agent))
@@ -316,42 +316,165 @@ def test_an_uncounted_restart_does_not_use_train_restarts_and_the_attempt_reache
             sock.close()
 
 
-def test_a_pod_lost_with_its_node_ends_the_job_after_lost_pod_wait_naming_it(job, monkeypatch, tmp_path):
-    # trainer-2 stops answering (its node is gone, its ranks frozen with it): the restart waits
-    # train.lost_pod_wait, not peer_wait (a StatefulSet pod on a lost node is not made again until someone
-    # deletes it), then names it; when the pod answers again, its part of the failed job is stopped
-    with_settings(job, tmp_path, restarts=1, peer_wait=300, lost_pod_wait=5)
+def losing(monkeypatch, job, ordinals):
+    """From now on the agents of these pods answer no more (their node is gone, their ranks frozen with it);
+    returns the switch that brings them back."""
+    real = k8s_pod.request
+    lost = {job['pods'][i]['address'] for i in ordinals}
+    state = {'lost': True}
+
+    def request(addr, port, msg, timeout=5):
+        if addr in lost and state['lost']:
+            raise ConnectionRefusedError(111, 'Connection refused')
+        return real(addr, port, msg, timeout)
+    monkeypatch.setattr(k8s_pod, 'request', request)
+    return state
+
+
+def wait_event(job_id, kind, seconds=15):
+    deadline = time.time() + seconds
+    while time.time() < deadline and kind not in [e for e, _ in kinds_of(job_id)]:
+        time.sleep(0.2)
+    return [e for e in k8s_pod.read_job_events(k8s_pod.STATE_ROOT, job_id) if e['event'] == kind]
+
+
+def four_pods(job, tmp_path, **settings):
+    """The job on trainer-0..2 (2 + 1 + 1 slots) with trainer-3 as its spare."""
+    pods = job['pods'] + [{'name': 'trainer-3', 'address': 'trainer-3.trainer.ns.svc.cluster.local', 'slots': 1}]
+    with_settings(job, tmp_path, pods=pods, spares=1, min_pods=3, **settings)
+
+
+def test_a_pod_lost_without_a_spare_ends_the_job_within_its_bounds_naming_pod_node_and_the_admin_step(job, monkeypatch, tmp_path):
+    # trainer-2 stops answering: after train.unreachable_after it is the fault (no gathering first), the stop
+    # asks it once briefly, no spare and train.min_pods 3 leave nothing but to wait train.lost_pod_wait for it;
+    # the job then fails naming the pod, its node and the administrator's step. When it answers again, its
+    # part of the failed job is stopped.
+    with_settings(job, tmp_path, restarts=1, peer_wait=300, lost_pod_wait=3, unreachable_after=1, min_pods=3,
+                  namespace='ns')
     agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sleep', '60'])
-    monkeypatch.setattr(k8s_pod, 'UNREACHABLE_POLLS', 2)
-    lost = job['pods'][2]['address']
     try:
         assert k8s_pod.start_all(job, 'j1') == ''
-        real = k8s_pod.request                              # from now on its agent answers no more
-        state = {'lost': True}
-
-        def request(addr, port, msg, timeout=5):
-            if addr == lost and state['lost']:
-                raise ConnectionRefusedError(111, 'Connection refused')
-            return real(addr, port, msg, timeout)
-        monkeypatch.setattr(k8s_pod, 'request', request)
+        node = losing(monkeypatch, job, [2])
         start = time.time()
-        agents[0].supervise('j1', poll=0.2)
+        agents[0].supervise('j1', poll=0.2, nodes={'trainer-2': 'gpu-node-7'})
         rec = wait_record(job, 'j1', ('failed',), seconds=30)
-        assert time.time() - start < 20
-        assert rec['failed_pod'] == 'trainer-2' and 'after 5 s; pod trainer-2 is lost (its node may be down)' in rec['reason']
-        assert [e for e, _ in kinds_of('j1')] == ['supervising', 'fault', 'job_stopped', 'restart_failed', 'gave_up']
-        assert k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[2]['unanswered'] == ['trainer-2']
+        assert time.time() - start < 12
+        assert rec['failed_pod'] == 'trainer-2'
+        assert rec['reason'].startswith('unreachable (no answer for 1 s')
+        assert ('2 node(s) would remain (trainer-0, trainer-1) and train.min_pods is 3; left out: trainer-2; trainer-2 '
+                'did not answer again within train.lost_pod_wait (3 s): pod trainer-2 on node gpu-node-7 is lost: once '
+                'the node is confirmed down (kubectl get node gpu-node-7: NotReady; drained or powered off), kubectl '
+                'delete pod trainer-2 -n ns --force --grace-period=0') in rec['reason']
+        assert [e for e, _ in kinds_of('j1')] == ['supervising', 'fault', 'job_stopped', 'checked', 'gave_up']
+        events = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')
+        assert events[1]['seen'] == 'unreachable' and events[2]['unanswered'] == ['trainer-2']
+        assert events[4]['time'] - events[1]['time'] < 6     # the stop and the lost pod's wait, no 30 s request
         assert k8s_pod.group_alive(agents[2].jobs['j1']['pid'])     # still running where nobody could stop it
-        state['lost'] = False                                       # the node is back
-        deadline = time.time() + 15
-        while time.time() < deadline and 'fenced' not in [e for e, _ in kinds_of('j1')]:
-            time.sleep(0.2)
-        fenced = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[-1]
-        assert (fenced['event'], fenced['nodes'], fenced['state']) == ('fenced', ['trainer-2'], 'stopped')
+        node['lost'] = False                                        # the node is back
+        fenced = wait_event('j1', 'fenced')
+        assert [(e['nodes'], e['state']) for e in fenced] == [(['trainer-2'], 'stopped')]
         assert not k8s_pod.group_alive(agents[2].jobs['j1']['pid'])
     finally:
         for sock in socks:
             sock.close()
+
+
+def test_a_spare_pod_takes_a_lost_pods_place_and_slots_at_once_and_the_lost_part_is_fenced(job, monkeypatch, tmp_path):
+    four_pods(job, tmp_path, restarts=1, peer_wait=30, lost_pod_wait=300, unreachable_after=1)
+    started = []
+
+    def commands(rank, attempt):
+        started.append((rank, attempt))
+        return ['sleep', '60'] if attempt == 0 else ['sh', '-c', 'sleep 1']
+    agents, socks = cluster_of_agents(job, monkeypatch, commands)
+    try:
+        assert k8s_pod.start_all(job, 'j1', pods=k8s_pod.working_pods(job)) == ''
+        assert 'j1' not in agents[3].jobs                            # the spare waits
+        node = losing(monkeypatch, job, [2])
+        start = time.time()
+        agents[0].supervise('j1', poll=0.2)
+        rec = wait_record(job, 'j1', ('finished', 'failed'), seconds=30)
+        assert (rec['state'], rec['attempt'], rec['spares_used']) == ('finished', 1, ['trainer-3'])
+        assert time.time() - start < 15                             # not lost_pod_wait (300 s)
+        restart = wait_event('j1', 'restart')[0]
+        assert (restart['nodes'], restart['left_out'], restart['spares'], restart['world_size']) == (
+            ['trainer-0', 'trainer-1', 'trainer-3'], ['trainer-2'], ['trainer-3'], 4)
+        assert 'spare trainer-3 in its place' in restart['why']
+        assert sorted(started) == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (3, 1)]    # (pod, attempt): the spare ran attempt 1
+        hostfile = agents[3].jobs['j1']
+        with open(os.path.join(k8s_pod.STATE_ROOT, 'j1', 'trainer-3.hostfile')) as handle:
+            assert handle.read() == ('trainer-0.trainer.ns.svc.cluster.local slots=2\n'
+                                     'trainer-1.trainer.ns.svc.cluster.local slots=1\n'
+                                     'trainer-3.trainer.ns.svc.cluster.local slots=1\n')
+        assert hostfile['node_rank'] == 2
+        node['lost'] = False
+        fenced = wait_event('j1', 'fenced')
+        assert [(e['nodes'], e['state']) for e in fenced] == [(['trainer-2'], 'stopped')]
+        assert not k8s_pod.group_alive(agents[2].jobs['j1']['pid'])
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_without_a_spare_the_job_shrinks_down_to_train_min_pods(job, monkeypatch, tmp_path):
+    with_settings(job, tmp_path, restarts=1, peer_wait=30, lost_pod_wait=300, unreachable_after=1, min_pods=2)
+    agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sleep', '60'] if attempt == 0
+                                      else ['sh', '-c', 'sleep 1'])
+    try:
+        assert k8s_pod.start_all(job, 'j1') == ''
+        losing(monkeypatch, job, [1])
+        agents[0].supervise('j1', poll=0.2)
+        rec = wait_record(job, 'j1', ('finished', 'failed'), seconds=30)
+        assert (rec['state'], rec['attempt'], [p['name'] for p in rec['layout']]) == ('finished', 1, ['trainer-0', 'trainer-2'])
+        restart = wait_event('j1', 'restart')[0]
+        assert (restart['left_out'], restart['world_size'], restart['why']) == (
+            ['trainer-1'], 3, 'pod trainer-1 unreachable (no answer for 1 s: [Errno 111] Connection refused): without trainer-1')
+        assert agents[2].jobs['j1']['node_rank'] == 1
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_a_lost_pod_that_answers_again_within_lost_pod_wait_gets_the_job_back_on_the_same_pods(job, monkeypatch, tmp_path):
+    with_settings(job, tmp_path, restarts=1, peer_wait=30, lost_pod_wait=20, unreachable_after=1)
+    agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sleep', '60'] if attempt == 0
+                                      else ['sh', '-c', 'sleep 1'])
+    try:
+        assert k8s_pod.start_all(job, 'j1') == ''
+        node = losing(monkeypatch, job, [2])
+        agents[0].supervise('j1', poll=0.2)
+        assert wait_event('j1', 'checked')
+        node['lost'] = False                                       # back before lost_pod_wait ends
+        rec = wait_record(job, 'j1', ('finished', 'failed'), seconds=30)
+        assert (rec['state'], rec['attempt'], len(rec['layout'])) == ('finished', 1, 3)
+        assert wait_event('j1', 'restart')[0]['why'].endswith('on the same pods (trainer-2 answered again)')
+        # the fence stops attempt 0's part where it still ran, never attempt 1's
+        assert agents[2].jobs['j1']['attempt'] == 1 and agents[2].jobs['j1']['state'] == 'finished'
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_status_says_running_while_a_pod_only_did_not_answer_yet_and_restarting_once_pod_0_acts(job):
+    rows = [{'pod': 'trainer-0', 'state': 'running'}, {'pod': 'trainer-1', 'state': 'running'},
+            {'pod': 'trainer-2', 'state': 'unreachable'}]
+    record = {'state': 'running', 'attempt': 0, 'restarts': 1, 'restarts_used': 0}
+    out = k8s_pod.summary(job, 'j', rows, record)
+    assert (out['state'], out['unreachable']) == ('running', ['trainer-2'])
+    assert k8s_pod.summary(job, 'j', rows, dict(record, phase='fault'))['state'] == 'restarting'
+    assert k8s_pod.summary(job, 'j', rows, dict(record, phase='fault', restarts=0))['state'] == 'failing'
+
+
+def test_a_fence_never_stops_the_attempt_that_replaced_the_fenced_one(job):
+    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    start_reaper(agent)
+    agent.command = lambda job_id, r, attempt=0, **kw: ['sleep', '30']
+    assert agent.start('j1', 1, attempt=1)['ok']
+    try:
+        assert agent.stop('j1', before_attempt=1)['kept'] and agent.jobs['j1']['state'] == 'running'
+        assert agent.stop('j1', before_attempt=2)['state'] == 'stopped'
+    finally:
+        agent.stop('j1', grace=1)
 
 
 KILLED = 'exit 247 (a rank was killed by SIGKILL: an out-of-memory kill does this)'
@@ -391,7 +514,7 @@ def test_rdma_needs_ipc_lock_or_an_unlimited_memlock():
 def test_launch_refuses_an_rdma_job_where_a_pod_cannot_register_memory(job, monkeypatch, capsys):
     job['network_mode'] = 'rdma'
     ok = {'cap_eff': '%016x' % (1 << 14), 'memlock': [65536, 65536]}
-    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s: ({}, {'trainer-0': ok, 'trainer-1': ok,
+    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s, **k: ({}, {'trainer-0': ok, 'trainer-1': ok,
                                                                       'trainer-2': {'cap_eff': '0', 'memlock': [65536, 65536]}}))
     started = []
     monkeypatch.setattr(k8s_pod, 'request', lambda *a, **k: started.append(a))
@@ -422,7 +545,7 @@ def test_launch_refuses_a_job_whose_pods_cannot_write_the_claim_naming_uid_and_w
     nfs = {'uid': 1000, 'gid': 1000, 'groups': [1000],
            'claim': {'writable': False, 'path': '/shared', 'gid': 5000, 'owner': 'owner 0:5000, mode 0775',
                      'why': 'Permission denied'}}
-    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s: ({}, {'trainer-0': ok, 'trainer-1': nfs,
+    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s, **k: ({}, {'trainer-0': ok, 'trainer-1': nfs,
                                                                       'trainer-2': ok}))
     started = []
     monkeypatch.setattr(k8s_pod, 'request', lambda *a, **k: started.append(a))
