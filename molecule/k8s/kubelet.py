@@ -20,7 +20,9 @@ What it does as the kubelet does (pkg/kubelet/kuberuntime, volume/configmap, vol
 - /dev/shm is the memory emptyDir's sizeLimit; other emptyDirs are 0777 directories kept across
   container restarts; limits.memory is the whole container's memory (no swap), limits.cpu its CPUs;
 - restartPolicy Always: a container whose PID 1 exits is started again, with a fresh /tmp (a new
-  container has a new writable layer; here /tmp is a tmpfs).
+  container has a new writable layer; here /tmp is a tmpfs);
+- dnsPolicy ClusterFirst: with --dns, that server (the cluster DNS stand-in, cluster_dns.py) is the
+  pod's resolver.
 Only the standard library and the podman CLI.
 """
 
@@ -118,7 +120,7 @@ def project_configmap(cm, items_mode, dest, group=None):
     os.symlink(stamp, os.path.join(dest, '..data'))
 
 
-def podman_args(objects, ordinal, prefix, network, ip, work, openshift_uid=None, hosts=()):
+def podman_args(objects, ordinal, prefix, network, ip, work, openshift_uid=None, hosts=(), dns=''):
     sts, svc, cms, name = pod_parts(objects, ordinal)
     spec = sts['spec']['template']['spec']
     ctr = spec['containers'][0]
@@ -132,6 +134,8 @@ def podman_args(objects, ordinal, prefix, network, ip, work, openshift_uid=None,
             '--label', 'gpucluster.kubelet-standin=%s' % name]
     for host in hosts:   # without the network's DNS: the Service names as fixed entries
         args += ['--add-host', host]
+    if dns:              # dnsPolicy ClusterFirst: the cluster DNS is the pod's resolver
+        args += ['--dns', dns]
     for group in groups:
         args += ['--group-add', str(group)]
     csc = ctr.get('securityContext') or {}
@@ -225,6 +229,7 @@ def main(argv=None):
     parser.add_argument('--work', required=True)
     parser.add_argument('--openshift-uid', type=int, default=None)
     parser.add_argument('--add-host', action='append', default=[], help='NAME:IP (where the network has no DNS)')
+    parser.add_argument('--dns', default='', help="the cluster DNS's address (the pods' resolver)")
     args = parser.parse_args(argv)
     with open(args.objects) as handle:
         objects = json.load(handle)
@@ -240,7 +245,7 @@ def main(argv=None):
     podman('rm', '-f', '-t', '5', args.prefix + name, check=False)
     try:
         argv, claims, fs_group = podman_args(objects, args.ordinal, args.prefix, args.network, args.ip, args.work,
-                                             args.openshift_uid, args.add_host)
+                                             args.openshift_uid, args.add_host, args.dns)
     except Refused as exc:
         print('%s: CreateContainerConfigError: Error: %s' % (name, exc), file=sys.stderr)
         return 2

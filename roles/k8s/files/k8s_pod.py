@@ -775,12 +775,19 @@ class Agent:
         # no spare, too few pods: the pods left out may come back (a node that was only slow)
         wait = int(self.job.get('lost_pod_wait', 60))
         lost = [p for p in layout if p['name'] in left_out]
-        why, _ = wait_for_peers(self.job, wait, pods=lost, root=root)
-        if not why:
+        deadline = time.time() + wait
+        while True:
+            gone = [p['name'] for p, hello in zip(lost, each(lost, lambda p: hello_of(self.job, p))) if not hello]
+            if not gone or time.time() >= deadline:
+                break
+            time.sleep(1.0)
+        if not gone:
+            # back: what it still ran of this attempt is stopped before the next one starts
+            stop_all(self.job, job_id, reason='stopped: pod %s answered again; the job restarts' % ', '.join(left_out),
+                     pods=lost, before_attempt=int(record.get('attempt', 0)) + 1)
             record['lost'] = [n for n in record['lost'] if n not in left_out]
             return layout, 'on the same pods (%s answered again)' % ', '.join(left_out), [], ''
         nodes_of = record.get('nodes_of') or {}
-        gone = [n for n in left_out if n in why]
         problem = '%s; %s did not answer again within train.lost_pod_wait (%d s): %s' % (
             plan['why'], ', '.join(gone), wait, '; '.join(admin_step(self.job, n, nodes_of.get(n)) for n in gone))
         return layout, '', [], problem

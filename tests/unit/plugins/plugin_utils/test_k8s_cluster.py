@@ -52,6 +52,10 @@ def test_pods_have_service_dns_names_and_mixed_slots():
     ({'train': {'command': ['/x.py'], 'failure_policy': [{'on': ['exit']}]}},
      'k.yml: train.failure_policy[0] needs on (exit, signal, unreachable, restarted) and action'),
     ({'train': {'command': ['/x.py'], 'lost_pod_wait': 1}}, 'k.yml: train.lost_pod_wait must be from 5 to 86400, got 1'),
+    # three replicas: two may wait as spares, then the job runs on one pod; with one spare it runs on two
+    ({'train': {'command': ['/x.py'], 'spares': 3}}, 'k.yml: train.spares must be from 0 to 2, got 3'),
+    ({'train': {'command': ['/x.py'], 'spares': 1, 'min_pods': 3}}, 'k.yml: train.min_pods must be from 1 to 2, got 3'),
+    ({'train': {'command': ['/x.py'], 'unreachable_after': 2}}, 'k.yml: train.unreachable_after must be from 5 to 3600'),
     # one refusal gives the real bound of a name: 52, whether 64 or 60 characters were given
     ({'name': 'a' * 64}, 'k.yml: name must be at most 52 characters (a DNS-1035 label; the StatefulSet labels its '
                          'pods controller-revision-hash=<name>-<10-character hash>, and a label value is at most 63), '
@@ -157,7 +161,7 @@ def test_the_failure_policy_is_read_in_order_with_its_defaults():
         'k.yml')['train']
     assert train['failure_policy'] == [{'on': ['exit'], 'exit_codes': [3], 'action': 'fail'},
                                        {'on': ['signal'], 'exit_codes': [], 'action': 'restart_uncounted'}]
-    assert train['lost_pod_wait'] == 120
+    assert (train['lost_pod_wait'], train['unreachable_after'], train['spares'], train['min_pods']) == (60, 30, 0, 3)
     plain = kc.check(with_(), 'k.yml')['train']
     assert plain['failure_policy'] == [] and plain['restarts'] == 0
     # resume arguments need a restart: counted, or one the policy allows uncounted

@@ -148,7 +148,7 @@ def test_plain_kubernetes_pods_run_as_a_numeric_non_root_uid_guaranteed_and_spre
     env = env_of(objs)
     assert env['HOME'] == km.HOME_DIR and {v['name']: v for v in pod['volumes']}['home'] == {'name': 'home', 'emptyDir': {}}
     fields = [e['valueFrom']['fieldRef']['fieldPath'] for e in pod['containers'][0]['env'] if 'valueFrom' in e]
-    assert fields == ['metadata.name', 'metadata.namespace', 'status.podIP']
+    assert fields == ['metadata.name', 'metadata.namespace', 'status.podIP', 'spec.nodeName']
     required = sts_of(render(cluster(anti_affinity='required')))['spec']['template']['spec']['affinity']
     assert 'requiredDuringSchedulingIgnoredDuringExecution' in required['podAntiAffinity']
     assert 'affinity' not in sts_of(render(cluster(anti_affinity='none')))['spec']['template']['spec']

@@ -637,3 +637,82 @@ def test_the_agent_knows_pod_0_without_a_lookup_per_request_and_still_refuses_ot
     # a peer that is not pod 0 is refused after one more lookup (pod 0 may have come back elsewhere)
     monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['10.0.0.6'])
     assert not agent.allowed('10.0.0.9') and agent.allowed('10.0.0.6') and not agent.allowed('10.0.0.5')
+
+
+def serve_on(agent, host, port):
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(8)
+
+    def loop():
+        while True:
+            try:
+                conn, peer = sock.accept()
+            except OSError:
+                return
+            agent.handle(conn, peer)
+    threading.Thread(target=loop, daemon=True).start()
+    return sock
+
+
+def test_before_pod_0s_name_is_published_a_pod_asks_the_callers_agent_who_it_is(job, monkeypatch):
+    # trainer-1 cannot resolve trainer-0 yet (the Service publishes it late, the resolver cached its absence):
+    # a start from 127.0.0.2 is taken when the agent there answers as trainer-0, refused otherwise
+    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: [])
+    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    caller = serve_on(k8s_pod.Agent(job, 'trainer-0', out=io.StringIO()), '127.0.0.2', job['agent_port'])
+    try:
+        assert agent.allowed('127.0.0.2') and '127.0.0.2' in agent.pod0
+    finally:
+        caller.close()
+    other = serve_on(k8s_pod.Agent(job, 'trainer-2', out=io.StringIO()), '127.0.0.3', job['agent_port'])
+    try:
+        assert not agent.allowed('127.0.0.3')
+    finally:
+        other.close()
+    assert not agent.allowed('127.0.0.4')                  # nothing answers there
+    conn = socket.socket()
+    # through the agent's own handler: the refusal names the caller
+    sock = serve_on(agent, '127.0.0.5', job['agent_port'])
+    try:
+        conn.bind(('127.0.0.6', 0))
+        conn.connect(('127.0.0.5', job['agent_port']))
+        conn.sendall(b'{"op": "stop", "job_id": "j1"}\n')
+        reply = json.loads(conn.makefile().readline())
+        assert reply['error'] == 'trainer-1 refuses stop from 127.0.0.6: only pod 0 starts and stops jobs'
+    finally:
+        conn.close()
+        sock.close()
+
+
+def test_pod_0_reaches_a_pod_whose_name_is_not_published_yet_at_its_registered_address(job, monkeypatch, tmp_path):
+    root = str(tmp_path / 'state')
+    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['127.0.0.1'] if name.startswith('trainer-0') else [])
+    servers = []
+    try:
+        for i, host in ((1, '127.0.0.7'), (2, '127.0.0.8')):
+            agent = k8s_pod.Agent(job, 'trainer-%d' % i, out=io.StringIO())
+            servers.append(serve_on(agent, host, job['agent_port']))
+        servers.append(serve_on(k8s_pod.Agent(job, 'trainer-0', out=io.StringIO()), '127.0.0.1', job['agent_port']))
+        assert k8s_pod.register(root, 'trainer-1', '127.0.0.7', 'node-a', 'b1')
+        # trainer-2 registered an address another pod holds now: not taken for it
+        assert k8s_pod.register(root, 'trainer-2', '127.0.0.7', 'node-b', 'b2')
+        why, hellos = k8s_pod.wait_for_peers(job, 0, root=root)
+        assert sorted(hellos) == ['trainer-0', 'trainer-1'] and hellos['trainer-1']['pod'] == 'trainer-1'
+        assert why == {'trainer-2': 'trainer-2.trainer.ns.svc.cluster.local does not resolve'}
+        assert k8s_pod.ADDRESSES[job['pods'][1]['address']] == '127.0.0.7'
+        assert job['pods'][2]['address'] not in k8s_pod.ADDRESSES
+        assert k8s_pod.register(root, 'trainer-2', '127.0.0.8', 'node-b', 'b3')
+        assert k8s_pod.wait_for_peers(job, 0, root=root)[0] == {}
+    finally:
+        for sock in servers:
+            sock.close()
+
+
+def test_a_part_starts_with_the_attempts_hostfile_and_pod_0s_address_as_its_master(job, tmp_path):
+    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    hostfile = str(tmp_path / 'h')
+    assert agent.command('j', 1, hostfile=hostfile, master='10.0.0.5')[:8] == [
+        'deepspeed', '--no_ssh', '--hostfile', hostfile, '--node_rank', '1', '--master_addr', '10.0.0.5']
+    assert k8s_pod.hostfile_lines([{'address': 'a', 'slots': 2}, {'address': 'b', 'slots': 1}]) == 'a slots=2\nb slots=1\n'
