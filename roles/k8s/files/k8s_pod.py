@@ -151,6 +151,9 @@ def resolve(name):
 # answers (the pod came back with another address) resolves the name again and tries once more.
 ADDRESSES = {}
 ADDRESSES_LOCK = threading.Lock()
+# Where the pods registered their addresses (the job's state directory; main() sets it): a name the Service has
+# not published yet is reached at its pod's registered address. A reply from another pod there is not taken.
+REGISTRY_ROOT = None
 
 
 def _is_address(host):
@@ -177,6 +180,8 @@ def address_of(name, fresh=False):
         if not fresh and name in ADDRESSES:
             return ADDRESSES[name]
     found = resolve(name)
+    if not found and REGISTRY_ROOT:
+        found = [a for a in [registered(REGISTRY_ROOT, name.split('.')[0])] if a]
     remember(name, found)
     return found[0] if found else name
 
@@ -1067,6 +1072,16 @@ def wait_for_peers(job, seconds, clock=time.time, sleep=time.sleep, pods=None, r
         sleep(1.0)
 
 
+def as_itself(pod, reply):
+    """A pod's reply, or unreachable where another pod answered at its address (a registered address now
+    held by another pod): that address is forgotten."""
+    if reply.get('pod') not in (None, pod['name']):
+        forget(pod['address'])
+        reply = {'state': 'unreachable', 'error': '%s answered at its address' % reply.get('pod')}
+    reply['pod'] = pod['name']
+    return reply
+
+
 def admin_step(job, pod, node):
     """What an administrator does for a pod lost with its node: the StatefulSet makes it again only once it is
     deleted, which is safe only once its node is known to be down."""
@@ -1091,8 +1106,7 @@ def all_status(job, job_id, lines=20, pods=None, slow=None):
                             timeout=LOST_IO_TIMEOUT if pod['name'] in (slow or ()) else IO_TIMEOUT)
         except (OSError, ValueError) as exc:
             reply = {'pod': pod['name'], 'state': 'unreachable', 'error': str(exc) or type(exc).__name__}
-        reply['pod'] = pod['name']
-        return reply
+        return as_itself(pod, reply)
     return each(pods, ask)
 
 
@@ -1155,8 +1169,7 @@ def stop_all(job, job_id, reason='stopped', pods=None, slow=None, before_attempt
                             timeout=LOST_IO_TIMEOUT if pod['name'] in (slow or ()) else 30.0)
         except (OSError, ValueError) as exc:
             reply = {'state': 'unreachable', 'error': str(exc) or type(exc).__name__}
-        reply['pod'] = pod['name']
-        return reply
+        return as_itself(pod, reply)
     return each(pods, ask)
 
 
@@ -1286,6 +1299,8 @@ def main(argv=None):
             p.add_argument('--lines', type=int, default=20)
     args = parser.parse_args(argv)
     job = load_job()
+    global REGISTRY_ROOT
+    REGISTRY_ROOT = state_root(job)
     if args.mode == 'agent':
         Agent(job, pod_name()).serve()
         return 0

@@ -716,3 +716,21 @@ def test_a_part_starts_with_the_attempts_hostfile_and_pod_0s_address_as_its_mast
     assert agent.command('j', 1, hostfile=hostfile, master='10.0.0.5')[:8] == [
         'deepspeed', '--no_ssh', '--hostfile', hostfile, '--node_rank', '1', '--master_addr', '10.0.0.5']
     assert k8s_pod.hostfile_lines([{'address': 'a', 'slots': 2}, {'address': 'b', 'slots': 1}]) == 'a slots=2\nb slots=1\n'
+
+
+def test_every_request_reaches_a_pod_at_its_registered_address_until_its_name_resolves(job, monkeypatch, tmp_path):
+    # pod 0's agent (another process than the launch: its own cache) follows the job before the Service
+    # published the peers' names; a reply from another pod at a registered address is not taken as the pod's
+    root = str(tmp_path / 'state')
+    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: [])
+    monkeypatch.setattr(k8s_pod, 'REGISTRY_ROOT', root)
+    server = serve_on(k8s_pod.Agent(job, 'trainer-1', out=io.StringIO()), '127.0.0.9', job['agent_port'])
+    try:
+        k8s_pod.register(root, 'trainer-1', '127.0.0.9', 'node-a', 'b1')
+        k8s_pod.register(root, 'trainer-2', '127.0.0.9', 'node-b', 'b2')     # stale: trainer-1 holds it now
+        states = k8s_pod.all_status(job, 'j1', pods=job['pods'][1:])
+        assert [(s['pod'], s['state']) for s in states] == [('trainer-1', 'absent'), ('trainer-2', 'unreachable')]
+        assert states[1]['error'] == 'trainer-1 answered at its address'
+        assert job['pods'][2]['address'] not in k8s_pod.ADDRESSES
+    finally:
+        server.close()
