@@ -206,13 +206,16 @@ TOP = ('name', 'namespace', 'context', 'kubeconfig', 'cluster_domain', 'replicas
        'gpu_resource', 'slots_per_pod', 'pod_slots', 'image', 'image_pull_policy', 'image_pull_secrets',
        'resources', 'network', 'storage', 'shm_size', 'node_selector', 'tolerations', 'openshift',
        'train', 'nccl', 'files', 'labels', 'network_policy', 'security', 'affinity', 'anti_affinity',
-       'priority_class')
+       'priority_class', 'workload')
+WORKLOADS = ('statefulset', 'jobset')
+JOBSET_JOB = 'node'     # the JobSet's one replicated Job: its pods are <name>-node-0-<i>
+RESTART_STRATEGIES = ('BlockingRecreate', 'Recreate')
 NETWORK = ('mode', 'rdma_resource', 'rdma_resource_count', 'ib_hca', 'attachment', 'attachment_config',
            'socket_ifname', 'ib_gid_index')
 STORAGE = ('mode', 'storage_class', 'size', 'mount_path', 'claim_name')
 TRAIN = ('command', 'deepspeed_config', 'env', 'peer_wait', 'master_port', 'agent_port', 'python',
          'deepspeed', 'workdir', 'restarts', 'resume_args', 'failure_policy', 'lost_pod_wait', 'spares',
-         'min_pods', 'unreachable_after')
+         'min_pods', 'unreachable_after', 'restart_strategy')
 # train.failure_policy: what kind of failure restarts the job (as JobSet's failurePolicy rules): the pod
 # agent's kinds, and the actions (RestartJobSet, RestartJobSetAndIgnoreMaxRestarts, FailJobSet).
 FAILURE_KINDS = ('exit', 'signal', 'unreachable', 'restarted')
@@ -263,6 +266,7 @@ def check(data, where='cluster file'):
     out['kubeconfig'] = c.string(data.get('kubeconfig', ''), 'kubeconfig', empty=True)
     out['cluster_domain'] = c.dns(data.get('cluster_domain', 'cluster.local'), 'cluster_domain', 'subdomain')
     out['replicas'] = c.integer(data.get('replicas', 2), 'replicas', 1, MAX_REPLICAS)
+    out['workload'] = c.choice(data.get('workload', 'statefulset'), 'workload', WORKLOADS)
     out['gpus_per_pod'] = c.integer(data.get('gpus_per_pod', 1), 'gpus_per_pod', 0, 64)
     out['gpu_resource'] = c.string(data.get('gpu_resource', 'nvidia.com/gpu'), 'gpu_resource', RESOURCE_NAME_RE,
                                    'an extended resource name such as nvidia.com/gpu')
@@ -428,6 +432,11 @@ def check(data, where='cluster file'):
     job['spares'] = c.integer(train.get('spares', 0), 'train.spares', 0, out['replicas'] - 1)
     working = out['replicas'] - job['spares']
     job['min_pods'] = c.integer(train.get('min_pods', working), 'train.min_pods', 1, working)
+    # JobSet's failurePolicy.restartStrategy: BlockingRecreate deletes every pod of an attempt before the next
+    job['restart_strategy'] = c.choice(train.get('restart_strategy', 'BlockingRecreate'), 'train.restart_strategy',
+                                       RESTART_STRATEGIES)
+    if out['workload'] == 'jobset':
+        _jobset_limits(c, out, job, storage)
     out['train'] = job
 
     nccl = c.mapping(data.get('nccl'), 'nccl', NCCL)
@@ -552,18 +561,84 @@ def _resources(c, data, shm_size):
     return out
 
 
+def _jobset_limits(c, out, job, storage):
+    """What a JobSet cannot do of the cluster file, refused naming the field."""
+    if job['spares']:
+        c.fail('train.spares', 'needs workload: statefulset (a JobSet recreates every pod at a restart: no pod waits '
+                               'as a spare)')
+    if job['min_pods'] != out['replicas']:
+        c.fail('train.min_pods', 'needs workload: statefulset (a JobSet restarts the job on all its pods)')
+    if storage['mode'] != 'rwx':
+        c.fail('storage.mode', 'must be rwx with workload: jobset (a Job has no volumeClaimTemplates)')
+    longest = len('%s-%s-0-%d' % (out['name'], JOBSET_JOB, out['replicas'] - 1))
+    if longest > 63:
+        c.fail('name', 'is too long for workload: jobset: its last pod\'s hostname %s-%s-0-%d would have %d characters '
+                       '(at most 63)' % (out['name'], JOBSET_JOB, out['replicas'] - 1, longest))
+    jobset_failure_rules(job['failure_policy'], c)
+
+
+# the launcher's exit code when a rank was killed by a signal: 128+N from a shell, 256-N from DeepSpeed's launcher
+_SIGNALS = (1, 2, 6, 7, 9, 11, 15)
+SIGNAL_EXIT_CODES = sorted({128 + n for n in _SIGNALS} | {256 - n for n in _SIGNALS})
+JOBSET_ACTIONS = {'restart': 'RestartJobSet', 'restart_uncounted': 'RestartJobSetAndIgnoreMaxRestarts',
+                  'fail': 'FailJobSet'}
+
+
+def jobset_failure_rules(policy, c=None):
+    """train.failure_policy as a JobSet says it: (the Job's podFailurePolicy rules, the JobSet's failurePolicy
+    rules). Each rule becomes a podFailurePolicy rule that fails the Job (exit codes: the container's; signal:
+    the launcher's codes for a rank killed by a signal; restarted and unreachable: the pod's DisruptionTarget
+    condition, an eviction, a preemption or a lost node); the JobSet sees such a failure as reason
+    PodFailurePolicy, so the rules may have one action only. c: the checker that refuses what cannot be said."""
+    pod_rules, actions = [], []
+    for index, rule in enumerate(policy):
+        kinds = rule['on']
+        if ('exit' in kinds or 'signal' in kinds) and ('unreachable' in kinds or 'restarted' in kinds):
+            if c:
+                c.fail('train.failure_policy[%d].on' % index, 'mixes exit codes and pod conditions, which a Job\'s '
+                       'podFailurePolicy rule cannot: split it in two rules (workload: jobset)')
+            continue
+        if 'exit' in kinds or 'signal' in kinds:
+            codes = list(rule.get('exit_codes') or [])
+            if 'signal' in kinds:
+                codes += SIGNAL_EXIT_CODES
+            requirement = {'onExitCodes': {'containerName': 'trainer', 'operator': 'In', 'values': sorted(set(codes))}}
+            if not codes:       # any exit that is not 0
+                requirement = {'onExitCodes': {'containerName': 'trainer', 'operator': 'NotIn', 'values': [0]}}
+        else:
+            requirement = {'onPodConditions': [{'type': 'DisruptionTarget', 'status': 'True'}]}
+        pod_rules.append(dict({'action': 'FailJob'}, **requirement))
+        actions.append(JOBSET_ACTIONS[rule['action']])
+    if len(set(actions)) > 1:
+        if c:
+            c.fail('train.failure_policy', 'has actions %s: a JobSet sees every podFailurePolicy failure as reason '
+                   'PodFailurePolicy and cannot tell them apart; keep one action (workload: jobset) or use workload: '
+                   'statefulset' % ', '.join(sorted({r['action'] for r in policy})))
+        return pod_rules, []
+    rules = [{'name': 'trainFailurePolicy', 'action': actions[0], 'onJobFailureReasons': ['PodFailurePolicy']}] \
+        if actions else []
+    return pod_rules, rules
+
+
 def service_name(cluster):
     return cluster['name']
 
 
 def pod_dns(cluster, ordinal):
     """<name>-<i>.<service>.<namespace>.svc.<domain>: the headless Service's name of a pod."""
-    return '%s-%d.%s.%s.svc.%s' % (cluster['name'], ordinal, service_name(cluster), cluster['namespace'],
-                                   cluster['cluster_domain'])
+    return '%s.%s.%s.svc.%s' % (pod_name(cluster, ordinal), service_name(cluster), cluster['namespace'],
+                                cluster['cluster_domain'])
+
+
+def pod_name(cluster, ordinal):
+    """A pod's hostname: <name>-<i> (StatefulSet), <name>-node-0-<i> (JobSet, its Job's completion index i)."""
+    if cluster.get('workload') == 'jobset':
+        return '%s-%s-0-%d' % (cluster['name'], JOBSET_JOB, ordinal)
+    return '%s-%d' % (cluster['name'], ordinal)
 
 
 def pods(cluster):
     """[{name, ordinal, address (DNS name), slots}] in ordinal order."""
-    return [{'name': '%s-%d' % (cluster['name'], i), 'ordinal': i, 'address': pod_dns(cluster, i),
+    return [{'name': pod_name(cluster, i), 'ordinal': i, 'address': pod_dns(cluster, i),
              'slots': cluster['pod_slots'].get(i, cluster['slots_per_pod'])}
             for i in range(cluster['replicas'])]

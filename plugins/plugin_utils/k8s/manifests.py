@@ -13,6 +13,7 @@ replicas and slots, /dev/shm, RDMA and TCP settings, OpenShift's restricted-v2 r
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 
@@ -233,6 +234,43 @@ def statefulset(cluster, nccl_env):
     return {'apiVersion': 'apps/v1', 'kind': 'StatefulSet', 'metadata': _meta(cluster, name), 'spec': sts_spec}
 
 
+def jobset(cluster, nccl_env):
+    """The job as a JobSet (jobset.x-k8s.io/v1alpha2; Kueue admits it): one replicated Job of Indexed pods, one
+    per pod of the cluster file, each running its part at once (k8s_pod.py run: its rank is its completion
+    index); the JobSet restarts the whole set on a failure, train.restarts times (failurePolicy.maxRestarts,
+    train.restart_strategy, train.failure_policy as podFailurePolicy and failurePolicy rules), and names the pods
+    <name>-node-0-<i> under its own headless Service (network.subdomain)."""
+    train = cluster['train']
+    template = copy.deepcopy(statefulset(cluster, nccl_env)['spec']['template'])
+    pod = template['spec']
+    container = pod['containers'][0]
+    container['command'] = [train['python'], '%s/%s' % (kc.CONFIG_DIR, kc.ENTRYPOINT), 'run']
+    container.pop('readinessProbe', None)
+    container['ports'] = [p for p in container['ports'] if p['name'] == MASTER_PORT_NAME]
+    container['env'][4:4] = [
+        {'name': 'GPUCLUSTER_NODE_RANK',
+         'valueFrom': {'fieldRef': {'fieldPath': "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+        {'name': 'GPUCLUSTER_JOB_ATTEMPT',
+         'valueFrom': {'fieldRef': {'fieldPath': "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"}}}]
+    pod['restartPolicy'] = 'Never'
+    pod_rules, rules = kc.jobset_failure_rules(train['failure_policy'])
+    count = cluster['replicas']
+    job_spec = {'parallelism': count, 'completions': count, 'completionMode': 'Indexed', 'backoffLimit': 0,
+                'template': template}
+    if pod_rules:
+        job_spec['podFailurePolicy'] = {'rules': pod_rules}
+    spec = {
+        'network': {'enableDNSHostnames': True, 'subdomain': kc.service_name(cluster), 'publishNotReadyAddresses': True},
+        'failurePolicy': {'maxRestarts': train['restarts'], 'restartStrategy': train['restart_strategy'],
+                          'rules': rules},
+        'successPolicy': {'operator': 'All'},
+        'replicatedJobs': [{'name': kc.JOBSET_JOB, 'replicas': 1,
+                            'template': {'metadata': {'labels': labels(cluster)}, 'spec': job_spec}}],
+    }
+    return {'apiVersion': 'jobset.x-k8s.io/v1alpha2', 'kind': 'JobSet', 'metadata': _meta(cluster, cluster['name']),
+            'spec': spec}
+
+
 def claim_name(cluster):
     return cluster['storage']['claim_name'] or '%s-data' % cluster['name']
 
@@ -282,6 +320,9 @@ def render(cluster, nccl_env, entrypoint, files=None):
             pvc['spec']['storageClassName'] = cluster['storage']['storage_class']
         objs.append(pvc)
     train = cluster['train']
+    if cluster['workload'] == 'jobset':     # its own headless Service comes with it (network.subdomain)
+        objs.append(jobset(cluster, nccl_env))
+        return objs
     objs.append({'apiVersion': 'v1', 'kind': 'Service', 'metadata': _meta(cluster, kc.service_name(cluster)),
                  'spec': {'clusterIP': 'None', 'publishNotReadyAddresses': True, 'selector': labels(cluster),
                           'ports': [{'name': AGENT_PORT_NAME, 'port': train['agent_port'],
@@ -371,6 +412,15 @@ def _parse_hostfile(text):
 def problems(objs, cluster):
     """One line per inconsistency between the objects and the cluster (empty list: consistent)."""
     out = []
+    if cluster.get('workload') == 'jobset':
+        cm = _one(objs, 'ConfigMap', out)
+        js = _one(objs, 'JobSet', out)
+        if js is None:
+            return out
+        out += _jobset_problems(js, cluster)
+        jobs = get_path(js, 'spec', 'replicatedJobs', default=[]) or [{}]
+        return out + _pod_problems(objs, cluster, 'JobSet %s' % get_path(js, 'metadata', 'name'),
+                                   get_path(jobs[0], 'template', 'spec', default={}), cm)
     sts = _one(objs, 'StatefulSet', out)
     svc = _one(objs, 'Service', out)
     cm = _one(objs, 'ConfigMap', out)
@@ -404,10 +454,49 @@ def problems(objs, cluster):
         if not ssel or any(tmpl_labels.get(k) != v for k, v in ssel.items()):
             out.append('Service %s: selector %s does not select the pod template labels %s'
                        % (svc_name, ssel, tmpl_labels))
+    if cluster['storage']['mode'] != 'rwx' and not spec.get('volumeClaimTemplates'):
+        out.append('StatefulSet %s: per-pod storage needs volumeClaimTemplates' % name)
+    return out + _pod_problems(objs, cluster, 'StatefulSet %s' % name, spec, cm)
+
+
+def _jobset_problems(js, cluster):
+    """The JobSet's own settings against the cluster file."""
+    out, name = [], get_path(js, 'metadata', 'name')
+    spec = js.get('spec') or {}
+    jobs = spec.get('replicatedJobs') or []
+    if len(jobs) != 1 or jobs[0].get('replicas') != 1:
+        return ['JobSet %s: one replicated Job of 1 replica expected, got %s'
+                % (name, [(j.get('name'), j.get('replicas')) for j in jobs])]
+    job = get_path(jobs[0], 'template', 'spec', default={})
+    want = cluster['replicas']
+    if (job.get('parallelism'), job.get('completions'), job.get('completionMode')) != (want, want, 'Indexed'):
+        out.append('JobSet %s: the Job must run %d Indexed pods at once (parallelism, completions %d, completionMode '
+                   'Indexed: the completion index is the rank), got %s, %s, %s'
+                   % (name, want, want, job.get('parallelism'), job.get('completions'), job.get('completionMode')))
+    if job.get('backoffLimit') != 0:
+        out.append('JobSet %s: backoffLimit must be 0 (a failed pod fails the Job; the JobSet restarts all pods)' % name)
+    if get_path(job, 'template', 'spec', 'restartPolicy') != 'Never':
+        out.append('JobSet %s: restartPolicy must be Never (a rank restarted alone cannot rejoin the job)' % name)
+    net = spec.get('network') or {}
+    if not net.get('enableDNSHostnames') or net.get('subdomain') != kc.service_name(cluster):
+        out.append('JobSet %s: network.enableDNSHostnames must be true with subdomain %s (the hostfile names)'
+                   % (name, kc.service_name(cluster)))
+    policy = spec.get('failurePolicy') or {}
+    if (policy.get('maxRestarts'), policy.get('restartStrategy')) != (cluster['train']['restarts'],
+                                                                      cluster['train']['restart_strategy']):
+        out.append('JobSet %s: failurePolicy maxRestarts %r, restartStrategy %r; the cluster file says %d, %s'
+                   % (name, policy.get('maxRestarts'), policy.get('restartStrategy'), cluster['train']['restarts'],
+                      cluster['train']['restart_strategy']))
+    return out
+
+
+def _pod_problems(objs, cluster, who, spec, cm):
+    """The pod template's problems (spec: the workload's spec holding template), each line starting with who."""
+    out = []
     pod = get_path(spec, 'template', 'spec', default={})
     containers = pod.get('containers') or []
     if not containers:
-        out.append('StatefulSet %s: the pod template has no container' % name)
+        out.append('%s: the pod template has no container' % who)
         return out
     container = containers[0]
     env = _env_of(container)
@@ -415,13 +504,13 @@ def problems(objs, cluster):
     volumes = {v.get('name'): v for v in pod.get('volumes') or []}
     shm = volumes.get(mounts.get('/dev/shm'))
     if not shm or get_path(shm, 'emptyDir', 'medium') != 'Memory':
-        out.append('StatefulSet %s: /dev/shm must be a memory emptyDir (the runtime default of 64 MiB '
-                   'kills NCCL)' % name)
+        out.append('%s: /dev/shm must be a memory emptyDir (the runtime default of 64 MiB '
+                   'kills NCCL)' % who)
     elif get_path(shm, 'emptyDir', 'sizeLimit') != cluster['shm_size']:
-        out.append('StatefulSet %s: /dev/shm sizeLimit %r, the cluster file says %r'
-                   % (name, get_path(shm, 'emptyDir', 'sizeLimit'), cluster['shm_size']))
+        out.append('%s: /dev/shm sizeLimit %r, the cluster file says %r'
+                   % (who, get_path(shm, 'emptyDir', 'sizeLimit'), cluster['shm_size']))
     if kc.CONFIG_DIR not in mounts:
-        out.append('StatefulSet %s: the ConfigMap is not mounted at %s' % (name, kc.CONFIG_DIR))
+        out.append('%s: the ConfigMap is not mounted at %s' % (who, kc.CONFIG_DIR))
     if cm is not None:
         rows = _parse_hostfile(get_path(cm, 'data', 'hostfile', default=''))
         want = [(p['address'], p['slots']) for p in kc.pods(cluster)]
@@ -431,73 +520,72 @@ def problems(objs, cluster):
         else:
             for (host, slots), (w_host, w_slots) in zip(rows, want):
                 if host != w_host or slots != w_slots:
-                    out.append('ConfigMap %s: hostfile line %r slots=%r, expected %s slots=%d (the pods of '
-                               'StatefulSet %s)'
-                               % (get_path(cm, 'metadata', 'name'), host, slots, w_host, w_slots, name))
+                    out.append('ConfigMap %s: hostfile line %r slots=%r, expected %s slots=%d (the pods of %s)'
+                               % (get_path(cm, 'metadata', 'name'), host, slots, w_host, w_slots, who))
                     break
         for key, what in ((kc.ENTRYPOINT, 'the pod entrypoint'), (kc.CORE, "the entrypoint's supervision core")):
             if key not in (cm.get('data') or {}):
                 out.append('ConfigMap %s: %s %s is missing' % (get_path(cm, 'metadata', 'name'), what, key))
     limits = get_path(container, 'resources', 'limits', default={})
     if cluster['gpus_per_pod'] and str(limits.get(cluster['gpu_resource'])) != str(cluster['gpus_per_pod']):
-        out.append('StatefulSet %s: limits %s=%r, the cluster file says gpus_per_pod %d'
-                   % (name, cluster['gpu_resource'], limits.get(cluster['gpu_resource']), cluster['gpus_per_pod']))
+        out.append('%s: limits %s=%r, the cluster file says gpus_per_pod %d'
+                   % (who, cluster['gpu_resource'], limits.get(cluster['gpu_resource']), cluster['gpus_per_pod']))
     caps = get_path(container, 'securityContext', 'capabilities', default={})
     added = caps.get('add') or []
     net = cluster['network']
     if env.get('NCCL_SOCKET_IFNAME') != net['socket_ifname']:
-        out.append('StatefulSet %s: NCCL_SOCKET_IFNAME %r, the cluster file says %r'
-                   % (name, env.get('NCCL_SOCKET_IFNAME'), net['socket_ifname']))
+        out.append('%s: NCCL_SOCKET_IFNAME %r, the cluster file says %r'
+                   % (who, env.get('NCCL_SOCKET_IFNAME'), net['socket_ifname']))
     if net['mode'] == 'rdma':
         if net['rdma_resource'] not in limits:
-            out.append('StatefulSet %s: rdma mode without the RDMA device resource %s in limits'
-                       % (name, net['rdma_resource']))
+            out.append('%s: rdma mode without the RDMA device resource %s in limits'
+                       % (who, net['rdma_resource']))
         if 'IPC_LOCK' not in added:
-            out.append('StatefulSet %s: rdma mode without the IPC_LOCK capability (memory registration fails)'
-                       % name)
+            out.append('%s: rdma mode without the IPC_LOCK capability (memory registration fails)'
+                       % who)
         if env.get('NCCL_IB_DISABLE') != '0' or not env.get('NCCL_IB_HCA'):
-            out.append('StatefulSet %s: rdma mode needs NCCL_IB_DISABLE=0 and NCCL_IB_HCA' % name)
+            out.append('%s: rdma mode needs NCCL_IB_DISABLE=0 and NCCL_IB_HCA' % who)
         if get_path(spec, 'template', 'metadata', 'annotations', 'k8s.v1.cni.cncf.io/networks') != net['attachment']:
-            out.append('StatefulSet %s: the pod template does not request the network attachment %s'
-                       % (name, net['attachment']))
+            out.append('%s: the pod template does not request the network attachment %s'
+                       % (who, net['attachment']))
     else:
         if env.get('NCCL_IB_DISABLE') != '1':
-            out.append('StatefulSet %s: tcp mode needs NCCL_IB_DISABLE=1' % name)
+            out.append('%s: tcp mode needs NCCL_IB_DISABLE=1' % who)
         if added:
-            out.append('StatefulSet %s: tcp mode adds capabilities %s (restricted-v2 allows none)' % (name, added))
+            out.append('%s: tcp mode adds capabilities %s (restricted-v2 allows none)' % (who, added))
     if cluster['openshift'] or net['mode'] == 'tcp':
         sc = container.get('securityContext') or {}
         psc = pod.get('securityContext') or {}
         if sc.get('allowPrivilegeEscalation') is not False:
-            out.append('StatefulSet %s: allowPrivilegeEscalation must be false' % name)
+            out.append('%s: allowPrivilegeEscalation must be false' % who)
         if 'ALL' not in (caps.get('drop') or []):
-            out.append('StatefulSet %s: capabilities must drop ALL' % name)
+            out.append('%s: capabilities must drop ALL' % who)
         if not (sc.get('runAsNonRoot') or psc.get('runAsNonRoot')):
-            out.append('StatefulSet %s: runAsNonRoot must be true' % name)
+            out.append('%s: runAsNonRoot must be true' % who)
         if get_path(sc, 'seccompProfile', 'type', default=get_path(psc, 'seccompProfile', 'type')) != 'RuntimeDefault':
-            out.append('StatefulSet %s: seccompProfile must be RuntimeDefault' % name)
+            out.append('%s: seccompProfile must be RuntimeDefault' % who)
         if cluster['openshift'] and ('runAsUser' in sc or 'runAsUser' in psc):
-            out.append('StatefulSet %s: runAsUser is set; OpenShift assigns the uid from the namespace range'
-                       % name)
+            out.append('%s: runAsUser is set; OpenShift assigns the uid from the namespace range'
+                       % who)
     psc = pod.get('securityContext') or {}
     uid = (container.get('securityContext') or {}).get('runAsUser', psc.get('runAsUser'))
     if not cluster['openshift']:
         if uid == 0:
-            out.append('StatefulSet %s: runAsUser 0 with runAsNonRoot: the kubelet refuses the pod' % name)
+            out.append('%s: runAsUser 0 with runAsNonRoot: the kubelet refuses the pod' % who)
         elif uid is None and kc.image_user_verdict(cluster['security'].get('image_user')):
-            out.append('StatefulSet %s: no runAsUser and the image user %r: the kubelet refuses the pod (%s)'
-                       % (name, cluster['security'].get('image_user'),
+            out.append('%s: no runAsUser and the image user %r: the kubelet refuses the pod (%s)'
+                       % (who, cluster['security'].get('image_user'),
                           kc.image_user_verdict(cluster['security'].get('image_user'))))
     if psc.get('fsGroupChangePolicy') != 'OnRootMismatch':
-        out.append('StatefulSet %s: fsGroupChangePolicy must be OnRootMismatch (else the claim is re-chowned at '
-                   'every pod start)' % name)
+        out.append('%s: fsGroupChangePolicy must be OnRootMismatch (else the claim is re-chowned at '
+                   'every pod start)' % who)
     if cluster['resources']['qos'] == 'Guaranteed':
         res = container.get('resources') or {}
         req = res.get('requests') or {}
         lim = res.get('limits') or {}
         if not all(lim.get(k) for k in ('cpu', 'memory')) or any(req.get(k) != v for k, v in lim.items()):
-            out.append('StatefulSet %s: requests %s and limits %s are not equal with cpu and memory (not '
-                       'Guaranteed QoS: evicted first)' % (name, req, lim))
+            out.append('%s: requests %s and limits %s are not equal with cpu and memory (not '
+                       'Guaranteed QoS: evicted first)' % (who, req, lim))
     if cluster['openshift']:
         wanted = scc_name(cluster)
         roles = [r for r in _by_kind(objs, 'Role')
@@ -513,10 +601,8 @@ def problems(objs, cluster):
         claim = get_path(volumes.get(mounts.get(cluster['storage']['mount_path'])), 'persistentVolumeClaim', 'claimName')
         pvcs = {get_path(p, 'metadata', 'name'): p for p in _by_kind(objs, 'PersistentVolumeClaim')}
         if claim != claim_name(cluster):
-            out.append('StatefulSet %s: %s is not the shared claim %s'
-                       % (name, cluster['storage']['mount_path'], claim_name(cluster)))
+            out.append('%s: %s is not the shared claim %s'
+                       % (who, cluster['storage']['mount_path'], claim_name(cluster)))
         elif claim in pvcs and 'ReadWriteMany' not in (get_path(pvcs[claim], 'spec', 'accessModes') or []):
             out.append('PersistentVolumeClaim %s: rwx storage needs accessModes ReadWriteMany' % claim)
-    elif not spec.get('volumeClaimTemplates'):
-        out.append('StatefulSet %s: per-pod storage needs volumeClaimTemplates' % name)
     return out

@@ -26,6 +26,7 @@ DEFAULT_VERSIONS = ('1.30.0', '1.34.0')
 CRD_SCHEMAS = {
     ('k8s.cni.cncf.io/v1', 'NetworkAttachmentDefinition'): 'networkattachmentdefinition-k8s.cni.cncf.io-v1.json',
     ('security.openshift.io/v1', 'SecurityContextConstraints'): 'securitycontextconstraints-security.openshift.io-v1.json',
+    ('jobset.x-k8s.io/v1alpha2', 'JobSet'): 'jobset-jobset.x-k8s.io-v1alpha2.json',
 }
 FILE_RE = re.compile(r'^[0-9]{2}-[a-z]+-[a-z0-9.-]+\.yaml$')
 ADMIN_DIR = 'admin'     # objects a cluster administrator applies (OpenShift RDMA SCC); present does not
@@ -155,6 +156,14 @@ def schema_check(obj, versions, schema_dir):
         if errors:
             return '%s: %s: %s (schema %s)' % (_describe(obj), _path_of(errors[0]), errors[0].message,
                                                CRD_SCHEMAS[key])
+        # a JobSet's Job templates are Kubernetes Jobs: each is checked as one, by the strict schemas
+        for index, job in enumerate((obj.get('spec') or {}).get('replicatedJobs') or []):
+            template = job.get('template') or {}
+            problem = schema_check({'apiVersion': 'batch/v1', 'kind': 'Job',
+                                    'metadata': dict(template.get('metadata') or {}, name=job.get('name', 'job')),
+                                    'spec': template.get('spec') or {}}, versions, schema_dir)
+            if problem:
+                return '%s: spec.replicatedJobs.%d.template: %s' % (_describe(obj), index, problem)
         return ''
     try:  # here: an optional controller dependency, only the schema check needs it
         import kubernetes_validate

@@ -126,6 +126,51 @@ def layout_of(job, record):
     return out or working_pods(job)
 
 
+def launcher_line(job, node_rank, attempt=0, hostfile=None, master=None):
+    """deepspeed --no_ssh for one pod's part: its node rank in the hostfile (default: the ConfigMap's), the
+    ranks' master (default: pod 0's name), train.resume_args added from the second attempt on."""
+    extra = list(job.get('resume_args') or []) if attempt else []
+    return [job['deepspeed'], '--no_ssh', '--hostfile', hostfile or os.path.join(job['config_dir'], 'hostfile'),
+            '--node_rank', str(node_rank), '--master_addr', master or job['pods'][0]['address'],
+            '--master_port', str(job['master_port'])] + list(job['command']) + extra
+
+
+def run_part(job, environ=None, clock=time.time, sleep=time.sleep, execute=os.execvpe):
+    """A JobSet pod's whole life (k8s_pod.py run): its rank is its completion index; rank 0 is the master at its
+    own address, the others wait (bounded by train.peer_wait) for pod 0's name to resolve, then the launcher
+    replaces this process: its exit code is the pod's, which the Job's podFailurePolicy and the JobSet's
+    failurePolicy read. Returns an exit code only when it cannot start (3: pod 0 never resolved, 2: no rank)."""
+    environ = os.environ if environ is None else environ
+    try:
+        rank = int(environ.get('GPUCLUSTER_NODE_RANK', ''))
+        attempt = int(environ.get('GPUCLUSTER_JOB_ATTEMPT') or 0)
+    except ValueError:
+        print('k8s_pod: run needs GPUCLUSTER_NODE_RANK (the Job completion index) and GPUCLUSTER_JOB_ATTEMPT, '
+              'got %r and %r' % (environ.get('GPUCLUSTER_NODE_RANK'), environ.get('GPUCLUSTER_JOB_ATTEMPT')),
+              file=sys.stderr, flush=True)
+        return 2
+    master = environ.get('GPUCLUSTER_POD_IP', '') if rank == 0 else ''
+    name, bound = job['pods'][0]['address'], int(job.get('peer_wait', 300))
+    deadline = clock() + bound
+    while not master:
+        found = resolve(name)
+        if found:
+            master = found[0]
+        elif clock() >= deadline:
+            print('k8s_pod: rank %d not started: %s (pod 0) does not resolve after %d s (train.peer_wait)'
+                  % (rank, name, bound), file=sys.stderr, flush=True)
+            return 3
+        else:
+            sleep(1.0)
+    env = dict(environ, **{JOB_ENV: job['name'], 'GPUCLUSTER_JOB_ATTEMPT': str(attempt),
+                           'GPUCLUSTER_ATTEMPT': str(attempt + 1)})
+    line = launcher_line(job, rank, attempt, master=master)
+    print('k8s_pod: rank %d of %s, attempt %d: %s' % (rank, job['name'], attempt + 1, ' '.join(line)), flush=True)
+    if os.path.isdir(job['workdir']):
+        os.chdir(job['workdir'])
+    return execute(line[0], line, env)
+
+
 def hostfile_lines(layout):
     return ''.join('%s slots=%d\n' % (p['address'], p['slots']) for p in layout)
 
@@ -442,11 +487,7 @@ class Agent:
     def command(self, job_id, node_rank, attempt=0, hostfile=None, master=None):
         """The part's launcher line: the attempt's hostfile (its pods, rank order) and pod 0's address as the
         ranks' master (an address: no rank waits for a name to be published)."""
-        job = self.job
-        extra = list(job.get('resume_args') or []) if attempt else []
-        return [job['deepspeed'], '--no_ssh', '--hostfile', hostfile or os.path.join(job['config_dir'], 'hostfile'),
-                '--node_rank', str(node_rank), '--master_addr', master or job['pods'][0]['address'],
-                '--master_port', str(job['master_port'])] + list(job['command']) + extra
+        return launcher_line(self.job, node_rank, attempt, hostfile, master)
 
     def running(self):
         return [j for j, rec in self.jobs.items() if rec.get('state') == 'running']
@@ -1288,6 +1329,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest='mode', required=True)
     sub.add_parser('agent', help="the pod's main process")
+    sub.add_parser('run', help="a JobSet pod's main process: its own part, then its exit code")
     for mode in ('launch', 'status', 'stop'):
         p = sub.add_parser(mode)
         p.add_argument('--job-id', required=True)
@@ -1304,6 +1346,8 @@ def main(argv=None):
     if args.mode == 'agent':
         Agent(job, pod_name()).serve()
         return 0
+    if args.mode == 'run':
+        return run_part(job)
     if not JOB_ID_RE.match(args.job_id):
         print('k8s_pod: job id %r must be 1-64 letters, digits, ".", "_" or "-"' % args.job_id, file=sys.stderr)
         return 2

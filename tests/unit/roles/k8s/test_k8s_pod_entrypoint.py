@@ -734,3 +734,34 @@ def test_every_request_reaches_a_pod_at_its_registered_address_until_its_name_re
         assert job['pods'][2]['address'] not in k8s_pod.ADDRESSES
     finally:
         server.close()
+
+
+def test_a_jobset_pod_runs_its_rank_with_pod_0s_address_once_it_resolves_and_resumes_after_a_restart(job):
+    job = dict(job, resume_args=['--resume-from', '/ckpt'], peer_wait=5)
+    ran, now, names = [], [0.0], []
+
+    def resolve(name):
+        names.append(name)
+        return ['10.0.0.7'] if now[0] >= 3 else []      # published 3 s after the pod started
+
+    def sleep(seconds):
+        now[0] += seconds
+    k8s_pod_resolve = k8s_pod.resolve
+    k8s_pod.resolve = resolve
+    try:
+        env = {'GPUCLUSTER_NODE_RANK': '2', 'GPUCLUSTER_JOB_ATTEMPT': '1', 'PATH': '/bin'}
+        k8s_pod.run_part(job, env, clock=lambda: now[0], sleep=sleep, execute=lambda *a: ran.append(a) or 0)
+        (program, line, child_env), = ran
+        assert line[:8] == ['deepspeed', '--no_ssh', '--hostfile', os.path.join(job['config_dir'], 'hostfile'),
+                            '--node_rank', '2', '--master_addr', '10.0.0.7']
+        assert line[-2:] == ['--resume-from', '/ckpt'] and child_env['GPUCLUSTER_ATTEMPT'] == '2'
+        assert now[0] == 3 and names[0] == job['pods'][0]['address']
+        # rank 0 is the master at its own address; a name that never comes ends the pod naming it
+        ran.clear()
+        k8s_pod.run_part(job, {'GPUCLUSTER_NODE_RANK': '0', 'GPUCLUSTER_POD_IP': '10.0.0.5'},
+                         execute=lambda *a: ran.append(a) or 0)
+        assert ran[0][1][7] == '10.0.0.5' and '--resume-from' not in ran[0][1]
+        now[0] = -100.0
+        assert k8s_pod.run_part(job, env, clock=lambda: now[0], sleep=sleep, execute=lambda *a: 0) == 3
+    finally:
+        k8s_pod.resolve = k8s_pod_resolve
