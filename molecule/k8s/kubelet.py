@@ -21,6 +21,8 @@ What it does as the kubelet does (pkg/kubelet/kuberuntime, volume/configmap, vol
   container restarts; limits.memory is the whole container's memory (no swap), limits.cpu its CPUs;
 - restartPolicy Always: a container whose PID 1 exits is started again, with a fresh /tmp (a new
   container has a new writable layer; here /tmp is a tmpfs);
+- a JobSet's pod (the first replicated Job's, completion index ORDINAL): named and addressed as the JobSet
+  names it, the Job's and JobSet's annotations for the downward API, its restartPolicy (Never: not again);
 - dnsPolicy ClusterFirst: with --dns, that server (the cluster DNS stand-in, cluster_dns.py) is the
   pod's resolver.
 Only the standard library and the podman CLI.
@@ -62,12 +64,29 @@ def image_config(image):
     return json.loads(out or '{}') or {}
 
 
-def pod_parts(objects, ordinal):
+def pod_parts(objects, ordinal, restart_attempt=0):
+    """The pod at an ordinal: {template, namespace, service, configmaps, name, annotations, restart}. A
+    StatefulSet's pod <name>-<i> under its Service, restarted always; a JobSet's pod <name>-<job>-0-<i> (its
+    first replicated Job's completion index i) under the JobSet's subdomain, never restarted, with the
+    annotations the Job and JobSet controllers put on it."""
+    cms = {o['metadata']['name']: o for o in objects if o['kind'] == 'ConfigMap'}
+    js = next((o for o in objects if o['kind'] == 'JobSet'), None)
+    if js is not None:
+        job = js['spec']['replicatedJobs'][0]
+        name = '%s-%s-0-%d' % (js['metadata']['name'], job['name'], ordinal)
+        annotations = {'batch.kubernetes.io/job-completion-index': str(ordinal),
+                       'jobset.sigs.k8s.io/restart-attempt': str(restart_attempt),
+                       'jobset.sigs.k8s.io/jobset-name': js['metadata']['name']}
+        return {'template': job['template']['spec']['template'], 'namespace': js['metadata']['namespace'],
+                'service': (js['spec'].get('network') or {}).get('subdomain') or js['metadata']['name'],
+                'configmaps': cms, 'name': name, 'annotations': annotations,
+                'restart': 'always' if job['template']['spec']['template']['spec'].get('restartPolicy', 'Always')
+                == 'Always' else 'no'}
     sts = next(o for o in objects if o['kind'] == 'StatefulSet')
     svc = next(o for o in objects if o['kind'] == 'Service')
-    cms = {o['metadata']['name']: o for o in objects if o['kind'] == 'ConfigMap'}
-    name = '%s-%d' % (sts['metadata']['name'], ordinal)
-    return sts, svc, cms, name
+    return {'template': sts['spec']['template'], 'namespace': sts['metadata']['namespace'],
+            'service': svc['metadata']['name'], 'configmaps': cms, 'name': '%s-%d' % (sts['metadata']['name'], ordinal),
+            'annotations': {}, 'restart': 'always'}
 
 
 def run_as(pod_spec, container, image_user, openshift_uid=None):
@@ -120,17 +139,17 @@ def project_configmap(cm, items_mode, dest, group=None):
     os.symlink(stamp, os.path.join(dest, '..data'))
 
 
-def podman_args(objects, ordinal, prefix, network, ip, work, openshift_uid=None, hosts=(), dns=''):
-    sts, svc, cms, name = pod_parts(objects, ordinal)
-    spec = sts['spec']['template']['spec']
+def podman_args(objects, ordinal, prefix, network, ip, work, openshift_uid=None, hosts=(), dns='', restart_attempt=0):
+    pod = pod_parts(objects, ordinal, restart_attempt)
+    cms, name = pod['configmaps'], pod['name']
+    spec = pod['template']['spec']
     ctr = spec['containers'][0]
     config = image_config(ctr['image'])
     uid, gid, groups = run_as(spec, ctr, config.get('User', ''), openshift_uid)
     fs_group = groups[0] if (spec.get('securityContext') or {}).get('fsGroup') is not None or openshift_uid else None
     args = ['run', '-d', '--name', prefix + name, '--hostname', name, '--network', network, '--ip', ip,
-            '--network-alias', '%s.%s.%s.svc.cluster.local' % (name, svc['metadata']['name'],
-                                                               sts['metadata']['namespace']),
-            '--user', '%d:%d' % (uid, gid), '--restart', 'always', '--tmpfs', '/tmp:rw,mode=1777',
+            '--network-alias', '%s.%s.%s.svc.cluster.local' % (name, pod['service'], pod['namespace']),
+            '--user', '%d:%d' % (uid, gid), '--restart', pod['restart'], '--tmpfs', '/tmp:rw,mode=1777',
             '--label', 'gpucluster.kubelet-standin=%s' % name]
     for host in hosts:   # without the network's DNS: the Service names as fixed entries
         args += ['--add-host', host]
@@ -155,8 +174,9 @@ def podman_args(objects, ordinal, prefix, network, ip, work, openshift_uid=None,
         args += ['--cpus', str(int(cpu[:-1]) / 1000 if cpu.endswith('m') else float(cpu))]
     env = {}
     # each pod on a node of its own (the anti-affinity's wish), named as a node would be
-    fields = {'metadata.name': name, 'metadata.namespace': sts['metadata']['namespace'], 'status.podIP': ip,
+    fields = {'metadata.name': name, 'metadata.namespace': pod['namespace'], 'status.podIP': ip,
               'spec.nodeName': 'node-%s' % name}
+    fields.update({"metadata.annotations['%s']" % k: v for k, v in pod['annotations'].items()})
     for item in ctr.get('env') or []:
         if 'value' in item:
             env[item['name']] = item['value']
@@ -230,10 +250,11 @@ def main(argv=None):
     parser.add_argument('--openshift-uid', type=int, default=None)
     parser.add_argument('--add-host', action='append', default=[], help='NAME:IP (where the network has no DNS)')
     parser.add_argument('--dns', default='', help="the cluster DNS's address (the pods' resolver)")
+    parser.add_argument('--restart-attempt', type=int, default=0, help="a JobSet pod's restart attempt")
     args = parser.parse_args(argv)
     with open(args.objects) as handle:
         objects = json.load(handle)
-    _, _, _, name = pod_parts(objects, args.ordinal)
+    name = pod_parts(objects, args.ordinal)['name']
     if args.action == 'rm':
         podman('rm', '-f', '-t', '5', args.prefix + name, check=False)
         shutil.rmtree(os.path.join(args.work, name), ignore_errors=True)
@@ -245,7 +266,7 @@ def main(argv=None):
     podman('rm', '-f', '-t', '5', args.prefix + name, check=False)
     try:
         argv, claims, fs_group = podman_args(objects, args.ordinal, args.prefix, args.network, args.ip, args.work,
-                                             args.openshift_uid, args.add_host, args.dns)
+                                             args.openshift_uid, args.add_host, args.dns, args.restart_attempt)
     except Refused as exc:
         print('%s: CreateContainerConfigError: Error: %s' % (name, exc), file=sys.stderr)
         return 2

@@ -62,7 +62,8 @@ class ActionModule(ActionBase):
             return result
         pods = kc.pods(cluster)
         result.update(
-            cluster=cluster, pods=pods, world_size=sum(p['slots'] for p in pods),
+            cluster=cluster, pods=pods,
+            world_size=sum(p['slots'] for p in pods[:len(pods) - cluster['train']['spares']]),
             objects=[{'kind': o['kind'], 'name': o['metadata']['name'],
                       'namespace': o['metadata'].get('namespace')} for o in objects],
             manifests=objects, admin_manifests=admin, validated=report, per_pod_claims=km.per_pod_claims(cluster),

@@ -99,7 +99,7 @@ pods:
   elements: dict
   sample: [{name: trainer-0, ordinal: 0, address: trainer-0.trainer.ml-team.svc.cluster.local, slots: 2}]
 world_size:
-  description: Ranks of a job (the sum of the pods' slots).
+  description: Ranks of a job (the sum of the slots of the pods it starts on, the spares left out).
   returned: success
   type: int
   sample: 4
