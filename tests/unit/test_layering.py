@@ -62,8 +62,9 @@ PAYLOAD_MAX = {
     'training_progress': (9, 2825),
     # monitor's read_node_log: the steps of a script that writes no progress file, from its logs; the same
     # health_reports, and report_html's n/a style; the earlier attempts' files (one loss curve an attempt); the
-    # faults' table (the time each cost, from the attempts' steps)
-    'training_report': (9, 3050),
+    # faults' table (the time each cost, from the attempts' steps); supervision's plan_restart serves the pod
+    # agent too (a restart already decided, the minimum's name)
+    'training_report': (9, 3060),
 }
 
 
