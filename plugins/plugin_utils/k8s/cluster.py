@@ -467,6 +467,9 @@ def _failure_policy(c, value):
     rules = []
     for index, item in enumerate(value):
         field = 'train.failure_policy[%d]' % index
+        if isinstance(item, dict) and True in item and 'on' not in item:
+            # YAML 1.1 (PyYAML, Ansible's from_yaml) reads a bare key `on` as the boolean true
+            item = {('on' if k is True else k): v for k, v in item.items()}
         rule = c.mapping(item, field, FAILURE_RULE)
         if 'on' not in rule or 'action' not in rule:
             c.fail(field, 'needs on (%s) and action (%s)' % (', '.join(FAILURE_KINDS), ', '.join(FAILURE_ACTIONS)))

@@ -180,3 +180,12 @@ def test_security_defaults_plain_kubernetes_and_openshift():
     assert ocp == {'run_as_user': None, 'run_as_group': None, 'fs_group': None, 'image_user': None,
                    'supplemental_groups': [5000]}
     assert kc.check(with_(resources={'qos': 'BestEffort'}), 'k.yml')['resources'] == {'qos': 'BestEffort'}
+
+
+def test_a_failure_rule_written_with_a_bare_on_key_is_read_as_yaml_1_1_reads_it():
+    # `- {on: [exit], exit_codes: [3], action: fail}` as the README writes it: PyYAML reads the key as True
+    import yaml
+    policy = yaml.safe_load('- {on: [exit], exit_codes: [3], action: fail}')
+    assert True in policy[0]
+    train = kc.check(with_(train={'command': ['/x.py'], 'restarts': 1, 'failure_policy': policy}), 'k.yml')['train']
+    assert train['failure_policy'] == [{'on': ['exit'], 'exit_codes': [3], 'action': 'fail'}]
