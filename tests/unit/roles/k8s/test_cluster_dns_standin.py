@@ -36,4 +36,3 @@ def test_a_name_is_hidden_until_its_time_with_or_without_a_search_domain(tmp_pat
     publish.write_text('{}')
     os.utime(publish, ns=(1, 1))
     assert not pub.hidden('trainer-1.trainer.mol.svc.cluster.local', now=99)
-

@@ -98,7 +98,7 @@ def test_a_pod_that_does_not_resolve_is_named_at_the_bound(job, monkeypatch):
 
 def test_launch_names_the_first_missing_pod_in_one_line_and_starts_nothing(job, monkeypatch, capsys):
     monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s, **k: ({'trainer-2': 'x does not resolve',
-                                                                  'trainer-1': 'y does not answer'}, {}))
+                                                                       'trainer-1': 'y does not answer'}, {}))
     started = []
     monkeypatch.setattr(k8s_pod, 'request', lambda *a, **k: started.append(a))
     assert k8s_pod.launch(job, 'j1', 20, detach=True, timeout=0) == 3
