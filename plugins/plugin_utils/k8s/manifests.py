@@ -247,7 +247,8 @@ def jobset(cluster, nccl_env):
     container['command'] = [train['python'], '%s/%s' % (kc.CONFIG_DIR, kc.ENTRYPOINT), 'run']
     container.pop('readinessProbe', None)
     container['ports'] = [p for p in container['ports'] if p['name'] == MASTER_PORT_NAME]
-    container['env'][4:4] = [
+    identity = 1 + next(i for i, e in enumerate(container['env']) if e['name'] == 'GPUCLUSTER_NODE_NAME')
+    container['env'][identity:identity] = [
         {'name': 'GPUCLUSTER_NODE_RANK',
          'valueFrom': {'fieldRef': {'fieldPath': "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
         {'name': 'GPUCLUSTER_JOB_ATTEMPT',

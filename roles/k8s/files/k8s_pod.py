@@ -66,6 +66,15 @@ def node_name():
     return os.environ.get('GPUCLUSTER_NODE_NAME', '')
 
 
+def replace_file(path, text):
+    """Write text to path whole or not at all (a reader never sees half of it): a temporary file beside it,
+    then renamed over it."""
+    tmp = '%s.tmp' % path
+    with open(tmp, 'w') as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
 def register(root, name, address, node, boot):
     """Write where this pod's agent answers (best effort: a volume it cannot write is named by the launch)."""
     if not address:
@@ -73,10 +82,8 @@ def register(root, name, address, node, boot):
     path = os.path.join(root, REGISTRY)
     try:
         os.makedirs(path, mode=0o2770, exist_ok=True)
-        tmp = os.path.join(path, '.%s.%d.tmp' % (name, os.getpid()))
-        with open(tmp, 'w') as handle:
-            json.dump({'pod': name, 'address': address, 'node': node, 'boot': boot, 'time': time.time()}, handle)
-        os.replace(tmp, os.path.join(path, '%s.json' % name))
+        replace_file(os.path.join(path, '%s.json' % name),
+                     json.dumps({'pod': name, 'address': address, 'node': node, 'boot': boot, 'time': time.time()}))
         return True
     except OSError:
         return False
@@ -444,11 +451,7 @@ class Agent:
 
     def _save(self, job_id):
         rec = {k: v for k, v in self.jobs[job_id].items() if k != 'proc'}
-        path = os.path.join(self._job_dir(job_id), '%s.json' % self.name)
-        tmp = '%s.tmp' % path
-        with open(tmp, 'w') as handle:
-            json.dump(rec, handle, sort_keys=True)
-        os.replace(tmp, path)
+        replace_file(os.path.join(self._job_dir(job_id), '%s.json' % self.name), json.dumps(rec, sort_keys=True))
 
     def say(self, text):
         """A line on PID 1's stdout: what kubectl logs shows."""
@@ -512,17 +515,14 @@ class Agent:
             hostfile = None
             if hosts:
                 hostfile = os.path.join(self._job_dir(job_id), '%s.hostfile' % self.name)
-                with open(hostfile + '.tmp', 'w') as handle:
-                    handle.write(hostfile_lines([{'address': str(a), 'slots': int(n)} for a, n in hosts]))
-                os.replace(hostfile + '.tmp', hostfile)
+                replace_file(hostfile, hostfile_lines([{'address': str(a), 'slots': int(n)} for a, n in hosts]))
             # GPUCLUSTER_ATTEMPT counts from 1 as on the SSH path (the examples fence attempts by it:
             # a rank of an older attempt never writes a checkpoint); GPUCLUSTER_JOB_ATTEMPT counts restarts
             env = dict(os.environ, **{JOB_ENV: job_id, 'GPUCLUSTER_JOB_ATTEMPT': str(attempt),
                                       'GPUCLUSTER_ATTEMPT': str(attempt + 1)})
             workdir = self.job['workdir'] if os.path.isdir(self.job['workdir']) else '/tmp'
-            line = self.command(job_id, node_rank, attempt, hostfile=hostfile, master=master) \
-                if (hostfile or master) else self.command(job_id, node_rank, attempt)
-            proc = subprocess.Popen(line, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(self.command(job_id, node_rank, attempt, hostfile=hostfile, master=master),
+                                    stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir, env=env,
                                     start_new_session=True)
             CHILDREN[proc.pid] = (self, job_id, proc)
@@ -1033,10 +1033,7 @@ def read_job_record(root, job_id):
 def write_job_record(root, job_id, record):
     path = os.path.join(root, job_id)
     os.makedirs(path, mode=0o2770, exist_ok=True)
-    tmp = os.path.join(path, 'job.json.tmp')
-    with open(tmp, 'w') as handle:
-        json.dump(record, handle, sort_keys=True)
-    os.replace(tmp, os.path.join(path, 'job.json'))
+    replace_file(os.path.join(path, 'job.json'), json.dumps(record, sort_keys=True))
 
 
 def tail(path, lines):

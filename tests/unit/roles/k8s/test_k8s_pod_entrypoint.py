@@ -62,10 +62,11 @@ def reapers_end_with_their_test():
         thread.join(5)
 
 
-def serve(agent):
+def serve(agent, host='127.0.0.1', port=None):
+    """The agent's handler on host:port (default: 127.0.0.1 and its job's agent port), one request at a time."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(('127.0.0.1', agent.job['agent_port']))
+    sock.bind((host, agent.job['agent_port'] if port is None else port))
     sock.listen(8)
 
     def loop():
@@ -112,7 +113,7 @@ def test_the_agent_starts_reports_and_stops_only_for_pod_0(job, monkeypatch, tmp
     monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['10.0.0.5'] if name.startswith('trainer-0') else [])
     out = io.StringIO()
     agent = k8s_pod.Agent(job, 'trainer-1', out=out)
-    monkeypatch.setattr(agent, 'command', lambda job_id, rank, attempt=0: ['sh', '-c', 'echo rank %d; sleep 30' % rank])
+    monkeypatch.setattr(agent, 'command', lambda job_id, rank, attempt=0, **kw: ['sh', '-c', 'echo rank %d; sleep 30' % rank])
     start_reaper(agent)
     sock = serve(agent)
     port = job['agent_port']
@@ -149,7 +150,7 @@ def test_the_agent_starts_reports_and_stops_only_for_pod_0(job, monkeypatch, tmp
 ])
 def test_a_part_that_ends_badly_is_failed_with_its_reason_and_leaves_no_process(job, script, code, reason):
     agent = k8s_pod.Agent(job, 'trainer-2', out=io.StringIO())
-    agent.command = lambda job_id, rank, attempt=0: ['sh', '-c', '(sleep 60 &) ; sleep 0.3; ' + script]
+    agent.command = lambda job_id, rank, attempt=0, **kw: ['sh', '-c', '(sleep 60 &) ; sleep 0.3; ' + script]
     agent.start('j1', 2)
     deadline = time.time() + 10
     while time.time() < deadline and agent.jobs['j1']['state'] == 'running':
@@ -164,7 +165,7 @@ def test_a_part_that_ends_badly_is_failed_with_its_reason_and_leaves_no_process(
 
 def test_a_restarted_container_reports_its_part_failed_and_signals_nothing(job, monkeypatch):
     first = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
-    first.command = lambda job_id, rank, attempt=0: ['sleep', '30']
+    first.command = lambda job_id, rank, attempt=0, **kw: ['sleep', '30']
     first.start('j1', 1)
     pid = first.jobs['j1']['pid']
     try:
@@ -639,34 +640,17 @@ def test_the_agent_knows_pod_0_without_a_lookup_per_request_and_still_refuses_ot
     assert not agent.allowed('10.0.0.9') and agent.allowed('10.0.0.6') and not agent.allowed('10.0.0.5')
 
 
-def serve_on(agent, host, port):
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(8)
-
-    def loop():
-        while True:
-            try:
-                conn, peer = sock.accept()
-            except OSError:
-                return
-            agent.handle(conn, peer)
-    threading.Thread(target=loop, daemon=True).start()
-    return sock
-
-
 def test_before_pod_0s_name_is_published_a_pod_asks_the_callers_agent_who_it_is(job, monkeypatch):
     # trainer-1 cannot resolve trainer-0 yet (the Service publishes it late, the resolver cached its absence):
     # a start from 127.0.0.2 is taken when the agent there answers as trainer-0, refused otherwise
     monkeypatch.setattr(k8s_pod, 'resolve', lambda name: [])
     agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
-    caller = serve_on(k8s_pod.Agent(job, 'trainer-0', out=io.StringIO()), '127.0.0.2', job['agent_port'])
+    caller = serve(k8s_pod.Agent(job, 'trainer-0', out=io.StringIO()), '127.0.0.2', job['agent_port'])
     try:
         assert agent.allowed('127.0.0.2') and '127.0.0.2' in agent.pod0
     finally:
         caller.close()
-    other = serve_on(k8s_pod.Agent(job, 'trainer-2', out=io.StringIO()), '127.0.0.3', job['agent_port'])
+    other = serve(k8s_pod.Agent(job, 'trainer-2', out=io.StringIO()), '127.0.0.3', job['agent_port'])
     try:
         assert not agent.allowed('127.0.0.3')
     finally:
@@ -674,7 +658,7 @@ def test_before_pod_0s_name_is_published_a_pod_asks_the_callers_agent_who_it_is(
     assert not agent.allowed('127.0.0.4')                  # nothing answers there
     conn = socket.socket()
     # through the agent's own handler: the refusal names the caller
-    sock = serve_on(agent, '127.0.0.5', job['agent_port'])
+    sock = serve(agent, '127.0.0.5', job['agent_port'])
     try:
         conn.bind(('127.0.0.6', 0))
         conn.connect(('127.0.0.5', job['agent_port']))
@@ -693,8 +677,8 @@ def test_pod_0_reaches_a_pod_whose_name_is_not_published_yet_at_its_registered_a
     try:
         for i, host in ((1, '127.0.0.7'), (2, '127.0.0.8')):
             agent = k8s_pod.Agent(job, 'trainer-%d' % i, out=io.StringIO())
-            servers.append(serve_on(agent, host, job['agent_port']))
-        servers.append(serve_on(k8s_pod.Agent(job, 'trainer-0', out=io.StringIO()), '127.0.0.1', job['agent_port']))
+            servers.append(serve(agent, host, job['agent_port']))
+        servers.append(serve(k8s_pod.Agent(job, 'trainer-0', out=io.StringIO()), '127.0.0.1', job['agent_port']))
         assert k8s_pod.register(root, 'trainer-1', '127.0.0.7', 'node-a', 'b1')
         # trainer-2 registered an address another pod holds now: not taken for it
         assert k8s_pod.register(root, 'trainer-2', '127.0.0.7', 'node-b', 'b2')
@@ -724,7 +708,7 @@ def test_every_request_reaches_a_pod_at_its_registered_address_until_its_name_re
     root = str(tmp_path / 'state')
     monkeypatch.setattr(k8s_pod, 'resolve', lambda name: [])
     monkeypatch.setattr(k8s_pod, 'REGISTRY_ROOT', root)
-    server = serve_on(k8s_pod.Agent(job, 'trainer-1', out=io.StringIO()), '127.0.0.9', job['agent_port'])
+    server = serve(k8s_pod.Agent(job, 'trainer-1', out=io.StringIO()), '127.0.0.9', job['agent_port'])
     try:
         k8s_pod.register(root, 'trainer-1', '127.0.0.9', 'node-a', 'b1')
         k8s_pod.register(root, 'trainer-2', '127.0.0.9', 'node-b', 'b2')     # stale: trainer-1 holds it now
@@ -736,7 +720,7 @@ def test_every_request_reaches_a_pod_at_its_registered_address_until_its_name_re
         server.close()
 
 
-def test_a_jobset_pod_runs_its_rank_with_pod_0s_address_once_it_resolves_and_resumes_after_a_restart(job):
+def test_a_jobset_pod_runs_its_rank_with_pod_0s_address_once_it_resolves_and_resumes_after_a_restart(job, monkeypatch):
     job = dict(job, resume_args=['--resume-from', '/ckpt'], peer_wait=5)
     ran, now, names = [], [0.0], []
 
@@ -746,22 +730,18 @@ def test_a_jobset_pod_runs_its_rank_with_pod_0s_address_once_it_resolves_and_res
 
     def sleep(seconds):
         now[0] += seconds
-    k8s_pod_resolve = k8s_pod.resolve
-    k8s_pod.resolve = resolve
-    try:
-        env = {'GPUCLUSTER_NODE_RANK': '2', 'GPUCLUSTER_JOB_ATTEMPT': '1', 'PATH': '/bin'}
-        k8s_pod.run_part(job, env, clock=lambda: now[0], sleep=sleep, execute=lambda *a: ran.append(a) or 0)
-        (program, line, child_env), = ran
-        assert line[:8] == ['deepspeed', '--no_ssh', '--hostfile', os.path.join(job['config_dir'], 'hostfile'),
-                            '--node_rank', '2', '--master_addr', '10.0.0.7']
-        assert line[-2:] == ['--resume-from', '/ckpt'] and child_env['GPUCLUSTER_ATTEMPT'] == '2'
-        assert now[0] == 3 and names[0] == job['pods'][0]['address']
-        # rank 0 is the master at its own address; a name that never comes ends the pod naming it
-        ran.clear()
-        k8s_pod.run_part(job, {'GPUCLUSTER_NODE_RANK': '0', 'GPUCLUSTER_POD_IP': '10.0.0.5'},
-                         execute=lambda *a: ran.append(a) or 0)
-        assert ran[0][1][7] == '10.0.0.5' and '--resume-from' not in ran[0][1]
-        now[0] = -100.0
-        assert k8s_pod.run_part(job, env, clock=lambda: now[0], sleep=sleep, execute=lambda *a: 0) == 3
-    finally:
-        k8s_pod.resolve = k8s_pod_resolve
+    monkeypatch.setattr(k8s_pod, 'resolve', resolve)
+    env = {'GPUCLUSTER_NODE_RANK': '2', 'GPUCLUSTER_JOB_ATTEMPT': '1', 'PATH': '/bin'}
+    k8s_pod.run_part(job, env, clock=lambda: now[0], sleep=sleep, execute=lambda *a: ran.append(a) or 0)
+    (program, line, child_env), = ran
+    assert line[:8] == ['deepspeed', '--no_ssh', '--hostfile', os.path.join(job['config_dir'], 'hostfile'),
+                        '--node_rank', '2', '--master_addr', '10.0.0.7']
+    assert line[-2:] == ['--resume-from', '/ckpt'] and child_env['GPUCLUSTER_ATTEMPT'] == '2'
+    assert now[0] == 3 and names[0] == job['pods'][0]['address']
+    # rank 0 is the master at its own address; a name that never comes ends the pod naming it
+    ran.clear()
+    k8s_pod.run_part(job, {'GPUCLUSTER_NODE_RANK': '0', 'GPUCLUSTER_POD_IP': '10.0.0.5'},
+                     execute=lambda *a: ran.append(a) or 0)
+    assert ran[0][1][7] == '10.0.0.5' and '--resume-from' not in ran[0][1]
+    now[0] = -100.0
+    assert k8s_pod.run_part(job, env, clock=lambda: now[0], sleep=sleep, execute=lambda *a: 0) == 3
