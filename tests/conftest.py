@@ -23,13 +23,14 @@ if _portion not in list(ansible_collections.__path__):
     ansible_collections.__path__.append(_portion)
 
 # The programs that supervise a job (roles/training/files/gpucluster_supervise.py, roles/k8s/files/k8s_pod.py)
-# import the supervision core as `supervision`: on a node it is installed beside them. Here it is the
-# module_util itself, loaded under that name (only it: the rest of the package stays out of the programs'
-# reach, as on a node).
+# import modules of the training package by their file's name: on a node they are installed beside them (the
+# training role's __training_supervisor_files, the pods' ConfigMap). Here they are the module_utils themselves,
+# loaded under those names (only they: the rest of the package stays out of the programs' reach, as on a node).
 import importlib.util  # noqa: E402
 
-if 'supervision' not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(
-        'supervision', os.path.join(ROOT, 'plugins', 'module_utils', 'training', 'supervision.py'))
-    sys.modules['supervision'] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules['supervision'])
+for _name in ('supervision', 'flight_recorder'):
+    if _name not in sys.modules:
+        _spec = importlib.util.spec_from_file_location(
+            _name, os.path.join(ROOT, 'plugins', 'module_utils', 'training', _name + '.py'))
+        sys.modules[_name] = importlib.util.module_from_spec(_spec)
+        _spec.loader.exec_module(sys.modules[_name])

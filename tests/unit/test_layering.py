@@ -327,23 +327,81 @@ PROGRAM_FRAMEWORKS = {
 }
 
 
-# The supervision core: a module_util that is also installed beside the two supervisors, which import it
-# as `supervision` (the training role copies it to the supervisor host, the k8s ConfigMap mounts it).
+# Modules of the training package a program imports by their file's name: installed beside it (the training
+# role copies __training_supervisor_files to the supervisor host; the k8s ConfigMap holds the core beside the
+# pod agent). Each is standard library only.
 CORE = 'plugins/module_utils/training/supervision.py'
-CORE_USERS = ('roles/training/files/gpucluster_supervise.py', 'roles/k8s/files/k8s_pod.py')
+BESIDE = {
+    'roles/training/files/gpucluster_supervise.py': {'supervision': CORE,
+                                                     'flight_recorder': 'plugins/module_utils/training/flight_recorder.py'},
+    'roles/k8s/files/k8s_pod.py': {'supervision': CORE},
+}
+# Calls that load code from a path or by a computed name: an edge between the layers no import statement shows.
+HIDDEN_LOADS = ('spec_from_file_location', 'import_module', '__import__', 'run_path', 'run_module', 'load_source',
+                'SourceFileLoader', 'exec_module')
+# A role's task or template that reaches out of its own directory (role_path/.., role_path | dirname), each
+# with what it reaches: the only ones allowed.
+OUT_OF_ROLE = {
+    'roles/training/tasks/supervise_check.yml': 'the collection\'s modules in __training_supervisor_files',
+    'roles/preflight/tasks/main.yml': "each step role's meta/argument_specs.yml and tasks/validate.yml",
+}
+OUT_OF_ROLE_RE = re.compile(r"role_path\s*(?:\}\}\s*/\s*\.\.|~\s*['\"]/\.\.|\|\s*dirname)")
+
+
+def hidden_loads(path):
+    """[(line, what)] of the calls of a file that load code from a path or a computed name."""
+    with open(path) as handle:
+        tree = ast.parse(handle.read(), path)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, 'id', None)
+            if name in HIDDEN_LOADS:
+                out.append((node.lineno, name))
+        elif isinstance(node, ast.ImportFrom) and node.module in ('runpy', 'importlib', 'importlib.util', 'imp'):
+            out += [(node.lineno, a.name) for a in node.names if a.name in HIDDEN_LOADS + ('util',)]
+    return out
+
+
+def test_no_code_that_ships_loads_code_by_path():
+    """What the collection ships (its plugins, the roles' programs) reaches other code by import statements only,
+    which these tests read: a load by path or by a computed name would be an edge nobody sees."""
+    paths = source_files('') + PROGRAMS
+    wrong = ['%s:%d %s' % (rel(path), line, what) for path in paths for line, what in hidden_loads(path)]
+    assert not wrong, 'load code with an import statement (a program: a module installed beside it, BESIDE):\n' \
+        + '\n'.join(wrong)
+    # the check sees one: the tests' own conftest loads the programs' modules by path, as they are installed
+    assert hidden_loads(os.path.join(ROOT, 'tests', 'conftest.py'))
+
+
+def test_a_role_reaches_out_of_its_directory_only_where_declared():
+    wrong, seen = [], set()
+    for path in sorted(glob.glob(os.path.join(ROOT, 'roles', '*', '*', '**', '*'), recursive=True)):
+        if not path.endswith(('.yml', '.yaml', '.j2')) or not os.path.isfile(path):
+            continue
+        with open(path) as handle:
+            for number, line in enumerate(handle, 1):
+                if OUT_OF_ROLE_RE.search(line):
+                    seen.add(rel(path))
+                    if rel(path) not in OUT_OF_ROLE:
+                        wrong.append('%s:%d %s' % (rel(path), number, line.strip()))
+    assert not wrong, ('a role reaches out of its directory (declare it in OUT_OF_ROLE with what it reaches, or '
+                       'keep to the role):\n' + '\n'.join(wrong))
+    assert seen == set(OUT_OF_ROLE), 'OUT_OF_ROLE names files that no longer reach out: %s' % (set(OUT_OF_ROLE) - seen)
 
 
 def test_the_programs_installed_on_nodes_need_the_standard_library_only():
     """A program a role installs runs under the node's python3 (or the job's environment), where neither
     the collection nor Ansible is importable: it imports the standard library, its siblings under the
-    same files/ directory, the framework listed above for it, and (a supervisor) the supervision core."""
+    same files/ directory, the framework listed above for it, and the training package's modules installed
+    beside it (BESIDE)."""
     assert PROGRAMS, 'no program under roles/*/files'
     wrong = []
     for path in PROGRAMS:
         siblings = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(os.path.dirname(path), '*.py'))}
         allowed = set(sys.stdlib_module_names) | siblings | PROGRAM_FRAMEWORKS.get(rel(path), set()) | {'__future__'}
-        if rel(path) in CORE_USERS:
-            allowed.add('supervision')
+        allowed |= set(BESIDE.get(rel(path), {}))
         for line, name in other_imports(path):
             if name.split('.')[0] not in allowed:
                 wrong.append('%s:%d imports %s' % (rel(path), line, name))
@@ -351,23 +409,36 @@ def test_the_programs_installed_on_nodes_need_the_standard_library_only():
     assert not wrong, '\n'.join(wrong)
 
 
-def test_the_supervision_core_needs_the_standard_library_only_and_is_installed_beside_each_supervisor():
-    """The core runs where its supervisors run (the supervisor host's python3, a pod's image): it imports the
-    standard library only. The training role installs it beside the supervisor, and the pods' ConfigMap holds
-    it beside the pod agent."""
-    path = os.path.join(ROOT, CORE)
-    wrong = ['%s:%d imports %s' % (CORE, line, name) for line, name in other_imports(path)
-             if name.split('.')[0] not in set(sys.stdlib_module_names) | {'__future__'}]
-    wrong += ['%s:%d imports %s' % (CORE, line, name) for line, name, _ in collection_imports(path)]
+def test_the_modules_installed_beside_a_program_need_the_standard_library_only_and_are_installed_as_declared():
+    """The modules a program imports by their file's name run where it runs (the supervisor host's python3, a
+    pod's image): standard library only. The training role installs exactly the supervisor's (its program, its
+    siblings and BESIDE's), and the pods' ConfigMap holds the core beside the pod agent."""
+    wrong = []
+    for program, modules in sorted(BESIDE.items()):
+        imported = {name for _, name in other_imports(os.path.join(ROOT, program))}
+        for name, source in sorted(modules.items()):
+            if name not in imported:
+                wrong.append('%s does not import %s (BESIDE names it)' % (program, name))
+            path = os.path.join(ROOT, source)
+            wrong += ['%s:%d imports %s' % (source, line, imp) for line, imp in other_imports(path)
+                      if imp.split('.')[0] not in set(sys.stdlib_module_names) | {'__future__'}]
+            wrong += ['%s:%d imports %s' % (source, line, imp) for line, imp, _ in collection_imports(path)]
     assert not wrong, '\n'.join(wrong)
-    for user in CORE_USERS:
-        assert any(name == 'supervision' for _, name in other_imports(os.path.join(ROOT, user))), user
+    import yaml
+    with open(os.path.join(ROOT, 'roles', 'training', 'vars', 'main.yml')) as handle:
+        installed = yaml.safe_load(handle)['__training_supervisor_files']
+    supervisor = 'roles/training/files/gpucluster_supervise.py'
+    siblings = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'roles', 'training', 'files', '*.py'))}
+    wanted = sorted(['gpucluster_supervise.py'] + ['%s.py' % name for _, name in other_imports(os.path.join(ROOT, supervisor))
+                                                   if name in siblings] + list(BESIDE[supervisor].values()))
+    assert sorted(installed) == wanted
+    assert all(os.path.isfile(os.path.join(ROOT, p) if '/' in p else os.path.join(ROOT, 'roles', 'training', 'files', p))
+               for p in installed)
     with open(os.path.join(ROOT, 'roles', 'training', 'tasks', 'supervise_check.yml')) as handle:
-        install = handle.read()
-    assert 'src: "{{ role_path }}/../../%s"' % CORE in install and 'gpucluster_supervise.py' in install
+        assert 'loop: "{{ __training_supervisor_files }}"' in handle.read()
     from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
     from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
-    with open(path) as handle:
+    with open(os.path.join(ROOT, CORE)) as handle:
         assert km.core_text() == handle.read() and kc.CORE == os.path.basename(CORE)
 
 

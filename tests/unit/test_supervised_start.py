@@ -82,3 +82,42 @@ def test_a_supervised_start_makes_training_metrics_dir_as_a_start_that_reads_the
     # it is made where missing, owned by the training account
     made = next(t for t in _flat(_tasks('metrics_dir.yml')) if _module(t) == 'ansible.builtin.file')
     assert made['ansible.builtin.file']['state'] == 'directory' and 'training_user' in made['ansible.builtin.file']['owner']
+
+
+def _supervise_keys(role_path):
+    """The variables a supervised start hands its supervisor (vars.json), rendered as started.yml renders them."""
+    task = next(t for t in _flat(_tasks('started.yml'))
+                if '__training_supervise_keys' in (t.get('vars') or {}))
+    with open(os.path.join(TASKS, '..', 'vars', 'main.yml')) as handle:
+        own = yaml.safe_load(handle)['__training_supervisor_own_vars']
+
+    def lookup(name, path):  # the file lookup: the file's text
+        assert name == 'ansible.builtin.file'
+        with open(path) as handle:
+            return handle.read()
+
+    templar = Templar(loader=DataLoader(), variables={'role_path': role_path, '__training_supervisor_own_vars': own,
+                                                      'lookup': lookup})
+    return templar.template(trust_as_template(task['vars']['__training_supervise_keys'])), own
+
+
+def test_the_supervisor_restarts_a_job_with_every_variable_of_the_role_but_its_own(tmp_path):
+    """vars.json holds every variable of the role's argument specs but those each supervisor run sets itself or
+    that are its own settings (vars/main.yml): a variable added to the role reaches the restarts without a list
+    to keep; those a hand list once forgot are there."""
+    role = os.path.join(TASKS, '..')
+    with open(os.path.join(role, 'meta', 'argument_specs.yml')) as handle:
+        specs = yaml.safe_load(handle)
+    options = specs['argument_specs']['main']['options']
+    keys, own = _supervise_keys(role)
+    assert set(own) <= set(options), sorted(set(own) - set(options))
+    assert sorted(keys) == sorted(set(options) - set(own))
+    assert {'training_deepspeed_ops', 'training_flight_dump_timeout', 'training_log_lines',
+            'training_progress_window', 'training_launcher', 'training_env', 'training_container_image'} <= set(keys)
+    assert not {'training_state', 'training_attempt', 'training_supervise', 'training_restarts',
+                'training_wait'} & set(keys)
+    # a new variable of the role is handed on as it is declared
+    (tmp_path / 'meta').mkdir()
+    options['training_new_knob'] = {'type': 'int', 'default': 1, 'description': 'a new one'}
+    (tmp_path / 'meta' / 'argument_specs.yml').write_text(yaml.safe_dump(specs))
+    assert 'training_new_knob' in _supervise_keys(str(tmp_path))[0]

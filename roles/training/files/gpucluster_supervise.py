@@ -11,9 +11,10 @@ checkpoint.
         # one bounded check that the supervisor, as it will run, can do its reads: prints
         # {"problems": ["host X: ...", ...]}; exit 0 when there is none, 1 otherwise
 
-Runs as root from root's own disk (/usr/local/lib/gpucluster, supervision.py and gpucluster_progress.py
-beside it) and keeps all its state in its state directory on the supervisor host's own disk (settings.json's
-state_dir, e.g. /var/lib/gpucluster/supervise/<job id>; made by the role), never on the shared storage:
+Runs as root from root's own disk (/usr/local/lib/gpucluster, supervision.py, flight_recorder.py and
+gpucluster_progress.py beside it) and keeps all its state in its state directory on the supervisor host's own
+disk (settings.json's state_dir, e.g. /var/lib/gpucluster/supervise/<job id>; made by the role), never on the
+shared storage:
 
     settings.json, vars.json   written by the role (mode 0600: vars.json may hold tokens)
     lock                       an exclusive lock held for the supervisor's life: one supervisor per job
@@ -126,9 +127,11 @@ import threading
 import time
 import traceback
 
-# the supervision core (plugins/module_utils/training/supervision.py) and the job's files (gpucluster_progress.py:
-# their formats, and how root reads and writes them safely), installed beside this program: Python puts a
-# program's own directory first on its path
+# the supervision core (plugins/module_utils/training/supervision.py), the reader of the flight recorder's dumps
+# (plugins/module_utils/training/flight_recorder.py) and the job's files (gpucluster_progress.py: their formats,
+# and how root reads and writes them safely), installed beside this program (the training role's
+# __training_supervisor_files): Python puts a program's own directory first on its path
+import flight_recorder
 import gpucluster_progress as progress
 import supervision as core
 
@@ -1377,19 +1380,11 @@ class Supervisor:
                 time.sleep(rest)
 
     def hang_verdict(self):
-        """What the flight recorder's dumps of this attempt say of a stall (flight_recorder.stall_verdict, read
-        from the collection the supervisor runs): the collective the ranks wait in and the rank that never
-        entered it; None where there is no dump (a job without NCCL) or it cannot be read."""
-        root = self.s.get('collections_dir') or os.path.join(os.path.dirname(os.path.dirname(
-            self.s.get('ansible_playbook') or '/nonexistent/bin/x')), '..', 'collections')
-        path = os.path.join(root, 'ansible_collections', 'gpucluster', 'multinode', 'plugins', 'module_utils',
-                            'training', 'flight_recorder.py')
+        """What the flight recorder's dumps of this attempt say of a stall (flight_recorder.stall_verdict): the
+        collective the ranks wait in and the rank that never entered it; None where there is no dump (a job
+        without NCCL) or it cannot be read."""
         try:
-            import importlib.util  # pylint: disable=import-outside-toplevel
-            spec = importlib.util.spec_from_file_location('gpucluster_flight_recorder', path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-            return module.stall_verdict(self.job_dir, self.attempt)
+            return flight_recorder.stall_verdict(self.job_dir, self.attempt)
         except Exception:  # pylint: disable=broad-except  # an explanation that cannot be read is only missing
             return None
 

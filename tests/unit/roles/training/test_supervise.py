@@ -731,12 +731,13 @@ def test_the_program_holds_the_lock_in_its_state_dir_and_a_stop_ends_its_run_and
                 'vars_file': 'vars.json', 'health_report_dir': str(tmp_path / 'health'),
                 'metrics_dir': str(tmp_path / 'metrics'), 'unit': 'gpucluster-supervise@j-1.service'}
     (state / 'settings.json').write_text(json.dumps(settings))
-    # installed as the training role installs it: the supervision core beside the program
+    # installed as the training role installs it: its files and the collection's modules it imports, side by side
     lib = tmp_path / 'lib'
     lib.mkdir()
-    for src in (os.path.join(FILES, 'gpucluster_supervise.py'), os.path.join(FILES, 'gpucluster_progress.py'),
-                core.__file__):
-        shutil.copy(src, str(lib))
+    import yaml
+    with open(os.path.join(FILES, '..', 'vars', 'main.yml')) as handle:
+        for src in yaml.safe_load(handle)['__training_supervisor_files']:
+            shutil.copy(os.path.join(FILES, '..', '..', '..', src) if '/' in src else os.path.join(FILES, src), str(lib))
     program = str(lib / 'gpucluster_supervise.py')
     sup = subprocess.Popen([sys.executable, program, str(state / 'settings.json')])
     try:

@@ -548,16 +548,12 @@ def test_a_node_whose_reads_keep_hanging_while_it_answers_a_ping_is_a_fault_afte
 
 
 def test_a_stall_stop_names_the_collective_and_the_rank_the_flight_recorder_dumps_show(tmp_path):
-    """The supervisor reads the dumps with the flight_recorder of the collection it runs (its own copy under
-    collections_dir), for the attempt it follows; no dump, no explanation (never an error)."""
+    """The supervisor reads the dumps with the flight recorder's reader installed beside it, for the attempt it
+    follows; no dump, no explanation (never an error)."""
     import pickle
-    repo = os.path.abspath(os.path.join(os.path.dirname(__file__), '..', '..', '..', '..'))
-    collections = tmp_path / 'collections' / 'ansible_collections' / 'gpucluster'
-    collections.mkdir(parents=True)
-    (collections / 'multinode').symlink_to(repo)
     job_dir = tmp_path / 'job'
     sup = sv.Supervisor({'job_id': 'j', 'job_dir': str(job_dir), 'state_dir': str(tmp_path / 'state'),
-                         'nodes': ['h', 'w'], 'collections_dir': str(tmp_path / 'collections'), 'attempt': 2})
+                         'nodes': ['h', 'w'], 'attempt': 2})
     assert sup.hang_verdict() is None
     config = {'0': {'name': '0', 'desc': 'default_pg', 'ranks': '[0, 1]'}}
 
