@@ -321,3 +321,192 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
         why = 'on all nodes (%s passed the check: a transient failure)' % (', '.join(recovered) or 'every node')
     return {'action': 'restart', 'nodes': remaining, 'left_out': left_out, 'recovered': recovered,
             'spares': spares, 'resume_step': checkpoint_step or 0, 'why': why}
+
+
+# ----- the loop -----------------------------------------------------------------------------------
+class Loop:
+    """The supervision loop, one for every platform: observe, decide, stop, check, plan, restart, record.
+
+    The loop decides (decide, plan_restart, the culprits) and writes the story (the events); a driver reads and
+    acts on its platform and keeps the supervisor's memory. A driver has:
+
+      attempt (int) and state ({nodes, restarts, failures, spares_used}: plan_restart's), memory (a dict with
+      until (None: until the job ends) and phase, the recovery in progress), settings (plan_restart's: restarts,
+      min_nodes, spares; checkpoint_dir)
+      event(kind, **fields)     an event of the attempt in progress
+      remember(**changes)       keep in the memory what was decided, before it is acted on
+      heartbeat(what)           say what it does now
+      note(text)                a line in its own log (no event)
+      begin()                   the supervising event, or resumed when it goes on from its memory
+      bound()                   what bounds the supervision in time (memory's until), named for its end
+      look()                    one read of the whole job: {state (decide's), step, last_step_time, why,
+                                failed_nodes, unreachable_nodes, stalled_nodes; lost: nodes confirmed lost;
+                                stale: a read of an earlier attempt}
+      look_half_started()       look() of an attempt a restart decided before the supervisor ended
+      platform_fault(obs)       (obs, act) of a fault only the platform knows (its host rebooted), else None
+      confirm(obs)              (obs, act) of a read that could not reach nodes and read nothing else wrong
+                                (needs_confirming): a second read and a direct probe decide
+      reached()                 a read reached every node: a run of missed reads ends
+      between()                 until the next read (fences, glances); what ended the wait is its own
+      after_restart()           a restarted job: its steps start again from its checkpoint
+      fault_fields(obs)         what the fault event adds (the sign that led to the read, the quick read)
+      stop(obs, act, lost)      stop the whole job (the lost nodes are not asked): {why, unstopped: {node:
+                                why} where processes of the job were left, fields: more of the event}
+      check(nodes, spares, act, lost)  the quick health check of the nodes that answer and of the spares ready
+                                to take a left-out node's place: {bad: failing or not answering, why}
+      no_checkpoint_why()       why a restart begins from step 0 where no checkpoint directory is declared
+      checkpoint()              (step of the latest complete checkpoint or None, why it cannot be read or None)
+      restart_extra(plan, ckpt) what the next attempt is started with (the platform's own)
+      start(plan, extra)        start the attempt a plan decided: '' or the problem
+      stop_part(nodes)          stop what a restart half started there: {node: why} where it failed
+      fence_later(nodes, attempt)  stop what older attempts left on nodes once they answer again
+      gave_up()                 the platform's part of giving up (a held Slurm job cancelled)
+    """
+
+    def __init__(self, driver):
+        self.d = driver
+
+    def run(self):
+        """Supervise until the job ends or memory's until passes: done, gave_up or stopped (the bound)."""
+        d = self.d
+        until = d.memory.get('until')
+        d.begin()
+        waiting_first_step = self.finish_half_done()
+        if waiting_first_step is False:
+            return 'gave_up'
+        while until is None or time.time() < until:
+            obs = d.look()
+            fault = d.platform_fault(obs)
+            if fault:
+                obs, act = fault
+            else:
+                if waiting_first_step is not None and obs['step'] is not None and obs['step'] > waiting_first_step:
+                    d.event('training', step=obs['step'], why='training again after the restart')
+                    waiting_first_step = None
+                act = decide(obs)
+                if act['action'] == 'stop' and needs_confirming(obs):
+                    obs, act = d.confirm(obs)
+                elif obs['state'] != 'unknown':
+                    d.reached()
+            if act['action'] == 'done':
+                d.remember(ended='done')
+                d.event('done', why=act['why'], step=obs['step'])
+                return 'done'
+            if act['action'] == 'stop':
+                waiting_first_step = self.recover(obs, act)
+                if waiting_first_step is False:
+                    return 'gave_up'
+                d.after_restart()
+                continue
+            d.between()
+        d.remember(ended='stopped')
+        d.event('stopped', why='%s ended: the job runs on, unsupervised' % d.bound())
+        return 'stopped'
+
+    def finish_half_done(self):
+        """Finish the recovery an earlier run of this supervision left half done (memory's phase): one that had
+        not restarted the job yet goes again from the stop (a stop and a check only end and judge, and the
+        restarts used were not counted yet); one whose restart was decided (counted, its plan kept) starts that
+        attempt again only when a read shows nothing of it, after a stop of what it may have half started.
+        None when there was none; else what recover() answers (False: it gave up)."""
+        d = self.d
+        phase = d.memory.get('phase') or {}
+        if phase.get('phase') in ('stopping', 'checking'):
+            return self.recover(phase['obs'], phase['act'], again=True)
+        if phase.get('phase') != 'restarting':
+            return None
+        plan, extra = phase['plan'], phase['extra']
+        obs = d.look_half_started()
+        if obs['state'] != 'unknown' and not obs.get('stale'):
+            d.note('attempt %d was started before the supervisor ended (read: %s): not started again'
+                   % (d.attempt, obs['state']))
+            d.remember(phase=None)
+            return plan['resume_step']
+        d.heartbeat('stopping')
+        unstopped = d.stop_part(plan['nodes'])
+        if unstopped:
+            return self.give_up('not restarted: attempt %d was half started when the supervisor ended, and its stop '
+                                'failed on %s' % (d.attempt, ', '.join(sorted(unstopped))), obs['step'])
+        return self.start_attempt(plan, extra)
+
+    def start_attempt(self, plan, extra):
+        """Start the attempt a plan decided; the recovery is then done (a start that failed is an event: the
+        reads go on, and a job that never began is a fault of its own)."""
+        d = self.d
+        d.heartbeat('restarting')
+        problem = d.start(plan, extra)
+        if problem:
+            d.event('restart_failed', nodes=plan['nodes'], why=problem)
+        d.remember(phase=None)
+        return plan['resume_step']
+
+    def recover(self, obs, act, again=False):
+        """Stop the job, check its nodes, plan and start the next attempt (the answer: the step it resumes from;
+        False when it gave up). Each phase is remembered before it is acted on; again: a recovery an earlier
+        run of this supervision began (its fault event was written then)."""
+        d = self.d
+        if not again:
+            d.event('fault', seen=act['seen'], nodes=act['nodes'], step=obs['step'],
+                    last_step_time=obs['last_step_time'], why=act['why'], **d.fault_fields(obs))
+        phase = {'phase': 'stopping', 'obs': obs, 'act': act, 'time': time.time()}
+        d.remember(phase=phase)
+        d.heartbeat('stopping')
+        # nodes confirmed lost (two reads and a direct probe): not stopped nor checked (each would wait out its
+        # bound), left out of the restart, and fenced when they answer again (the head is never left out)
+        lost = [n for n in obs.get('lost') or [] if n != d.state['nodes'][0]]
+        answering = [n for n in d.state['nodes'] if n not in lost]
+        stopped = d.stop(obs, act, lost)
+        d.event('job_stopped', why=stopped['why'], **stopped.get('fields') or {})
+        if stopped.get('unstopped'):
+            return self.give_up('not restarted: the stop failed on %s, where the job may still run; a restart would '
+                                'start beside it (end what is left there, then start the job again)'
+                                % ', '.join(sorted(stopped['unstopped'])), obs['step'])
+        d.remember(phase=dict(phase, phase='checking'))
+        d.heartbeat('checking nodes')
+        # the spares that may take a left-out node's place are checked with the job's nodes
+        ready = [n for n in d.settings.get('spares') or [] if n not in d.state['nodes']
+                 and n not in d.state.get('spares_used', [])]
+        checked = d.check(answering, ready, act, lost)
+        d.event('checked', nodes=checked['bad'], why=checked['why'])
+        ckpt, unreadable = d.checkpoint()
+        if unreadable:  # never silently from the beginning, past a checkpoint that may well be there
+            return self.give_up('not restarted: %s; a restart would begin again from step 0 beside the checkpoints '
+                                'it cannot see (make the directory readable to the training account, then start '
+                                'the job again: it resumes from there)' % unreadable, obs['step'])
+        plan = plan_restart(d.state, obs, act['nodes'], checked['bad'], ckpt, d.settings)
+        if plan['action'] == 'give_up':
+            return self.give_up(plan['why'], obs['step'])
+        d.state['failures'].append({'resume_step': plan['resume_step'], 'step': obs['step']})
+        d.state['restarts'] += 1
+        d.state['nodes'] = plan['nodes']
+        d.state['spares_used'] = list(d.state.get('spares_used') or []) + list(plan.get('spares') or [])
+        d.attempt += 1
+        # their ranks, where the stop did not reach them, are stopped once they answer
+        d.fence_later(list(plan['left_out']) + [n for n in lost if n not in plan['left_out']], d.attempt)
+        lost_steps = None if obs['step'] is None else max(0, obs['step'] - plan['resume_step'])
+        why = plan['why']
+        if ckpt is None and d.settings.get('checkpoint_dir'):
+            why += '; no complete checkpoint under %s yet: restarting from the beginning' % d.settings['checkpoint_dir']
+        elif ckpt is None:
+            why += '; %s: restarting from the beginning' % d.no_checkpoint_why()
+        extra = d.restart_extra(plan, ckpt)
+        # decided: the restart counted, its plan kept; a supervisor that ends now starts this attempt when it
+        # comes back (finish_half_done), unless it was started already
+        d.remember(phase={'phase': 'restarting', 'plan': plan, 'extra': extra, 'time': time.time()})
+        d.event('restart', nodes=plan['nodes'], left_out=plan['left_out'], resume_step=plan['resume_step'],
+                lost_steps=lost_steps, why=why, **({'spares': plan['spares']} if plan.get('spares') else {}))
+        return self.start_attempt(plan, extra)
+
+    def give_up(self, why, step):
+        """The gave_up event (supervision ends, the job failed); False, recover()'s answer for it."""
+        d = self.d
+        d.remember(phase=None, ended='gave_up')
+        d.event('gave_up', why=why, step=step)
+        d.gave_up()
+        return False
+
+
+def needs_confirming(obs):
+    """A read that found nodes it could not reach and nothing else wrong (no failed rank): one missed read is
+    no fault until a second read and a direct probe agree."""
+    return obs['state'] == 'unreachable' and not obs['failed_nodes']

@@ -197,10 +197,7 @@ def observe(status, now=None, attempt=None):
     return obs
 
 
-def needs_confirming(obs):
-    """A read that found nodes it could not reach and nothing else wrong (no failed rank): one missed read is
-    no fault until a second read and a direct probe agree (confirm_unreachable)."""
-    return obs['state'] == 'unreachable' and not obs['failed_nodes']
+needs_confirming = core.needs_confirming
 
 
 def confirm_unreachable(first, second, probes):
@@ -1586,8 +1583,23 @@ class Supervisor:
         return None
 
     def supervise(self):
+        """The supervision loop (supervision.Loop, this supervisor its driver: the methods below), then the
+        job's report page where it ended: 0, or EXIT_ENDED when it gave up."""
+        outcome = core.Loop(self).run()
+        if outcome in ('done', 'gave_up'):
+            self.write_report()
+        return EXIT_ENDED if outcome == 'gave_up' else 0
+
+    # ----- the loop's driver (supervision.Loop): reads and acts through the collection's playbooks ------
+    @property
+    def settings(self):
+        return self.s
+
+    def note(self, text):
+        self.log_text('# %s %s\n' % (time.strftime('%Y-%m-%dT%H:%M:%S'), text))
+
+    def begin(self):
         until = self.memory.get('until')
-        bound = 'for %d s' % self.s['seconds'] if until else 'until the job ends'
         if self.resumed:
             phase = self.resumed.get('phase') or {}
             self.event('resumed', nodes=self.state['nodes'], why=(
@@ -1601,101 +1613,136 @@ class Supervisor:
                 + ('; %s rebooted (up since %s)' % (self.rebooted[0], when(self.rebooted[1])) if self.rebooted else '')))
         else:
             self.event('supervising', nodes=self.state['nodes'], why='restarts %d, min nodes %d, %s'
-                       % (self.s['restarts'], self.s['min_nodes'], bound))
-        waiting_first_step = self.finish_half_done()
-        if waiting_first_step is False:
-            self.write_report()
-            return EXIT_ENDED
-        while until is None or time.time() < until:
-            obs = self.look()
-            if self.rebooted and obs['state'] != 'unknown':
-                host, booted = self.rebooted
-                self.rebooted = None
-                nodes = [n for n in self.state['nodes'] if n == host or (self.s.get('hosts') or {}).get(n) == host]
-                # the job's ranks on the rebooted host ended with it; the other nodes' ranks then fail on their own
-                # (a collective whose peer is gone): the fault is the reboot, not the first of them to exit
-                if obs['state'] == 'stopped' or (obs['state'] == 'failed' and nodes):
-                    why = ('the job ended with the reboot of %s (up since %s): ' % (host, when(booted))
-                           + ('nothing of it runs and no part of it exited' if obs['state'] == 'stopped' else
-                              'its ranks there ended with it, then the others failed (%s)' % obs.get('why')))
-                    obs = dict(obs, state='failed', why=why)
-                    waiting_first_step = self.recover(obs, {'action': 'stop', 'seen': 'rebooted', 'nodes': nodes,
-                                                            'why': why})
-                    if waiting_first_step is False:
-                        self.write_report()
-                        return EXIT_ENDED
-                    self.seen_step = self.seen_step_time = None
-                    continue
-            if waiting_first_step is not None and obs['step'] is not None and obs['step'] > waiting_first_step:
-                self.event('training', step=obs['step'], why='training again after the restart')
-                waiting_first_step = None
-            act = core.decide(obs)
-            if act['action'] == 'stop' and needs_confirming(obs):
-                obs, act = self.confirm(obs)
-            elif obs['state'] != 'unknown':
-                self.missed = None  # a read that reached every node ends an episode of missed reads
-                self.unread = {}
-            if act['action'] == 'done':
-                self.remember(ended='done')
-                self.event('done', why=act['why'], step=obs['step'])
-                self.write_report()
-                return 0
-            if act['action'] == 'stop':
-                waiting_first_step = self.recover(obs, act)
-                if waiting_first_step is False:
-                    self.write_report()
-                    return EXIT_ENDED
-                self.seen_step = self.seen_step_time = None  # the restarted job's steps start again from its checkpoint
-                self.sign, self.signs_read = None, set()
-                continue
-            self.fence_step()
-            self.sign = self.wait_next_read()
-        self.remember(ended='stopped')
-        self.event('stopped', why='training_supervise_seconds (%d) ended: the job runs on, unsupervised'
-                   % self.s['seconds'])
-        return 0
+                       % (self.s['restarts'], self.s['min_nodes'],
+                          'for %d s' % self.s['seconds'] if until else 'until the job ends'))
 
-    def finish_half_done(self):
-        """Finish the recovery an earlier run of this supervision left half done (its memory's phase): one that
-        had not restarted the job yet goes again from the stop (a stop and a check only end and judge, and the
-        restarts used were not counted yet); one whose restart was decided (counted, its plan kept) starts
-        that attempt again only when a read shows nothing of it, after a stop of what it may have half
-        started. None when there was none; else what recover() answers (False: it gave up)."""
-        phase = self.memory.get('phase') or {}
-        if phase.get('phase') in ('stopping', 'checking'):
-            return self.recover(phase['obs'], phase['act'], again=True)
-        if phase.get('phase') != 'restarting':
+    def bound(self):
+        return 'training_supervise_seconds (%d)' % self.s['seconds']
+
+    def platform_fault(self, obs):
+        """Its host rebooted (recall): once a read says something, a job that ended with the reboot is a fault
+        of the rebooted host, not of the first of the other nodes' ranks to exit after it."""
+        if not self.rebooted or obs['state'] == 'unknown':
             return None
-        plan, extra = phase['plan'], phase['extra']
-        self.attempt_began = True  # a read of an earlier attempt is stale: nothing of this one was read
-        obs = self.look()
-        if obs['state'] != 'unknown' and not obs.get('stale'):
-            self.log_text('# %s attempt %d was started before the supervisor ended (read: %s): not started again\n'
-                          % (time.strftime('%Y-%m-%dT%H:%M:%S'), self.attempt, obs['state']))
-            self.remember(phase=None)
-            return plan['resume_step']
-        self.heartbeat('stopping')
-        rc = self.train('stopped', limit=plan['nodes'])
-        unstopped = failed_hosts(self.run_output()) if rc != 0 else {}
-        if unstopped:
-            return self.give_up('not restarted: attempt %d was half started when the supervisor ended, and its stop '
-                                'failed on %s' % (self.attempt, ', '.join(sorted(unstopped))), obs['step'])
-        return self.start_attempt(plan, extra)
+        host, booted = self.rebooted
+        self.rebooted = None
+        nodes = [n for n in self.state['nodes'] if n == host or (self.s.get('hosts') or {}).get(n) == host]
+        # the job's ranks on the rebooted host ended with it; the other nodes' ranks then fail on their own
+        # (a collective whose peer is gone): the fault is the reboot, not the first of them to exit
+        if obs['state'] == 'stopped' or (obs['state'] == 'failed' and nodes):
+            why = ('the job ended with the reboot of %s (up since %s): ' % (host, when(booted))
+                   + ('nothing of it runs and no part of it exited' if obs['state'] == 'stopped' else
+                      'its ranks there ended with it, then the others failed (%s)' % obs.get('why')))
+            return dict(obs, state='failed', why=why), {'action': 'stop', 'seen': 'rebooted', 'nodes': nodes,
+                                                         'why': why}
+        return None
 
-    def start_attempt(self, plan, extra):
-        """Start the attempt a plan decided (train.yml started on its nodes); the recovery is then done."""
-        self.heartbeat('restarting')
+    def reached(self):
+        self.missed = None  # a read that reached every node ends an episode of missed reads
+        self.unread = {}
+
+    def between(self):
+        self.fence_step()
+        self.sign = self.wait_next_read()
+
+    def after_restart(self):
+        self.seen_step = self.seen_step_time = None  # the restarted job's steps start again from its checkpoint
+        self.sign, self.signs_read = None, set()
+
+    def look_half_started(self):
+        self.attempt_began = True  # a read of an earlier attempt is stale: nothing of this one was read
+        return self.look()
+
+    def fault_fields(self, obs):
+        more = {'step_read': obs['step_read']} if obs.get('step_read') else {}
+        if self.sign:  # the glance that ended the wait for this read
+            more.update(sign=self.sign['why'], sign_time=self.sign['time'])
+        if obs.get('quick_read'):  # seen by the quick read of the sign's nodes and the head
+            more.update(quick_read=obs['quick_read'], quick_seconds=self.quick_seconds)
+        return more
+
+    def stop(self, obs, act, lost):
+        """train.yml stopped on every node that answers (the lost are told to it, left out of its --limit)."""
+        stalled = act['seen'] == 'stalled'
+        answering = [n for n in self.state['nodes'] if n not in lost]
+        # a stall: the ranks are asked for their NCCL flight recorder's dump before anything is signalled
+        extra = {}
+        if stalled:
+            extra['training_flight_dump'] = True
+        if self.slurm:
+            extra['training_slurm_hold'] = True
+        if lost:  # the stop's --limit leaves them out: train.yml is told they may be
+            extra['training_lost_nodes'] = [self.host_of(n) for n in lost]
+        rc = self.train('stopped', limit=answering if lost else None, **extra)
+        # nodes that answered and where the stop failed (processes of the job it could not end): the job may run
+        # on there, and a restart would start beside it
+        unstopped = failed_hosts(self.run_output()) if rc != 0 else {}
+        if lost:
+            why = ('every rank, container and launcher stopped on %s; %s lost: its ranks are killed when it answers '
+                   'again' % (', '.join(answering), ', '.join(lost)) if rc == 0 else
+                   'stop on %s ended with rc %d' % (', '.join(answering), rc))
+        else:
+            why = ('every rank, container and launcher stopped' if rc == 0 else
+                   'stop ended with rc %d (a node that does not answer keeps its frozen ranks)' % rc)
+        hang = self.hang_verdict() if stalled else None
+        if unstopped:
+            why += '; it failed on %s' % '; '.join('%s (%s)' % item for item in sorted(unstopped.items()))
+        return {'why': why + ('; %s' % hang['why'] if hang else ''), 'unstopped': unstopped,
+                'fields': {'collective': hang.get('collective'), 'missing_ranks': hang.get('missing_ranks')}
+                if hang else {}}
+
+    def check(self, nodes, spares, act, lost):
+        """health.yml's quick tier on the nodes that answer and the ready spares."""
+        report, rc = self.health(nodes + spares)
+        if report is None:
+            # no verdict was read: no node is called failing for it; the fault's own culprits are judged
+            bad = list(act['nodes']) + spares  # an unchecked spare is not taken
+            return {'bad': bad, 'why': 'the quick health tier wrote no report (health.yml rc %d; its output in %s): '
+                                       'judged by the fault alone: %s'
+                                       % (rc, os.path.join(self.dir, LOG), ', '.join(bad) or 'no node named')}
+        bad = lost + core.bad_nodes(report, nodes + spares)
+        why = 'quick health tier: %s' % (('failing or not answering: ' + ', '.join(bad)) if bad
+                                         else 'every node passed')
+        if lost:
+            why += ' (%s lost: not checked)' % ', '.join(lost)
+        return {'bad': bad, 'why': why}
+
+    def no_checkpoint_why(self):
+        return 'no checkpoint directory declared (training_supervise_checkpoint_dir)'
+
+    def fence_later(self, nodes, attempt):
+        for node in nodes:
+            self.to_fence[node] = attempt  # the restart begins the next attempt: its events carry it
+
+    def restart_extra(self, plan, ckpt):
+        extra = {'training_wait': 'first_step', 'training_attempt': self.attempt,
+                 # the spares the job runs on now (those it started on and those taken since, still among its nodes)
+                 'training_spares': [self.host_of(n) for n in self.state['spares_used'] if n in plan['nodes']]}
+        if ckpt is not None:
+            extra.update(training_resume_from=self.s['checkpoint_dir'], training_resume_if_present=True)
+        return extra
+
+    def start(self, plan, extra):
+        """train.yml started on the plan's nodes: '' or why it did not start."""
         rc = self.train('started', limit=plan['nodes'], **extra)
         self.attempt_began = rc == 0
-        if rc != 0:
-            error = self.last_error()
-            what = ('train.yml started did not end within %d s (action_timeout)' % self.s['action_timeout']
-                    if rc == 124 else 'train.yml started ended with rc %d' % rc)
-            self.event('restart_failed', nodes=plan['nodes'],
-                       why='%s: %s' % (what, error) if error else
-                       '%s (no fatal or ERROR line in its output; %s)' % (what, os.path.join(self.dir, LOG)))
-        self.remember(phase=None)
-        return plan['resume_step']
+        if rc == 0:
+            return ''
+        error = self.last_error()
+        what = ('train.yml started did not end within %d s (action_timeout)' % self.s['action_timeout']
+                if rc == 124 else 'train.yml started ended with rc %d' % rc)
+        return '%s: %s' % (what, error) if error else \
+            '%s (no fatal or ERROR line in its output; %s)' % (what, os.path.join(self.dir, LOG))
+
+    def stop_part(self, nodes):
+        rc = self.train('stopped', limit=nodes)
+        return failed_hosts(self.run_output()) if rc != 0 else {}
+
+    def gave_up(self):
+        if self.slurm:  # the Slurm job waits requeued and held: nothing will release it now
+            rc = self.train('stopped')
+            self.event('job_stopped', why='the held Slurm job cancelled' if rc == 0 else
+                       'cancelling the held Slurm job ended with rc %d (scancel it by hand)' % rc)
 
     def write_report(self):
         """The job's report page (train.yml -e training_state=report), bounded in time; a run that fails is an
@@ -1711,119 +1758,6 @@ class Supervisor:
                 self.event('report_failed', why='the report page was not written: %s' % exc)
             except OSError:
                 pass
-
-    def recover(self, obs, act, again=False):
-        """Stop the job, check its nodes, plan and start the next attempt (the answer: the step it resumes from;
-        False when it gave up). Each phase is remembered before it is acted on; again: a recovery an earlier
-        run of this supervision began (its fault event was written then)."""
-        if not again:
-            more = {'step_read': obs['step_read']} if obs.get('step_read') else {}
-            if self.sign:  # the glance that ended the wait for this read
-                more.update(sign=self.sign['why'], sign_time=self.sign['time'])
-            if obs.get('quick_read'):  # seen by the quick read of the sign's nodes and the head
-                more.update(quick_read=obs['quick_read'], quick_seconds=self.quick_seconds)
-            self.event('fault', seen=act['seen'], nodes=act['nodes'], step=obs['step'],
-                       last_step_time=obs['last_step_time'], why=act['why'], **more)
-        phase = {'phase': 'stopping', 'obs': obs, 'act': act, 'time': time.time()}
-        self.remember(phase=phase)
-        self.heartbeat('stopping')
-        stalled = act['seen'] == 'stalled'
-        # nodes that did not answer two reads and a direct probe: not stopped nor checked (each would wait out
-        # its SSH timeout), left out of the restart, and fenced when they answer again
-        # (a node a failed restart left out may still be in the job's layout: it is named lost all the same)
-        lost_nodes = [n for n in obs.get('lost') or [] if n != self.state['nodes'][0]]
-        answering = [n for n in self.state['nodes'] if n not in lost_nodes]
-        # a stall: the ranks are asked for their NCCL flight recorder's dump before anything is signalled
-        extra = {}
-        if stalled:
-            extra['training_flight_dump'] = True
-        if self.slurm:
-            extra['training_slurm_hold'] = True
-        if lost_nodes:  # the stop's --limit leaves them out: train.yml is told they may be
-            extra['training_lost_nodes'] = [self.host_of(n) for n in lost_nodes]
-        rc = self.train('stopped', limit=answering if lost_nodes else None, **extra)
-        # nodes that answered and where the stop failed (processes of the job it could not end): the job may run
-        # on there, and a restart would start beside it
-        unstopped = failed_hosts(self.run_output()) if rc != 0 else {}
-        if lost_nodes:
-            why = ('every rank, container and launcher stopped on %s; %s lost: its ranks are killed when it answers '
-                   'again' % (', '.join(answering), ', '.join(lost_nodes)) if rc == 0 else
-                   'stop on %s ended with rc %d' % (', '.join(answering), rc))
-        else:
-            why = ('every rank, container and launcher stopped' if rc == 0 else
-                   'stop ended with rc %d (a node that does not answer keeps its frozen ranks)' % rc)
-        hang = self.hang_verdict() if stalled else None
-        if unstopped:
-            why += '; it failed on %s' % '; '.join('%s (%s)' % item for item in sorted(unstopped.items()))
-        self.event('job_stopped', why=why + ('; %s' % hang['why'] if hang else ''),
-                   **({'collective': hang.get('collective'), 'missing_ranks': hang.get('missing_ranks')} if hang else {}))
-        if unstopped:
-            return self.give_up('not restarted: the stop failed on %s, where the job may still run; a restart would '
-                                'start beside it (end what is left there, then start the job again)'
-                                % ', '.join(sorted(unstopped)), obs['step'])
-        self.remember(phase=dict(phase, phase='checking'))
-        self.heartbeat('checking nodes')
-        # the spares that may take a left-out node's place are checked with the job's nodes
-        ready = [n for n in self.s.get('spares') or [] if n not in self.state['nodes']
-                 and n not in self.state.get('spares_used', [])]
-        report, rc = self.health(answering + ready)
-        if report is None:
-            # no verdict was read: no node is called failing for it; the fault's own culprits are judged
-            bad = list(act['nodes']) + ready  # an unchecked spare is not taken
-            why = ('the quick health tier wrote no report (health.yml rc %d; its output in %s): judged by the fault '
-                   'alone: %s' % (rc, os.path.join(self.dir, LOG), ', '.join(bad) or 'no node named'))
-        else:
-            bad = lost_nodes + core.bad_nodes(report, answering + ready)
-            why = 'quick health tier: %s' % (('failing or not answering: ' + ', '.join(bad)) if bad
-                                             else 'every node passed')
-            if lost_nodes:
-                why += ' (%s lost: not checked)' % ', '.join(lost_nodes)
-        self.event('checked', nodes=bad, why=why)
-        ckpt, unreadable = self.checkpoint()
-        if unreadable:  # never silently from the beginning, past a checkpoint that may well be there
-            return self.give_up('not restarted: %s; a restart would begin again from step 0 beside the checkpoints '
-                                'it cannot see (make the directory readable to the training account, then start '
-                                'the job again: it resumes from there)' % unreadable, obs['step'])
-        plan = core.plan_restart(self.state, obs, act['nodes'], bad, ckpt, self.s)
-        if plan['action'] == 'give_up':
-            return self.give_up(plan['why'], obs['step'])
-        self.state['failures'].append({'resume_step': plan['resume_step'], 'step': obs['step']})
-        self.state['restarts'] += 1
-        self.state['nodes'] = plan['nodes']
-        self.state['spares_used'] = list(self.state.get('spares_used') or []) + list(plan.get('spares') or [])
-        self.attempt += 1
-        # their ranks, where the stop did not reach them, are killed once they answer
-        for node in list(plan['left_out']) + [n for n in lost_nodes if n not in plan['left_out']]:
-            self.to_fence[node] = self.attempt  # the restart begins the next attempt: its events carry it
-        lost = None if obs['step'] is None else max(0, obs['step'] - plan['resume_step'])
-        why = plan['why']
-        if ckpt is None and self.s.get('checkpoint_dir'):
-            why += '; no complete checkpoint under %s yet: restarting from the beginning' % self.s['checkpoint_dir']
-        elif ckpt is None:
-            why += ('; no checkpoint directory declared (training_supervise_checkpoint_dir): restarting from the '
-                    'beginning')
-        extra = {'training_wait': 'first_step', 'training_attempt': self.attempt,
-                 # the spares the job runs on now (those it started on and those taken since, still among its nodes)
-                 'training_spares': [self.host_of(n) for n in self.state['spares_used']
-                                     if n in plan['nodes']]}
-        if ckpt is not None:
-            extra.update(training_resume_from=self.s['checkpoint_dir'], training_resume_if_present=True)
-        # decided: the restart counted, its plan kept; a supervisor that ends now starts this attempt when it
-        # comes back (finish_half_done), unless it was started already
-        self.remember(phase={'phase': 'restarting', 'plan': plan, 'extra': extra, 'time': time.time()})
-        self.event('restart', nodes=plan['nodes'], left_out=plan['left_out'], resume_step=plan['resume_step'],
-                   lost_steps=lost, why=why, **({'spares': plan['spares']} if plan.get('spares') else {}))
-        return self.start_attempt(plan, extra)
-
-    def give_up(self, why, step):
-        """The gave_up event (supervision ends, the job failed); False, recover()'s answer for it."""
-        self.remember(phase=None, ended='gave_up')
-        self.event('gave_up', why=why, step=step)
-        if self.slurm:  # the Slurm job waits requeued and held: nothing will release it now
-            rc = self.train('stopped')
-            self.event('job_stopped', why='the held Slurm job cancelled' if rc == 0 else
-                       'cancelling the held Slurm job ended with rc %d (scancel it by hand)' % rc)
-        return False
 
 
 # ----- fencing: a left-out node's ranks killed once it answers again ------------------------------
