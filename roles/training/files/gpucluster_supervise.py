@@ -1633,8 +1633,8 @@ class Supervisor:
             why = ('the job ended with the reboot of %s (up since %s): ' % (host, when(booted))
                    + ('nothing of it runs and no part of it exited' if obs['state'] == 'stopped' else
                       'its ranks there ended with it, then the others failed (%s)' % obs.get('why')))
-            return dict(obs, state='failed', why=why), {'action': 'stop', 'seen': 'rebooted', 'nodes': nodes,
-                                                         'why': why}
+            act = {'action': 'stop', 'seen': 'rebooted', 'nodes': nodes, 'why': why}
+            return dict(obs, state='failed', why=why), act
         return None
 
     def reached(self):

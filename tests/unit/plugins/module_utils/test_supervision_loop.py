@@ -216,9 +216,8 @@ def test_a_stall_is_a_fault_of_the_stalled_ranks_nodes():
 
 def test_a_fault_only_the_platform_knows_is_recovered_as_any_other():
     why = 'the job ended with the reboot of head'
-    fake = Fake([_obs('stopped'), _obs('succeeded')],
-                platform=(_obs('failed', why=why), {'action': 'stop', 'seen': 'rebooted', 'nodes': ['head'],
-                                                     'why': why}))
+    act = {'action': 'stop', 'seen': 'rebooted', 'nodes': ['head'], 'why': why}
+    fake = Fake([_obs('stopped'), _obs('succeeded')], platform=(_obs('failed', why=why), act))
     assert core.Loop(fake).run() == 'done'
     assert _one(fake, 'fault')['seen'] == 'rebooted' and _one(fake, 'restart')['nodes'] == NODES
 
@@ -265,8 +264,8 @@ def test_a_restart_decided_but_not_seen_started_is_stopped_where_it_may_have_hal
     fake = Fake([_obs('unknown', step=None), _obs('succeeded')],
                 memory={'phase': {'phase': 'restarting', 'plan': plan, 'extra': {'x': 1}}})
     assert core.Loop(fake).run() == 'done'
-    assert [a for a in fake.acts if a[0] in ('stop_part', 'start')] == [('stop_part', ['head', 'w1']),
-                                                                         ('start', ['head', 'w1'], {'x': 1})]
+    acted = [a for a in fake.acts if a[0] in ('stop_part', 'start')]
+    assert acted == [('stop_part', ['head', 'w1']), ('start', ['head', 'w1'], {'x': 1})]
     # one that a read shows running is not started again
     fake = Fake([_obs(step=22), _obs('succeeded')],
                 memory={'phase': {'phase': 'restarting', 'plan': plan, 'extra': {'x': 1}}})
