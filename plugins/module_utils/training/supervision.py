@@ -280,7 +280,8 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
     spares group less the job's nodes). A node left out is replaced by a spare that passed the check and never
     ran this job, in the spares' order: the job keeps its size while spares last; then it shrinks, down to
     min_nodes. A supervisor that decided the restart itself (a failure policy: settings decided) has the budget
-    not checked again; settings min_variable names its minimum (training_min_nodes by default)."""
+    not checked again; settings min_variable names its minimum (training_min_nodes by default). A give_up for too
+    few nodes says which were left out (short): they may come back (Loop, the driver's wait_back)."""
     nodes = list(state['nodes'])
     head = nodes[0]
     left_out = [n for n in nodes if n in health_bad]
@@ -303,7 +304,7 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
     spares = ready[:len(left_out)]
     remaining = [n for n in nodes if n not in left_out] + spares
     if len(remaining) < settings['min_nodes']:
-        return {'action': 'give_up', 'why': '%d node(s) would remain (%s) and %s is %d; left out: %s'
+        return {'action': 'give_up', 'short': left_out, 'why': '%d node(s) would remain (%s) and %s is %d; left out: %s'
                                             % (len(remaining), ', '.join(remaining),
                                                settings.get('min_variable', 'training_min_nodes'), settings['min_nodes'],
                                                ', '.join(left_out))}
@@ -332,7 +333,9 @@ class Loop:
 
       attempt (int) and state ({nodes, restarts, failures, spares_used}: plan_restart's), memory (a dict with
       until (None: until the job ends) and phase, the recovery in progress), settings (plan_restart's: restarts,
-      min_nodes, spares; checkpoint_dir)
+      min_nodes, spares; checkpoint_dir; failure_policy and the names of the variables that set them:
+      restarts_variable, policy_variable, min_variable; failed_start: give_up where a restart that did not
+      start ends the supervision)
       event(kind, **fields)     an event of the attempt in progress
       remember(**changes)       keep in the memory what was decided, before it is acted on
       heartbeat(what)           say what it does now
@@ -350,17 +353,23 @@ class Loop:
       between()                 until the next read (fences, glances); what ended the wait is its own
       after_restart()           a restarted job: its steps start again from its checkpoint
       fault_fields(obs)         what the fault event adds (the sign that led to the read, the quick read)
+      fault_kind(obs, act)      (kind, exit code) of the fault's first culprit, as a failure policy names it
+                                (failure_kind: restarted, unreachable, signal, exit; or stalled)
       stop(obs, act, lost)      stop the whole job (the lost nodes are not asked): {why, unstopped: {node:
-                                why} where processes of the job were left, fields: more of the event}
+                                why} where processes of the job were left, fields: more of the event; ended:
+                                why the job was stopped by someone else meanwhile}
       check(nodes, spares, act, lost)  the quick health check of the nodes that answer and of the spares ready
                                 to take a left-out node's place: {bad: failing or not answering, why}
       no_checkpoint_why()       why a restart begins from step 0 where no checkpoint directory is declared
       checkpoint()              (step of the latest complete checkpoint or None, why it cannot be read or None)
+      wait_back(left_out)       too few nodes would remain: wait a while for those left out to answer again
+                                ({back: True, why} to restart on the same nodes; {back: False, why}), or None
       restart_extra(plan, ckpt) what the next attempt is started with (the platform's own)
+      restart_fields(plan, why) what the restart event adds or says otherwise (its why, the world size)
       start(plan, extra)        start the attempt a plan decided: '' or the problem
       stop_part(nodes)          stop what a restart half started there: {node: why} where it failed
       fence_later(nodes, attempt)  stop what older attempts left on nodes once they answer again
-      gave_up()                 the platform's part of giving up (a held Slurm job cancelled)
+      gave_up(why)              the platform's part of giving up (a held Slurm job cancelled)
     """
 
     def __init__(self, driver):
@@ -372,8 +381,8 @@ class Loop:
         until = d.memory.get('until')
         d.begin()
         waiting_first_step = self.finish_half_done()
-        if waiting_first_step is False:
-            return 'gave_up'
+        if isinstance(waiting_first_step, str):
+            return waiting_first_step
         while until is None or time.time() < until:
             obs = d.look()
             fault = d.platform_fault(obs)
@@ -394,8 +403,8 @@ class Loop:
                 return 'done'
             if act['action'] == 'stop':
                 waiting_first_step = self.recover(obs, act)
-                if waiting_first_step is False:
-                    return 'gave_up'
+                if isinstance(waiting_first_step, str):
+                    return waiting_first_step
                 d.after_restart()
                 continue
             d.between()
@@ -408,7 +417,7 @@ class Loop:
         not restarted the job yet goes again from the stop (a stop and a check only end and judge, and the
         restarts used were not counted yet); one whose restart was decided (counted, its plan kept) starts that
         attempt again only when a read shows nothing of it, after a stop of what it may have half started.
-        None when there was none; else what recover() answers (False: it gave up)."""
+        None when there was none; else what recover() answers."""
         d = self.d
         phase = d.memory.get('phase') or {}
         if phase.get('phase') in ('stopping', 'checking'):
@@ -427,27 +436,33 @@ class Loop:
         if unstopped:
             return self.give_up('not restarted: attempt %d was half started when the supervisor ended, and its stop '
                                 'failed on %s' % (d.attempt, ', '.join(sorted(unstopped))), obs['step'])
-        return self.start_attempt(plan, extra)
+        return self.start_attempt(plan, extra, obs['step'])
 
-    def start_attempt(self, plan, extra):
-        """Start the attempt a plan decided; the recovery is then done (a start that failed is an event: the
-        reads go on, and a job that never began is a fault of its own)."""
+    def start_attempt(self, plan, extra, step=None):
+        """Start the attempt a plan decided; the recovery is then done. A start that failed is an event: the
+        reads go on (a job that never began is a fault of its own), or, where the platform says so (settings'
+        failed_start: give_up), the supervision ends."""
         d = self.d
         d.heartbeat('restarting')
         problem = d.start(plan, extra)
         if problem:
             d.event('restart_failed', nodes=plan['nodes'], why=problem)
+            if d.settings.get('failed_start') == 'give_up':
+                return self.give_up('restart failed: %s' % problem, step)
         d.remember(phase=None)
         return plan['resume_step']
 
     def recover(self, obs, act, again=False):
-        """Stop the job, check its nodes, plan and start the next attempt (the answer: the step it resumes from;
-        False when it gave up). Each phase is remembered before it is acted on; again: a recovery an earlier
-        run of this supervision began (its fault event was written then)."""
+        """Stop the job, decide whether it restarts, check its nodes, plan and start the next attempt (the
+        answer: the step it resumes from; gave_up or stopped when the supervision ends). Each phase is
+        remembered before it is acted on; again: a recovery an earlier run of this supervision began (its fault
+        event was written then)."""
         d = self.d
+        kind, exit_code = d.fault_kind(obs, act)
         if not again:
-            d.event('fault', seen=act['seen'], nodes=act['nodes'], step=obs['step'],
-                    last_step_time=obs['last_step_time'], why=act['why'], **d.fault_fields(obs))
+            d.event('fault', seen=act['seen'], failure=kind, nodes=act['nodes'], step=obs['step'],
+                    last_step_time=obs['last_step_time'], why=act['why'],
+                    **dict({'exit_code': exit_code} if exit_code is not None else {}, **d.fault_fields(obs)))
         phase = {'phase': 'stopping', 'obs': obs, 'act': act, 'time': time.time()}
         d.remember(phase=phase)
         d.heartbeat('stopping')
@@ -457,10 +472,22 @@ class Loop:
         answering = [n for n in d.state['nodes'] if n not in lost]
         stopped = d.stop(obs, act, lost)
         d.event('job_stopped', why=stopped['why'], **stopped.get('fields') or {})
+        if stopped.get('ended'):
+            d.remember(phase=None, ended='stopped')
+            d.event('stopped', why=stopped['ended'])
+            return 'stopped'
         if stopped.get('unstopped'):
             return self.give_up('not restarted: the stop failed on %s, where the job may still run; a restart would '
                                 'start beside it (end what is left there, then start the job again)'
                                 % ', '.join(sorted(stopped['unstopped'])), obs['step'])
+        # whether it restarts: the failure policy's rule for the fault's kind, else the restart budget
+        settings = d.settings
+        decision = restart_decision(d.state['restarts'], settings['restarts'],
+                                    settings.get('restarts_variable', 'training_restarts'),
+                                    settings.get('failure_policy'), kind, exit_code,
+                                    settings.get('policy_variable', 'training_failure_policy'))
+        if decision['action'] == 'give_up':
+            return self.give_up(decision['why'], obs['step'])
         d.remember(phase=dict(phase, phase='checking'))
         d.heartbeat('checking nodes')
         # the spares that may take a left-out node's place are checked with the job's nodes
@@ -473,11 +500,20 @@ class Loop:
             return self.give_up('not restarted: %s; a restart would begin again from step 0 beside the checkpoints '
                                 'it cannot see (make the directory readable to the training account, then start '
                                 'the job again: it resumes from there)' % unreadable, obs['step'])
-        plan = plan_restart(d.state, obs, act['nodes'], checked['bad'], ckpt, d.settings)
+        plan = plan_restart(d.state, obs, act['nodes'], checked['bad'], ckpt, dict(settings, decided=True))
+        if plan['action'] == 'give_up' and plan.get('short'):
+            # too few nodes without those left out: they may answer again (a node that was only slow)
+            back = d.wait_back(plan['short'])
+            if back and back['back']:
+                plan = {'action': 'restart', 'nodes': list(d.state['nodes']), 'left_out': [], 'spares': [],
+                        'recovered': list(plan['short']), 'resume_step': ckpt or 0, 'why': back['why']}
+            elif back:
+                plan = dict(plan, why='%s; %s' % (plan['why'], back['why']))
         if plan['action'] == 'give_up':
             return self.give_up(plan['why'], obs['step'])
         d.state['failures'].append({'resume_step': plan['resume_step'], 'step': obs['step']})
-        d.state['restarts'] += 1
+        if decision['counted']:
+            d.state['restarts'] += 1
         d.state['nodes'] = plan['nodes']
         d.state['spares_used'] = list(d.state.get('spares_used') or []) + list(plan.get('spares') or [])
         d.attempt += 1
@@ -485,25 +521,29 @@ class Loop:
         d.fence_later(list(plan['left_out']) + [n for n in lost if n not in plan['left_out']], d.attempt)
         lost_steps = None if obs['step'] is None else max(0, obs['step'] - plan['resume_step'])
         why = plan['why']
-        if ckpt is None and d.settings.get('checkpoint_dir'):
-            why += '; no complete checkpoint under %s yet: restarting from the beginning' % d.settings['checkpoint_dir']
-        elif ckpt is None:
+        if ckpt is None and settings.get('checkpoint_dir'):
+            why += '; no complete checkpoint under %s yet: restarting from the beginning' % settings['checkpoint_dir']
+        elif ckpt is None and d.no_checkpoint_why():
             why += '; %s: restarting from the beginning' % d.no_checkpoint_why()
         extra = d.restart_extra(plan, ckpt)
         # decided: the restart counted, its plan kept; a supervisor that ends now starts this attempt when it
         # comes back (finish_half_done), unless it was started already
         d.remember(phase={'phase': 'restarting', 'plan': plan, 'extra': extra, 'time': time.time()})
-        d.event('restart', nodes=plan['nodes'], left_out=plan['left_out'], resume_step=plan['resume_step'],
-                lost_steps=lost_steps, why=why, **({'spares': plan['spares']} if plan.get('spares') else {}))
-        return self.start_attempt(plan, extra)
+        fields = dict({'nodes': plan['nodes'], 'left_out': plan['left_out'], 'resume_step': plan['resume_step'],
+                       'lost_steps': lost_steps, 'why': why, 'counted': decision['counted'],
+                       'restarts_used': d.state['restarts']},
+                      **({'spares': plan['spares']} if plan.get('spares') else {}))
+        fields.update(d.restart_fields(plan, why))
+        d.event('restart', **fields)
+        return self.start_attempt(plan, extra, obs['step'])
 
     def give_up(self, why, step):
-        """The gave_up event (supervision ends, the job failed); False, recover()'s answer for it."""
+        """The gave_up event (supervision ends, the job failed); recover()'s answer for it."""
         d = self.d
         d.remember(phase=None, ended='gave_up')
         d.event('gave_up', why=why, step=step)
-        d.gave_up()
-        return False
+        d.gave_up(why)
+        return 'gave_up'
 
 
 def needs_confirming(obs):

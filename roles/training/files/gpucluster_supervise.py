@@ -1661,6 +1661,14 @@ class Supervisor:
             more.update(quick_read=obs['quick_read'], quick_seconds=self.quick_seconds)
         return more
 
+    def fault_kind(self, obs, act):
+        """The failure policy's kind of a fault: its host rebooted (the parts there started again), a node lost,
+        a stall, a rank killed by a signal or another exit."""
+        kinds = {'rebooted': 'restarted', 'unreachable': 'unreachable', 'stalled': 'stalled'}
+        if act['seen'] in kinds:
+            return kinds[act['seen']], None
+        return ('signal' if re.search(r'killed by|signal|SIG[A-Z]+', obs.get('why') or '') else 'exit'), None
+
     def stop(self, obs, act, lost):
         """train.yml stopped on every node that answers (the lost are told to it, left out of its --limit)."""
         stalled = act['seen'] == 'stalled'
@@ -1710,6 +1718,12 @@ class Supervisor:
     def no_checkpoint_why(self):
         return 'no checkpoint directory declared (training_supervise_checkpoint_dir)'
 
+    def wait_back(self, left_out):
+        return None  # a node left out is replaced or done without; the job is never held for it
+
+    def restart_fields(self, plan, why):
+        return {}
+
     def fence_later(self, nodes, attempt):
         for node in nodes:
             self.to_fence[node] = attempt  # the restart begins the next attempt: its events carry it
@@ -1738,7 +1752,7 @@ class Supervisor:
         rc = self.train('stopped', limit=nodes)
         return failed_hosts(self.run_output()) if rc != 0 else {}
 
-    def gave_up(self):
+    def gave_up(self, why):
         if self.slurm:  # the Slurm job waits requeued and held: nothing will release it now
             rc = self.train('stopped')
             self.event('job_stopped', why='the held Slurm job cancelled' if rc == 0 else

@@ -165,8 +165,8 @@ def test_a_culprit_that_passes_its_check_is_a_transient_failure_restarted_on_all
 
 def test_too_few_nodes_left_the_head_lost_or_restarts_used_up_give_up_with_the_reason():
     plan = core.plan_restart(_state(), {'step': 23}, ['w1'], ['w1', 'w2'], 20, SETTINGS)
-    assert plan == {'action': 'give_up', 'why': '1 node(s) would remain (head) and training_min_nodes is 2; '
-                                                'left out: w1, w2'}
+    assert plan == {'action': 'give_up', 'short': ['w1', 'w2'],
+                    'why': '1 node(s) would remain (head) and training_min_nodes is 2; left out: w1, w2'}
     plan = core.plan_restart(_state(), {'step': 23}, ['head'], ['head'], 20, SETTINGS)
     assert plan['action'] == 'give_up' and plan['why'].startswith('the head head failed its check')
     plan = core.plan_restart(_state(restarts=3, failures=[{'resume_step': 10, 'step': 15}]), {'step': 40}, ['w1'],

@@ -22,10 +22,11 @@ class Fake:
     """A platform whose reads are a script (one observation a look; the last repeats) and whose acts are kept."""
 
     def __init__(self, reads, restarts=3, min_nodes=2, spares=(), bad=(), ckpt=(20, None), stop=None, start='',
-                 memory=None, confirm=None, platform=None, checkpoint_dir='/ckpt'):
+                 memory=None, confirm=None, platform=None, checkpoint_dir='/ckpt', back=None, **settings):
         self.reads = list(reads)
-        self.settings = {'restarts': restarts, 'min_nodes': min_nodes, 'spares': list(spares),
-                         'checkpoint_dir': checkpoint_dir}
+        self.settings = dict({'restarts': restarts, 'min_nodes': min_nodes, 'spares': list(spares),
+                              'checkpoint_dir': checkpoint_dir}, **settings)
+        self.back = back
         self.state = {'nodes': list(NODES), 'restarts': 0, 'failures': [], 'spares_used': []}
         self.attempt = 1
         self.memory = dict({'until': None, 'phase': None}, **(memory or {}))
@@ -101,6 +102,20 @@ class Fake:
     def no_checkpoint_why(self):
         return 'no checkpoint directory declared'
 
+    def fault_kind(self, obs, act):
+        return {'failed': 'exit', 'unreachable': 'unreachable', 'stalled': 'stalled'}.get(act['seen'], 'restarted'), \
+            obs.get('exit_code')
+
+    def wait_back(self, left_out):
+        if self.back is None:
+            return None
+        self.acts.append(('wait_back', list(left_out)))
+        return {'back': self.back, 'why': 'on the same nodes (%s answered again)' % ', '.join(left_out) if self.back
+                else '%s did not answer again' % ', '.join(left_out)}
+
+    def restart_fields(self, plan, why):
+        return {}
+
     def restart_extra(self, plan, ckpt):
         return {'attempt': self.attempt, 'resume': ckpt}
 
@@ -115,7 +130,7 @@ class Fake:
     def fence_later(self, nodes, attempt):
         self.fenced.update((n, attempt) for n in nodes)
 
-    def gave_up(self):
+    def gave_up(self, why):
         self.acts.append(('gave_up',))
 
 
@@ -280,3 +295,49 @@ def test_the_bound_ends_the_supervision_and_the_job_runs_on(monkeypatch):
     assert core.Loop(fake).run() == 'stopped'
     assert _kinds(fake)[-1] == 'stopped' and 'the bound (5) ended' in _one(fake, 'stopped')['why']
     assert fake.memory['ended'] == 'stopped'
+
+
+def test_the_failure_policy_decides_before_the_check_fail_ends_it_and_an_uncounted_restart_keeps_the_budget():
+    policy = [{'on': ['exit'], 'exit_codes': [3], 'action': 'fail'},
+              {'on': ['signal'], 'action': 'restart_uncounted'}]
+    fake = Fake([_obs('failed', failed=['w1'], exit_code=3)], failure_policy=policy,
+                policy_variable='train.failure_policy')
+    assert core.Loop(fake).run() == 'gave_up'
+    assert _kinds(fake) == ['supervising', 'fault', 'job_stopped', 'gave_up']  # no check: nothing to restart
+    assert _one(fake, 'gave_up')['why'] == 'train.failure_policy[0] fails the job on a exit failure'
+    assert _one(fake, 'fault')['failure'] == 'exit' and _one(fake, 'fault')['exit_code'] == 3
+
+    class Signalled(Fake):
+        def fault_kind(self, obs, act):
+            return 'signal', -9
+    fake = Signalled([_obs('failed', failed=['w1']), _obs('succeeded')], restarts=0, failure_policy=policy)
+    assert core.Loop(fake).run() == 'done'
+    restart = _one(fake, 'restart')
+    assert restart['counted'] is False and restart['restarts_used'] == 0 and fake.state['restarts'] == 0
+
+
+def test_too_few_nodes_wait_for_those_left_out_and_restart_on_the_same_nodes_when_they_answer_again():
+    fake = Fake([_obs('failed', failed=['w2']), _obs('succeeded')], bad=['w2'], min_nodes=3, back=True)
+    assert core.Loop(fake).run() == 'done'
+    assert ('wait_back', ['w2']) in fake.acts
+    restart = _one(fake, 'restart')
+    assert restart['nodes'] == NODES and restart['left_out'] == [] and \
+        restart['why'].startswith('on the same nodes (w2 answered again)')
+    # not back: the job ends, saying both
+    fake = Fake([_obs('failed', failed=['w2'])], bad=['w2'], min_nodes=3, back=False)
+    assert core.Loop(fake).run() == 'gave_up'
+    assert _one(fake, 'gave_up')['why'] == ('2 node(s) would remain (head, w1) and training_min_nodes is 3; left out: '
+                                            'w2; w2 did not answer again')
+
+
+def test_a_job_stopped_by_someone_while_it_was_being_stopped_ends_the_supervision():
+    fake = Fake([_obs('failed', failed=['w1'])], stop={'why': 'stopped', 'ended': 'stopped by the user meanwhile'})
+    assert core.Loop(fake).run() == 'stopped'
+    assert _kinds(fake)[-2:] == ['job_stopped', 'stopped'] and not _starts(fake)
+
+
+def test_where_a_restart_that_did_not_start_ends_the_supervision_it_gives_up_naming_why():
+    fake = Fake([_obs('failed', failed=['w1'])], start='pod w1: no answer', failed_start='give_up')
+    assert core.Loop(fake).run() == 'gave_up'
+    assert _kinds(fake)[-3:] == ['restart', 'restart_failed', 'gave_up']
+    assert _one(fake, 'gave_up')['why'] == 'restart failed: pod w1: no answer'
