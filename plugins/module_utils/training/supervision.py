@@ -494,7 +494,7 @@ class Loop:
         ready = [n for n in d.settings.get('spares') or [] if n not in d.state['nodes']
                  and n not in d.state.get('spares_used', [])]
         checked = d.check(answering, ready, act, lost)
-        d.event('checked', nodes=checked['bad'], why=checked['why'])
+        d.event('checked', nodes=checked['bad'], why=checked['why'], **checked.get('fields') or {})
         ckpt, unreadable = d.checkpoint()
         if unreadable:  # never silently from the beginning, past a checkpoint that may well be there
             return self.give_up('not restarted: %s; a restart would begin again from step 0 beside the checkpoints '

@@ -217,13 +217,15 @@ def test_a_failed_rank_ends_the_job_on_every_pod_within_seconds_naming_the_pod(j
         assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
         rec = wait_record(job, 'j1', ('failed',))
         assert time.time() - start < 15  # 1 s polls, then 5 polls gathering the others' states
-        assert (rec['state'], rec['failed_pod'], rec['reason']) == ('failed', 'trainer-1', 'exit 7')
+        # the fault, then why it was not restarted (the same words as the gave_up event)
+        assert (rec['state'], rec['failed_pod'], rec['reason']) == ('failed', 'trainer-1', 'exit 7; train.restarts is 0')
         states = k8s_pod.all_status(job, 'j1')
         assert [s['state'] for s in states] == ['stopped', 'failed', 'stopped']
         assert states[0]['reason'] == 'stopped: pod trainer-1 exit 7'
         assert not any(k8s_pod.group_alive(a.jobs['j1']['pid']) for a in agents)
         summary = k8s_pod.summary(job, 'j1', states, rec)
-        assert (summary['state'], summary['failed_pod'], summary['reason']) == ('failed', 'trainer-1', 'exit 7')
+        assert (summary['state'], summary['failed_pod'], summary['reason']) == ('failed', 'trainer-1',
+                                                                                'exit 7; train.restarts is 0')
     finally:
         for sock in socks:
             sock.close()
@@ -282,7 +284,8 @@ def test_the_failure_policy_fails_the_job_at_once_on_a_failure_it_names(job, mon
         assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('job_stopped', 0), ('gave_up', 0)]
         gave_up = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[-1]
         assert gave_up['why'] == 'train.failure_policy[0] fails the job on a exit failure'
-        assert k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[1]['seen'] == 'exit'
+        fault = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[1]
+        assert (fault['seen'], fault['failure'], fault['exit_code']) == ('failed', 'exit', 3)  # the SSH words
     finally:
         for sock in socks:
             sock.close()
@@ -307,8 +310,10 @@ def test_an_uncounted_restart_does_not_use_train_restarts_and_the_attempt_reache
         rec = wait_record(job, 'j1', ('finished', 'failed'), seconds=30)
         assert (rec['state'], rec['attempt'], rec['restarts_used']) == ('finished', 1, 0)
         assert rec['history'][0]['kind'] == 'signal'
-        assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('job_stopped', 0), ('restart', 1), ('done', 1)]
-        restart = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[3]
+        # the same story as over SSH: the pods are checked (the spares' hellos) before the restart
+        assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('job_stopped', 0), ('checked', 0), ('restart', 1),
+                                  ('done', 1)]
+        restart = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[4]
         assert restart['counted'] is False and restart['nodes'] == ['trainer-0', 'trainer-1', 'trainer-2']
         time.sleep(0.5)
         assert k8s_pod.all_status(job, 'j1')[1]['tail'][-1] == 'attempt=2'
