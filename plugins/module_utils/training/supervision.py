@@ -304,10 +304,10 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
     spares = ready[:len(left_out)]
     remaining = [n for n in nodes if n not in left_out] + spares
     if len(remaining) < settings['min_nodes']:
-        return {'action': 'give_up', 'short': left_out, 'why': '%d node(s) would remain (%s) and %s is %d; left out: %s'
-                                            % (len(remaining), ', '.join(remaining),
-                                               settings.get('min_variable', 'training_min_nodes'), settings['min_nodes'],
-                                               ', '.join(left_out))}
+        why = '%d node(s) would remain (%s) and %s is %d; left out: %s' % (
+            len(remaining), ', '.join(remaining), settings.get('min_variable', 'training_min_nodes'),
+            settings['min_nodes'], ', '.join(left_out))
+        return {'action': 'give_up', 'short': left_out, 'why': why}
     recovered = [n for n in suspects if n in nodes and n not in left_out]
     if spares:
         why = 'without %s; spare %s in %s place' % (

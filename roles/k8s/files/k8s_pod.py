@@ -697,7 +697,8 @@ class Agent:
                     except (OSError, ValueError):
                         continue
                     left.remove(pod)
-                    job_event(self.state_root(), job_id, 'fenced', attempt=before_attempt - 1, nodes=[pod],
+                    # the attempt that replaced it, counted from 1 (GPUCLUSTER_ATTEMPT), as the SSH supervisor says it
+                    job_event(self.state_root(), job_id, 'fenced', attempt=before_attempt + 1, nodes=[pod],
                               state=reply.get('state'), exit_code=reply.get('exit_code'))
                     self.say('job %s: pod %s answers again; its part is stopped (%s)' % (job_id, pod, reply.get('state')))
         thread = threading.Thread(target=loop, daemon=True)
@@ -921,7 +922,9 @@ class PodDriver:
 
     # the record
     def event(self, kind, **fields):
-        return job_event(self.root, self.job_id, kind, **dict({'attempt': self.attempt}, **fields))
+        # the attempt as its ranks see it (GPUCLUSTER_ATTEMPT) and the SSH supervisor counts it: from 1; the record
+        # keeps the restarts' count (0 for the first attempt: status' attempt)
+        return job_event(self.root, self.job_id, kind, **dict({'attempt': self.attempt + 1}, **fields))
 
     def remember(self, **changes):
         record = read_job_record(self.root, self.job_id) or {}

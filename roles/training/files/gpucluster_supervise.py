@@ -1667,7 +1667,8 @@ class Supervisor:
         kinds = {'rebooted': 'restarted', 'unreachable': 'unreachable', 'stalled': 'stalled'}
         if act['seen'] in kinds:
             return kinds[act['seen']], None
-        return ('signal' if re.search(r'killed by|signal|SIG[A-Z]+', obs.get('why') or '') else 'exit'), None
+        # a negative exit code is a signal's (Python's subprocess says -9 for SIGKILL), as failure_kind reads it
+        return ('signal' if re.search(r'killed by|signal|SIG[A-Z]+|exit -\d', obs.get('why') or '') else 'exit'), None
 
     def stop(self, obs, act, lost):
         """train.yml stopped on every node that answers (the lost are told to it, left out of its --limit)."""

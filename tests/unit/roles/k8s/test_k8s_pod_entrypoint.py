@@ -281,7 +281,7 @@ def test_the_failure_policy_fails_the_job_at_once_on_a_failure_it_names(job, mon
         assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
         rec = wait_record(job, 'j1', ('failed',))
         assert (rec['state'], rec['failed_pod'], rec['attempt'], rec['restarts_used']) == ('failed', 'trainer-1', 0, 0)
-        assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('job_stopped', 0), ('gave_up', 0)]
+        assert kinds_of('j1') == [('supervising', 1), ('fault', 1), ('job_stopped', 1), ('gave_up', 1)]
         gave_up = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[-1]
         assert gave_up['why'] == 'train.failure_policy[0] fails the job on a exit failure'
         fault = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[1]
@@ -311,8 +311,9 @@ def test_an_uncounted_restart_does_not_use_train_restarts_and_the_attempt_reache
         assert (rec['state'], rec['attempt'], rec['restarts_used']) == ('finished', 1, 0)
         assert rec['history'][0]['kind'] == 'signal'
         # the same story as over SSH: the pods are checked (the spares' hellos) before the restart
-        assert kinds_of('j1') == [('supervising', 0), ('fault', 0), ('job_stopped', 0), ('checked', 0), ('restart', 1),
-                                  ('done', 1)]
+        # events count attempts from 1, as the ranks (GPUCLUSTER_ATTEMPT) and the SSH supervisor do
+        assert kinds_of('j1') == [('supervising', 1), ('fault', 1), ('job_stopped', 1), ('checked', 1), ('restart', 2),
+                                  ('done', 2)]
         restart = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[4]
         assert restart['counted'] is False and restart['nodes'] == ['trainer-0', 'trainer-1', 'trainer-2']
         time.sleep(0.5)
