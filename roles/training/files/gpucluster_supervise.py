@@ -54,7 +54,7 @@ glance_seconds (2), stall_seconds (0: no quiet sign), late_seconds (0: no late s
 nodes), job_spares (the job's nodes of the spares group, from its start: every restart keeps them in its
 layout).
 
-With the slurm launcher the job heals the way Slurm does: the stop requeues and holds the Slurm job
+With the slurm launcher (SlurmSupervisor, the Slurm driver) the job heals the way Slurm does: the stop requeues and holds the Slurm job
 (training_slurm_hold: scontrol requeuehold), the health run drains the nodes that fail it (health_slurm_drain,
 reason 'gpucluster-health: <checks>'), and the restart releases the same Slurm job id on the nodes the plan
 keeps (the left-out excluded; the ranks see SLURM_RESTART_COUNT + 1 as their attempt); when it gives up, the
@@ -896,7 +896,6 @@ class Supervisor:
         self.fence_next = 0.0
         self.metrics_failed = False
         self.started = time.time()
-        self.slurm = settings.get('launcher') == 'slurm'
         # the glance at the job's files on the shared storage between two reads (glance_seconds: 0 is none)
         self.glance_every = float(settings.get('glance_seconds', GLANCE_EVERY) or 0)
         self.glance = None       # the Glance, made at the first wait
@@ -1392,9 +1391,7 @@ class Supervisor:
             os.unlink(os.path.join(report_dir, 'latest-quick.json'))
         except OSError:
             pass
-        extra = {'health_tier': 'quick', 'health_report_dir': report_dir}
-        if self.slurm:  # a node that fails is drained in Slurm, with the checks it failed as the reason
-            extra['health_slurm_drain'] = True
+        extra = dict({'health_tier': 'quick', 'health_report_dir': report_dir}, **self.check_extra())
         rc = self.playbook(self.s['health_playbook'], extra, limit=nodes)
         try:
             with open(os.path.join(report_dir, 'latest-quick.json')) as handle:
@@ -1678,8 +1675,7 @@ class Supervisor:
         extra = {}
         if stalled:
             extra['training_flight_dump'] = True
-        if self.slurm:
-            extra['training_slurm_hold'] = True
+        extra.update(self.stop_extra())
         if lost:  # the stop's --limit leaves them out: train.yml is told they may be
             extra['training_lost_nodes'] = [self.host_of(n) for n in lost]
         rc = self.train('stopped', limit=answering if lost else None, **extra)
@@ -1753,11 +1749,14 @@ class Supervisor:
         rc = self.train('stopped', limit=nodes)
         return failed_hosts(self.run_output()) if rc != 0 else {}
 
+    def stop_extra(self):
+        return {}
+
+    def check_extra(self):
+        return {}
+
     def gave_up(self, why):
-        if self.slurm:  # the Slurm job waits requeued and held: nothing will release it now
-            rc = self.train('stopped')
-            self.event('job_stopped', why='the held Slurm job cancelled' if rc == 0 else
-                       'cancelling the held Slurm job ended with rc %d (scancel it by hand)' % rc)
+        pass
 
     def write_report(self):
         """The job's report page (train.yml -e training_state=report), bounded in time; a run that fails is an
@@ -1773,6 +1772,30 @@ class Supervisor:
                 self.event('report_failed', why='the report page was not written: %s' % exc)
             except OSError:
                 pass
+
+
+class SlurmSupervisor(Supervisor):
+    """The Slurm driver (the slurm launcher): the job heals the way Slurm does. The stop requeues and holds the
+    Slurm job (training_slurm_hold: scontrol requeuehold), the quick tier drains the nodes that fail it
+    (health_slurm_drain, reason 'gpucluster-health: <checks>'), the restart releases the same Slurm job id on
+    the nodes the plan keeps (train.yml started: the left-out excluded), and giving up cancels the held job."""
+
+    def stop_extra(self):
+        return {'training_slurm_hold': True}
+
+    def check_extra(self):
+        return {'health_slurm_drain': True}
+
+    def gave_up(self, why):
+        # the Slurm job waits requeued and held: nothing will release it now
+        rc = self.train('stopped')
+        self.event('job_stopped', why='the held Slurm job cancelled' if rc == 0 else
+                   'cancelling the held Slurm job ended with rc %d (scancel it by hand)' % rc)
+
+
+def driver_for(settings):
+    """The supervisor of a job's platform: Slurm's with the slurm launcher, else the SSH one."""
+    return (SlurmSupervisor if settings.get('launcher') == 'slurm' else Supervisor)(settings)
 
 
 # ----- fencing: a left-out node's ranks killed once it answers again ------------------------------
@@ -1962,7 +1985,7 @@ def main(argv):
         print('job %s is supervised already (the lock %s is held): this supervisor does nothing'
               % (settings['job_id'], path), flush=True)
         return EXIT_HELD
-    sup = Supervisor(settings)
+    sup = driver_for(settings)
 
     def stopped(signum, _frame):
         # systemctl stop (training_state=stopped does it first, and disables the unit), its host shutting

@@ -366,7 +366,7 @@ def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_
                 'train_playbook': 'gpucluster.multinode.train', 'health_playbook': 'gpucluster.multinode.health',
                 'vars_file': 'vars.json', 'health_report_dir': str(tmp_path / 'health')}
     settings.update(more)
-    rc = sv.Supervisor(settings).run()
+    rc = sv.driver_for(settings).run()
     calls = [json.loads(line) for line in (bin_dir / 'calls.log').read_text().splitlines()]
     assert _listing(job) == sorted(before + written)  # the supervisor writes nothing on the shared storage
     return rc, calls, core.read_events(str(state))
