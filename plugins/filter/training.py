@@ -14,7 +14,11 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils import contai
 from ansible_collections.gpucluster.multinode.plugins.module_utils import deepspeed_ops
 from ansible_collections.gpucluster.multinode.plugins.module_utils import hostfile as hf
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training import job_state as js
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import failure_policy
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
+
+# what the supervisor over SSH and Slurm names a failure: the pods' kinds and a stall (training_stall_seconds)
+POLICY_KINDS = failure_policy.KINDS + ('stalled',)
 
 
 def training_verdict(results, nodes=None):
@@ -106,6 +110,24 @@ def training_launch_mismatches(versions_by_node, image='', head=None):
     return python_env.version_mismatches(by_node)
 
 
+def training_failure_policy_problems(value):
+    """[] when training_failure_policy is a list of rules the supervisor can apply, else the one problem, naming
+    the rule and its field (plugin_utils/failure_policy.py: the k8s cluster file's rules too)."""
+    try:
+        failure_policy.read(value, 'training_failure_policy', POLICY_KINDS)
+    except failure_policy.PolicyError as exc:
+        return [str(exc)]
+    return []
+
+
+def training_failure_policy(value):
+    """training_failure_policy's rules as the supervisor reads them (a bare YAML key `on`, read as true, is on)."""
+    try:
+        return failure_policy.read(value, 'training_failure_policy', POLICY_KINDS)
+    except failure_policy.PolicyError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
 def training_layout_nodes(nodes, layout, job_id=''):
     """The nodes a job was started on: those of nodes (cluster_job_nodes, head first) named in its
     layout ({node: ranks}, layout.json written at its start), in the same order.
@@ -131,4 +153,6 @@ class FilterModule:
                 'training_launch_mismatches': training_launch_mismatches,
                 'training_layout_nodes': training_layout_nodes,
                 'training_stopped_lines': training_stopped_lines, 'training_image_ops': training_image_ops,
-                'training_ops_stamp_argv': training_ops_stamp_argv}
+                'training_ops_stamp_argv': training_ops_stamp_argv,
+                'training_failure_policy': training_failure_policy,
+                'training_failure_policy_problems': training_failure_policy_problems}

@@ -127,6 +127,10 @@ CASES = [
     case('train-restarts-negative', 'train',
          'host bat-head: training_restarts must be a count (0 or more), got -1; nothing was started',
          extra={'training_restarts': -1}),
+    case('train-failure-policy-kind', 'train',
+         "host bat-head: training_failure_policy[0].on must be exit or signal or unreachable or restarted or stalled, "
+         "got 'oom'; nothing was started",
+         extra={'training_failure_policy': [{'on': ['oom'], 'action': 'fail'}]}),
     # the one step pattern of a user's script: a pattern Python cannot compile is refused before the start
     case('train-progress-regex-invalid', 'train',
          'host bat-head: training_progress_regex "it (?P<step>[0-9]+" is not a Python regular expression',

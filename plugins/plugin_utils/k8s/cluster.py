@@ -16,6 +16,7 @@ import re
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
 from ansible_collections.gpucluster.multinode.plugins.module_utils.hostfile import type_name
+from ansible_collections.gpucluster.multinode.plugins.plugin_utils import failure_policy
 
 # The API server's rules (k8s.io/apimachinery/pkg/util/validation): an RFC 1035 label (a Service
 # name: a letter first), an RFC 1123 label (namespaces: digits first allowed), an RFC 1123 subdomain,
@@ -218,9 +219,8 @@ TRAIN = ('command', 'deepspeed_config', 'env', 'peer_wait', 'master_port', 'agen
          'min_pods', 'unreachable_after', 'restart_strategy')
 # train.failure_policy: what kind of failure restarts the job (as JobSet's failurePolicy rules): the pod
 # agent's kinds, and the actions (RestartJobSet, RestartJobSetAndIgnoreMaxRestarts, FailJobSet).
-FAILURE_KINDS = ('exit', 'signal', 'unreachable', 'restarted')
-FAILURE_ACTIONS = ('restart', 'restart_uncounted', 'fail')
-FAILURE_RULE = ('on', 'exit_codes', 'action')
+FAILURE_KINDS = failure_policy.KINDS
+FAILURE_ACTIONS = failure_policy.ACTIONS
 NCCL = ('debug', 'extra')
 RESOURCES = ('cpu', 'memory', 'qos')
 QOS = ('Guaranteed', 'BestEffort')
@@ -461,32 +461,12 @@ RESERVED_KEYS = ('hostfile', 'job.json', 'ds_config.json', ENTRYPOINT, CORE)
 
 def _failure_policy(c, value):
     """train.failure_policy: rules in order, the first that matches a failure decides (JobSet's rules):
-    on (kinds), exit_codes (with exit only, optional), action."""
-    if not isinstance(value, list):
-        c.fail('train.failure_policy', 'must be a list of rules, got %r (%s)' % (value, _kind(value)))
-    rules = []
-    for index, item in enumerate(value):
-        field = 'train.failure_policy[%d]' % index
-        if isinstance(item, dict) and True in item and 'on' not in item:
-            # YAML 1.1 (PyYAML, Ansible's from_yaml) reads a bare key `on` as the boolean true
-            item = {('on' if k is True else k): v for k, v in item.items()}
-        rule = c.mapping(item, field, FAILURE_RULE)
-        if 'on' not in rule or 'action' not in rule:
-            c.fail(field, 'needs on (%s) and action (%s)' % (', '.join(FAILURE_KINDS), ', '.join(FAILURE_ACTIONS)))
-        kinds = rule['on'] if isinstance(rule['on'], list) else [rule['on']]
-        if not kinds:
-            c.fail(field + '.on', 'is empty')
-        for kind in kinds:
-            c.choice(kind, field + '.on', FAILURE_KINDS)
-        codes = rule.get('exit_codes', [])
-        if not isinstance(codes, list):
-            c.fail(field + '.exit_codes', 'must be a list of exit codes, got %r (%s)' % (codes, _kind(codes)))
-        codes = [c.integer(code, '%s.exit_codes[%d]' % (field, i), 1, 255) for i, code in enumerate(codes)]
-        if codes and kinds != ['exit']:
-            c.fail(field + '.exit_codes', 'apply to exit failures only: set on: [exit]')
-        rules.append({'on': kinds, 'exit_codes': codes,
-                      'action': c.choice(rule['action'], field + '.action', FAILURE_ACTIONS)})
-    return rules
+    on (kinds), exit_codes (with exit only, optional), action (plugin_utils/failure_policy.py, the training
+    role's rules too)."""
+    try:
+        return failure_policy.read(value, 'train.failure_policy', FAILURE_KINDS)
+    except failure_policy.PolicyError as exc:
+        c.fail(exc.field, exc.text)
 
 
 def _supplemental_groups(c, value):

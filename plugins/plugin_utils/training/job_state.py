@@ -383,7 +383,7 @@ def _whole_list(values):
 def job_state(result, progress):
     """The job's one state from the launchers' verdict (launch_verdict's or unknown_verdict's keys) and the
     ranks' (progress_verdict's), either may be missing: {state, failed_nodes, unreachable_nodes,
-    stalled_nodes, step, last_step_time, attempt, why}.
+    stalled_nodes, step, last_step_time, attempt, why; exit_code: the first failure's, where a rank failed).
 
     state: failed (a rank or launcher exited non-zero: failed_nodes, the culprit first), unreachable (a node
     could not be read; a rank that failed as well is in failed_nodes and said in why), stalled (no rank
@@ -412,6 +412,8 @@ def job_state(result, progress):
         out['failed_nodes'] = failed
         failed_why = 'a rank failed first on %s (exit %s)' % (first.get('node') or ', '.join(failed or ['?']),
                                                               first.get('exit_code'))
+        if isinstance(first.get('exit_code'), int) and not isinstance(first.get('exit_code'), bool):
+            out['exit_code'] = first['exit_code']  # the first failure's: a failure policy's rule may name it
     left_out = list(result.get('left_out') or [])
     if left_out:
         out['left_out'] = left_out

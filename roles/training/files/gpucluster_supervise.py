@@ -167,7 +167,7 @@ LATE_PACE = 3          # a rank is late past late_seconds or this many times its
 
 
 # ----- what the job's state says ----------------------------------------------------------------
-JOB_KEYS = ('state', 'failed_nodes', 'unreachable_nodes', 'stalled_nodes', 'step', 'last_step_time', 'why')
+JOB_KEYS = ('state', 'failed_nodes', 'unreachable_nodes', 'stalled_nodes', 'step', 'last_step_time', 'why', 'exit_code')
 
 
 def observe(status, now=None, attempt=None):
@@ -1664,8 +1664,10 @@ class Supervisor:
         kinds = {'rebooted': 'restarted', 'unreachable': 'unreachable', 'stalled': 'stalled'}
         if act['seen'] in kinds:
             return kinds[act['seen']], None
+        code = obs.get('exit_code')
         # a negative exit code is a signal's (Python's subprocess says -9 for SIGKILL), as failure_kind reads it
-        return ('signal' if re.search(r'killed by|signal|SIG[A-Z]+|exit -\d', obs.get('why') or '') else 'exit'), None
+        signal_ = (isinstance(code, int) and code < 0) or re.search(r'killed by|SIG[A-Z]+|exit -\d', obs.get('why') or '')
+        return ('signal' if signal_ else 'exit'), code
 
     def stop(self, obs, act, lost):
         """train.yml stopped on every node that answers (the lost are told to it, left out of its --limit)."""

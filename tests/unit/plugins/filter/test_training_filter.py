@@ -97,3 +97,27 @@ def test_a_deepspeed_job_names_the_node_whose_rank_was_killed_not_the_head_whate
     verdict = training_verdict(results, ['lab-head', 'lab-worker-1', 'lab-worker-2'])
     assert verdict['state'] == 'failed'
     assert verdict['failed_nodes'][0] == 'lab-worker-1' and verdict['first_failure']['node'] == 'lab-worker-1'
+
+
+def test_training_failure_policy_reads_the_rules_as_the_k8s_cluster_file_does_with_a_stall_besides():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.gpucluster.multinode.plugins.filter import training as tf
+    # a bare YAML key `on` is read as true: it is on
+    rules = tf.training_failure_policy([{True: ['exit'], 'exit_codes': [3], 'action': 'fail'},
+                                        {'on': 'stalled', 'action': 'restart_uncounted'}])
+    assert rules == [{'on': ['exit'], 'exit_codes': [3], 'action': 'fail'},
+                     {'on': ['stalled'], 'exit_codes': [], 'action': 'restart_uncounted'}]
+    assert tf.training_failure_policy([]) == [] and tf.training_failure_policy_problems([]) == []
+    for value, problem in [
+        ({'on': 'exit'}, 'training_failure_policy must be a list of rules, got'),
+        ([{'on': ['oom'], 'action': 'fail'}], "training_failure_policy[0].on must be exit or signal or unreachable or "
+                                              "restarted or stalled, got 'oom'"),
+        ([{'on': ['exit'], 'action': 'retry'}], "training_failure_policy[0].action must be restart or "
+                                                "restart_uncounted or fail, got 'retry'"),
+        ([{'on': ['signal'], 'exit_codes': [9], 'action': 'fail'}],
+         'training_failure_policy[0].exit_codes apply to exit failures only: set on: [exit]'),
+        ([{'on': ['exit'], 'action': 'fail', 'when': 'always'}], 'training_failure_policy[0].when is not a field of a rule'),
+    ]:
+        assert tf.training_failure_policy_problems(value)[0].startswith(problem), value
+        with pytest.raises(AnsibleFilterError, match=r'training_failure_policy'):
+            tf.training_failure_policy(value)

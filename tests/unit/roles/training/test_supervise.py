@@ -1113,3 +1113,31 @@ def test_a_glance_of_a_part_that_ended_with_code_0_makes_no_quick_read(tmp_path)
     rc, calls, _ = _supervise(tmp_path, [running, finished], [], interval=30, glance_seconds=0.05,
                               job_files={'exit/w1': '0\n'})
     assert rc == 0 and [c[1] for c in calls if c[0] == 'status'] == ['', '']
+
+
+def _exited(node, step, code):
+    return {'result': {'state': 'failed', 'failed_nodes': [node], 'first_failure': {'node': node, 'exit_code': code}},
+            'progress': dict(_progress(step), state='failed')}
+
+
+def test_a_failure_policy_rule_fails_the_job_at_once_on_the_exit_code_it_names_without_a_health_run(tmp_path):
+    policy = [{'on': ['exit'], 'exit_codes': [3], 'action': 'fail'}]
+    rc, calls, events = _supervise(tmp_path, [_exited('w1', 23, 3)], [], failure_policy=policy)
+    assert rc == sv.EXIT_ENDED
+    assert [c[0] for c in calls] == ['status', 'stopped', 'report']          # no health run, no start
+    assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'gave_up']
+    assert (events[1]['failure'], events[1]['exit_code']) == ('exit', 3)
+    assert events[-1]['why'] == 'training_failure_policy[0] fails the job on a exit failure'
+
+
+def test_an_uncounted_restart_leaves_training_restarts_whole(tmp_path):
+    # a rank killed by a signal (a preemption, the OOM killer) restarts without using the one restart
+    policy = [{'on': ['signal'], 'action': 'restart_uncounted'}]
+    statuses = [_failed('w1', 23), {'result': {'state': 'running'}, 'progress': _progress(25)},
+                _exited('w1', 27, 1), {'result': {'state': 'running'}, 'progress': _progress(28)},
+                {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
+    rc, calls, events = _supervise(tmp_path, statuses, [_healthy(), _healthy()], restarts=1, failure_policy=policy)
+    assert rc == 0
+    restarts = [e for e in events if e['event'] == 'restart']
+    assert [(r['counted'], r['restarts_used']) for r in restarts] == [(False, 0), (True, 1)]
+    assert [e['failure'] for e in events if e['event'] == 'fault'] == ['signal', 'exit']
