@@ -281,16 +281,13 @@ def plan_restart(state, fault, suspects, health_bad, checkpoint_step, settings):
     beginning). settings: restarts (training_restarts), min_nodes (training_min_nodes), spares (the inventory's
     spares group less the job's nodes). A node left out is replaced by a spare that passed the check and never
     ran this job, in the spares' order: the job keeps its size while spares last; then it shrinks, down to
-    min_nodes. A supervisor that decided the restart itself (a failure policy: settings decided) has the budget
-    not checked again; settings min_variable names its minimum (training_min_nodes by default). A give_up for too
-    few nodes says which were left out (short): they may come back (Loop, the driver's wait_back)."""
+    min_nodes. Whether the fault restarts at all (the failure policy, the restart budget) is decided before, by
+    restart_decision (Loop.recover); settings min_variable names the minimum (training_min_nodes by default). A
+    give_up for too few nodes says which were left out (short): they may come back (Loop, the driver's
+    wait_back)."""
     nodes = list(state['nodes'])
     head = nodes[0]
     left_out = [n for n in nodes if n in health_bad]
-    budget = {'action': 'restart'} if settings.get('decided') else \
-        restart_decision(state['restarts'], settings['restarts'], 'training_restarts')
-    if budget['action'] == 'give_up':
-        return {'action': 'give_up', 'why': budget['why']}
     previous = (state.get('failures') or [])[-1:]
     reached = fault.get('step')
     if previous and reached is not None and previous[0].get('step') is not None and reached <= previous[0]['step'] \
@@ -493,7 +490,7 @@ class Loop:
         d.remember(phase=dict(phase, phase='checking'))
         d.heartbeat('checking nodes')
         # the spares that may take a left-out node's place are checked with the job's nodes
-        ready = [n for n in d.settings.get('spares') or [] if n not in d.state['nodes']
+        ready = [n for n in settings.get('spares') or [] if n not in d.state['nodes']
                  and n not in d.state.get('spares_used', [])]
         checked = d.check(answering, ready, act, lost)
         d.event('checked', nodes=checked['bad'], why=checked['why'], **checked.get('fields') or {})
@@ -502,7 +499,7 @@ class Loop:
             return self.give_up('not restarted: %s; a restart would begin again from step 0 beside the checkpoints '
                                 'it cannot see (make the directory readable to the training account, then start '
                                 'the job again: it resumes from there)' % unreadable, obs['step'])
-        plan = plan_restart(d.state, obs, act['nodes'], checked['bad'], ckpt, dict(settings, decided=True))
+        plan = plan_restart(d.state, obs, act['nodes'], checked['bad'], ckpt, settings)
         if plan['action'] == 'give_up' and plan.get('short'):
             # too few nodes without those left out: they may answer again (a node that was only slow)
             back = d.wait_back(plan['short'])

@@ -220,7 +220,6 @@ TRAIN = ('command', 'deepspeed_config', 'env', 'peer_wait', 'master_port', 'agen
 # train.failure_policy: what kind of failure restarts the job (as JobSet's failurePolicy rules): the pod
 # agent's kinds, and the actions (RestartJobSet, RestartJobSetAndIgnoreMaxRestarts, FailJobSet).
 FAILURE_KINDS = failure_policy.KINDS
-FAILURE_ACTIONS = failure_policy.ACTIONS
 NCCL = ('debug', 'extra')
 RESOURCES = ('cpu', 'memory', 'qos')
 QOS = ('Guaranteed', 'BestEffort')

@@ -1001,13 +1001,9 @@ class PodDriver:
         pod, reason = bad
         culprit = seen.get(pod) or next((st for st in trouble if st['pod'] == pod), {'pod': pod})
         kind = supervision.failure_kind(dict(culprit, reason=reason))
-        self.failed_pod = pod
-        gone = [st['pod'] for st in lost]
-        if kind == 'unreachable':
-            return self._obs('unreachable', unreachable_nodes=[pod], lost=gone, why='pod %s %s' % (pod, reason),
-                             reason=reason, failure=kind, exit_code=culprit.get('exit_code'))
-        return self._obs('failed', failed_nodes=[pod], lost=gone, why='pod %s %s' % (pod, reason), reason=reason,
-                         failure=kind, exit_code=culprit.get('exit_code'))
+        state, culprits = ('unreachable', 'unreachable_nodes') if kind == 'unreachable' else ('failed', 'failed_nodes')
+        return self._obs(state, **{culprits: [pod]}, lost=[st['pod'] for st in lost], why='pod %s %s' % (pod, reason),
+                         reason=reason, failure=kind, exit_code=culprit.get('exit_code'))
 
     @staticmethod
     def _obs(state, why='', **more):

@@ -1664,10 +1664,9 @@ class Supervisor:
         kinds = {'rebooted': 'restarted', 'unreachable': 'unreachable', 'stalled': 'stalled'}
         if act['seen'] in kinds:
             return kinds[act['seen']], None
+        # a failed rank: the core's reading of its exit (a negative code is a signal's, -9 for SIGKILL)
         code = obs.get('exit_code')
-        # a negative exit code is a signal's (Python's subprocess says -9 for SIGKILL), as failure_kind reads it
-        signal_ = (isinstance(code, int) and code < 0) or re.search(r'killed by|SIG[A-Z]+|exit -\d', obs.get('why') or '')
-        return ('signal' if signal_ else 'exit'), code
+        return core.failure_kind({'state': 'failed', 'reason': obs.get('why') or '', 'exit_code': code}), code
 
     def stop(self, obs, act, lost):
         """train.yml stopped on every node that answers (the lost are told to it, left out of its --limit)."""

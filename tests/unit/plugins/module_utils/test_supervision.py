@@ -169,9 +169,9 @@ def test_too_few_nodes_left_the_head_lost_or_restarts_used_up_give_up_with_the_r
                     'why': '1 node(s) would remain (head) and training_min_nodes is 2; left out: w1, w2'}
     plan = core.plan_restart(_state(), {'step': 23}, ['head'], ['head'], 20, SETTINGS)
     assert plan['action'] == 'give_up' and plan['why'].startswith('the head head failed its check')
-    plan = core.plan_restart(_state(restarts=3, failures=[{'resume_step': 10, 'step': 15}]), {'step': 40}, ['w1'],
-                             [], 30, SETTINGS)
-    assert plan == {'action': 'give_up', 'why': 'training_restarts (3) used up'}
+    # the restart budget is decided before the plan, by restart_decision (the loop calls it right after the stop)
+    decision = core.restart_decision(3, SETTINGS['restarts'], 'training_restarts')
+    assert decision['action'] == 'give_up' and decision['why'] == 'training_restarts (3) used up'
 
 
 def test_the_same_step_failing_twice_with_no_progress_gives_up():
