@@ -402,12 +402,29 @@ def test_the_programs_installed_on_nodes_need_the_standard_library_only():
     for path in PROGRAMS:
         siblings = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(os.path.dirname(path), '*.py'))}
         allowed = set(sys.stdlib_module_names) | siblings | PROGRAM_FRAMEWORKS.get(rel(path), set()) | {'__future__'}
-        allowed |= set(BESIDE.get(rel(path), {}))
+        allowed |= {name for program, modules in BESIDE.items() for name in modules
+                    if os.path.dirname(program) == os.path.dirname(rel(path))
+                    and os.path.basename(path) in program_closure(program)}
         for line, name in other_imports(path):
             if name.split('.')[0] not in allowed:
                 wrong.append('%s:%d imports %s' % (rel(path), line, name))
         wrong += ['%s:%d imports %s' % (rel(path), line, name) for line, name, _ in collection_imports(path)]
     assert not wrong, '\n'.join(wrong)
+
+
+def program_closure(program):
+    """The file names of a program and of the siblings (its files/ directory's modules) it imports, and theirs."""
+    folder = os.path.dirname(os.path.join(ROOT, program))
+    siblings = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(folder, '*.py'))}
+    seen, todo = set(), [os.path.basename(program)[:-3]]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += [imp.split('.')[0] for _, imp in other_imports(os.path.join(folder, name + '.py'))
+                 if imp.split('.')[0] in siblings]
+    return ['%s.py' % name for name in seen]
 
 
 def test_the_modules_installed_beside_a_program_need_the_standard_library_only_and_are_installed_as_declared():
@@ -416,7 +433,9 @@ def test_the_modules_installed_beside_a_program_need_the_standard_library_only_a
     siblings and BESIDE's), and the pods' ConfigMap holds the core beside the pod agent."""
     wrong = []
     for program, modules in sorted(BESIDE.items()):
-        imported = {name for _, name in other_imports(os.path.join(ROOT, program))}
+        folder = os.path.dirname(program)
+        imported = {name for part in program_closure(program)
+                    for _, name in other_imports(os.path.join(ROOT, folder, part))}
         for name, source in sorted(modules.items()):
             if name not in imported:
                 wrong.append('%s does not import %s (BESIDE names it)' % (program, name))
@@ -429,10 +448,7 @@ def test_the_modules_installed_beside_a_program_need_the_standard_library_only_a
     with open(os.path.join(ROOT, 'roles', 'training', 'vars', 'main.yml')) as handle:
         installed = yaml.safe_load(handle)['__training_supervisor_files']
     supervisor = 'roles/training/files/gpucluster_supervise.py'
-    siblings = {os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, 'roles', 'training', 'files', '*.py'))}
-    wanted = sorted(['gpucluster_supervise.py'] + ['%s.py' % name for _, name in other_imports(os.path.join(ROOT, supervisor))
-                                                   if name in siblings] + list(BESIDE[supervisor].values()))
-    assert sorted(installed) == wanted
+    assert sorted(installed) == sorted(program_closure(supervisor) + list(BESIDE[supervisor].values()))
     assert all(os.path.isfile(os.path.join(ROOT, p) if '/' in p else os.path.join(ROOT, 'roles', 'training', 'files', p))
                for p in installed)
     with open(os.path.join(ROOT, 'roles', 'training', 'tasks', 'supervise_check.yml')) as handle:

@@ -4,9 +4,9 @@
 """The supervision core: what every supervisor of a training job shares, where a restart is decided, and the loop.
 
 Two supervisors run its loop (Loop: observe, decide, stop, check, plan, restart, record), each as the driver of
-its platform: the head's (roles/training/files/gpucluster_supervise.py, a service on the supervisor host that
-reads and acts on the job through the collection's playbooks; with the slurm launcher the stop holds and the
-restart releases the Slurm job) and pod 0's agent on Kubernetes (roles/k8s/files/k8s_pod.py PodDriver, which
+its platform: the head's (roles/training/files/gpucluster_supervise.py, a service on the supervisor host, whose
+driver, supervisor_driver.py Supervisor, reads and acts on the job through the collection's playbooks;
+SlurmSupervisor beside it, with the slurm launcher, holds the job at the stop and releases it at the restart) and pod 0's agent on Kubernetes (roles/k8s/files/k8s_pod.py PodDriver, which
 reads and acts on the pods through their agents). Both write the same events, judge culprits in the same order
 and decide a restart with the same rules (the failure policy, then the restart budget; plan_restart); the
 training_report module reads their events with the same reader and counts them with the same summary.

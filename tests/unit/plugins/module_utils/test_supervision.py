@@ -64,14 +64,32 @@ def _kinds_written(path):
     return kinds
 
 
+def _program_files(path):
+    """A program and the modules beside it that it imports (its driver and the driver's parts), and theirs."""
+    folder, seen, todo = os.path.dirname(path), [], [path]
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.append(current)
+        with open(current) as handle:
+            tree = ast.parse(handle.read(), current)
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+            todo += [os.path.join(folder, n + '.py') for n in names if os.path.isfile(os.path.join(folder, n + '.py'))]
+    return seen
+
+
 @pytest.mark.parametrize('program', ['roles/training/files/gpucluster_supervise.py', 'roles/k8s/files/k8s_pod.py'])
 def test_both_supervisors_write_the_cores_vocabulary(program):
     """Each supervisor writes the core's words: those of its own (a driver's: read_missed, blind, fenced...),
     and, where it runs the core's loop, those the loop writes (fault, job_stopped, restart, gave_up, done)."""
-    path = os.path.join(ROOT, program)
-    kinds = _kinds_written(path)
-    with open(path) as handle:
-        runs_the_loop = re.search(r'\b(core|supervision)\.Loop\(', handle.read()) is not None
+    kinds, runs_the_loop = set(), False
+    for path in _program_files(os.path.join(ROOT, program)):
+        kinds |= _kinds_written(path)
+        with open(path) as handle:
+            runs_the_loop = runs_the_loop or re.search(r'\b(core|supervision)\.Loop\(', handle.read()) is not None
     if runs_the_loop:
         kinds |= _kinds_written(core.__file__)
     assert {'supervising', 'fault', 'job_stopped', 'restart', 'gave_up', 'done'} <= kinds

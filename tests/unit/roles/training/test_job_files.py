@@ -15,7 +15,8 @@ FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles',
 sys.path.insert(0, FILES)
 
 import gpucluster_progress as gp  # noqa: E402
-import gpucluster_supervise as sv  # noqa: E402
+import supervisor_driver as sdriver  # noqa: E402
+import supervisor_glance as sglance  # noqa: E402
 
 SECRET = 'root only\n'
 
@@ -50,7 +51,7 @@ def test_the_supervisors_figures_follow_no_link_the_training_account_plants_in_i
                '%s.tmp%d' % (name, os.getpid()), '%s.%d.tmp' % (name, os.getpid()), name + '.tmp', name]
     for link in planted:
         os.symlink(str(canary), str(metrics / link))
-    sup = sv.Supervisor(settings(tmp_path, metrics))
+    sup = sdriver.Supervisor(settings(tmp_path, metrics))
     sup.write_metrics(1764000000.0)
     assert untouched(canary)
     out = metrics / name
@@ -112,7 +113,7 @@ def test_the_job_files_root_reads_are_never_a_fifo_waited_on(tmp_path):
     for fifo in fifos:
         os.mkfifo(str(fifo))
     assert returns_within(5, lambda: gp.rank_file_marks(str(fifos[0])), fifos) is None
-    assert returns_within(5, lambda: sv.read_exit_codes(str(job), ['head']), fifos) == {}
+    assert returns_within(5, lambda: sglance.read_exit_codes(str(job), ['head']), fifos) == {}
     assert returns_within(5, lambda: gp.latest_complete_checkpoint(str(ckpt))[0], fifos) is None
     assert returns_within(5, lambda: gp.checkpoint_claim(str(ckpt)), fifos) == (None, None)
     assert returns_within(5, lambda: gp.resume_point(str(ckpt))['complete'], fifos) is False

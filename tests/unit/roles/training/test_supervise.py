@@ -17,6 +17,10 @@ FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles',
 sys.path.insert(0, FILES)
 
 import gpucluster_supervise as sv  # noqa: E402
+import supervisor_driver as sdriver  # noqa: E402
+import supervisor_glance as sglance  # noqa: E402
+import supervisor_reads as sreads  # noqa: E402
+import supervisor_record as srecord  # noqa: E402
 import supervision as core  # noqa: E402  the supervision core, as the supervisor imports it
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -50,7 +54,7 @@ def test_a_running_job_is_left_alone():
     status = _status([_running('head', [0, 1]), _running('w1', [2, 2]), _running('w2', [3, 3])],
                      [{'ranks': [_row('head', 0, 17), _row('head', 1, 17)]}, {'ranks': [_row('w1', 2, 17)]},
                       {'ranks': [_row('w2', 3, 17)]}])
-    obs = sv.observe(_rec(status), NOW)
+    obs = sreads.observe(_rec(status), NOW)
     assert (obs['state'], obs['step']) == ('running', 17)
     assert core.decide(obs)['action'] == 'wait'
 
@@ -62,7 +66,7 @@ def test_a_killed_rank_stops_the_job_naming_the_node_whose_rank_failed_first():
     status = _status([head, dict(_running('w1', [2, 2]), running=False), _running('w2', [3, 3])],
                      [{'ranks': [_row('head', 0, 23, alive=False, exit='exit 1')]},
                       {'ranks': [_row('w1', 2, 23, alive=False, exit='signal 9')]}, {'ranks': [_row('w2', 3, 23)]}])
-    obs = sv.observe(_rec(status), NOW)
+    obs = sreads.observe(_rec(status), NOW)
     assert obs['state'] == 'failed' and obs['failed_nodes'][0] == 'w1' and obs['step'] == 23
     act = core.decide(obs)
     assert act == {'action': 'stop', 'seen': 'failed', 'nodes': ['w1'], 'why': 'a rank failed first on w1 (exit -9)'}
@@ -71,7 +75,7 @@ def test_a_killed_rank_stops_the_job_naming_the_node_whose_rank_failed_first():
 def test_a_node_that_does_not_answer_is_named_and_the_job_stopped():
     status = _status([_running('head', [0, 1]), {'unreachable': True, 'msg': 'ssh: Connection timed out during banner'},
                       _running('w2', [3, 3])], None)
-    obs = sv.observe(_rec(status), NOW)
+    obs = sreads.observe(_rec(status), NOW)
     assert obs['state'] == 'unreachable' and obs['unreachable_nodes'] == ['w1']
     assert core.decide(obs) == {'action': 'stop', 'seen': 'unreachable', 'nodes': ['w1'], 'why': 'w1 could not be read'}
 
@@ -82,7 +86,7 @@ def test_a_stall_names_the_ranks_that_stopped_first():
                 {'ranks': [_row('w1', 2, 30, since=95.0)]},
                 {'ranks': [_row('w2', 3, 29, since=100.0, held='stopped (SIGSTOP)')]}]
     status = _status([_running('head', [0, 1]), _running('w1', [2, 2]), _running('w2', [3, 3])], progress, 60)
-    obs = sv.observe(_rec(status), NOW)
+    obs = sreads.observe(_rec(status), NOW)
     assert obs['state'] == 'stalled', status['progress']['lines']
     assert 'w2' in obs['stalled_nodes']
     assert core.decide(obs)['action'] == 'stop' and core.decide(obs)['seen'] == 'stalled'
@@ -90,11 +94,11 @@ def test_a_stall_names_the_ranks_that_stopped_first():
 
 def test_a_finished_or_stopped_job_ends_the_supervision():
     done = _status([dict(_running('head', [0, 1]), running=False, exit_code=0)], None)
-    assert core.decide(sv.observe(_rec(done), NOW)) == {'action': 'done', 'why': 'the job finished'}
-    stopped = sv.observe(_rec({'result': {'state': 'stopped'}}), NOW)
+    assert core.decide(sreads.observe(_rec(done), NOW)) == {'action': 'done', 'why': 'the job finished'}
+    stopped = sreads.observe(_rec({'result': {'state': 'stopped'}}), NOW)
     assert core.decide(stopped)['action'] == 'done' and 'not by its supervisor' in core.decide(stopped)['why']
     # a read that said nothing (the playbook could not run) is waited out, not taken for a fault
-    assert core.decide(sv.observe(_rec(None), NOW)) == {'action': 'wait', 'why': 'the status read gave nothing'}
+    assert core.decide(sreads.observe(_rec(None), NOW)) == {'action': 'wait', 'why': 'the status read gave nothing'}
 
 
 def test_the_event_log_tells_the_story_and_the_summary_counts_restarts_steps_and_time_lost(tmp_path, monkeypatch):
@@ -155,7 +159,7 @@ def test_the_report_says_who_supervises_the_job_or_that_nobody_does(tmp_path):
     beat = json.loads((tmp_path / 'supervisor.json').read_text())
     (tmp_path / 'supervisor.json').write_text(json.dumps(dict(beat, until=NOW + 3600)))
     assert sv.report(str(tmp_path), NOW)[0].endswith('restarts 1; until %s (training_supervise_seconds))'
-                                                     % sv.when(NOW + 3600))
+                                                     % srecord.when(NOW + 3600))
     # the report only looks: the supervisor still holds its lock after it
     assert sv.lock(str(tmp_path / 'lock')) is None
     # and a report that looks at the same time as another is not taken for a supervisor
@@ -163,9 +167,9 @@ def test_the_report_says_who_supervises_the_job_or_that_nobody_does(tmp_path):
     with open(str(tmp_path / 'lock')) as looking:
         held.close()
         fcntl.flock(looking, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        assert sv.lock_held(str(tmp_path / 'lock')) is False
+        assert srecord.lock_held(str(tmp_path / 'lock')) is False
     held = sv.lock(str(tmp_path / 'lock'))
-    assert sv.lock_held(str(tmp_path / 'lock')) is True
+    assert srecord.lock_held(str(tmp_path / 'lock')) is True
     held.close()  # the supervisor died: the job runs on, and status says so
     assert sv.report(str(tmp_path), NOW)[0] == 'nobody supervises this job (no supervisor holds %s/lock)' % tmp_path
     # with its memory: what it was at and its last error, and never `supervised` on the next line
@@ -195,7 +199,7 @@ def test_a_stopped_supervisor_ends_its_playbook_run_but_not_a_job_started_in_a_s
     settings = {'job_id': 'j-1', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(tmp_path / 'state'),
                 'nodes': NODES, 'ansible_playbook': str(playbook), 'inventory': 'inv', 'vars_file': 'vars.json',
                 'action_timeout': 30}
-    sup = sv.Supervisor(settings)
+    sup = sdriver.Supervisor(settings)
     done = []
     runner = threading.Thread(target=lambda: done.append(sup.playbook('train.yml', {'training_state': 'started'})))
     runner.start()
@@ -366,7 +370,7 @@ def _supervise(tmp_path, statuses, healths, restarts=3, min_nodes=2, checkpoint_
                 'train_playbook': 'gpucluster.multinode.train', 'health_playbook': 'gpucluster.multinode.health',
                 'vars_file': 'vars.json', 'health_report_dir': str(tmp_path / 'health')}
     settings.update(more)
-    rc = sv.driver_for(settings).run()
+    rc = sdriver.driver_for(settings).run()
     calls = [json.loads(line) for line in (bin_dir / 'calls.log').read_text().splitlines()]
     assert _listing(job) == sorted(before + written)  # the supervisor writes nothing on the shared storage
     return rc, calls, core.read_events(str(state))
@@ -485,7 +489,7 @@ def test_a_health_run_that_wrote_no_report_calls_no_node_failing_and_judges_by_t
 def test_a_node_failing_after_every_restart_gives_up_after_training_restarts_with_the_reason(tmp_path):
     statuses = [_failed('w1', 23), _failed('w1', 26), _failed('w1', 29)]
     rc, calls, events = _supervise(tmp_path, statuses, [_healthy(), _healthy(), _healthy()], restarts=2)
-    assert rc == sv.EXIT_ENDED
+    assert rc == srecord.EXIT_ENDED
     assert [c[0] for c in calls].count('started') == 2
     assert [e['event'] for e in events].count('restart') == 2
     assert events[-1]['event'] == 'gave_up' and events[-1]['why'] == 'training_restarts (2) used up'
@@ -515,7 +519,7 @@ def test_a_job_done_gets_its_report_page_written_on_the_head_without_a_fetch(tmp
 def test_a_job_given_up_gets_its_report_page_too(tmp_path):
     statuses = [_failed('w1', 23), _failed('w1', 26)]
     rc, calls, events = _supervise(tmp_path, statuses, [_healthy(), _healthy()], restarts=1)
-    assert rc == sv.EXIT_ENDED and calls[-1][0] == 'report'
+    assert rc == srecord.EXIT_ENDED and calls[-1][0] == 'report'
     assert events[-1]['event'] == 'gave_up'
 
 
@@ -542,7 +546,7 @@ def test_a_report_run_that_cannot_start_is_an_event_not_a_crash(tmp_path):
     settings = {'job_id': 'j-1', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(state), 'nodes': NODES,
                 'ansible_playbook': str(tmp_path / 'missing'), 'inventory': 'inv',
                 'train_playbook': 'gpucluster.multinode.train', 'vars_file': 'vars.json', 'action_timeout': 30}
-    sv.Supervisor(settings).write_report()
+    sdriver.Supervisor(settings).write_report()
     events = core.read_events(str(state))
     assert [e['event'] for e in events] == ['report_failed']
     # a program that cannot be run (its venv gone) is a run that failed, said with why
@@ -698,7 +702,7 @@ def test_a_stop_that_left_processes_of_the_job_is_not_restarted_on_and_says_why(
     rc, calls, events = _supervise(tmp_path, statuses, [_healthy()],
                                    stopped=[{'rc': 2, 'output': _stop_output('w1', 'FAILED!', left)}])
     # no health run, no start on top of what the stop left
-    assert rc == sv.EXIT_ENDED and [c[0] for c in calls] == ['status', 'stopped', 'report']
+    assert rc == srecord.EXIT_ENDED and [c[0] for c in calls] == ['status', 'stopped', 'report']
     assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'gave_up']
     assert events[2]['why'] == 'stop ended with rc 2 (a node that does not answer keeps its frozen ranks); it failed ' \
                                'on w1 (%s)' % left
@@ -781,7 +785,7 @@ def test_a_slurm_job_is_held_by_the_stop_its_failing_node_drained_and_released_b
 def test_a_slurm_job_given_up_has_its_held_job_cancelled(tmp_path):
     statuses = [_failed('w1', 23), _failed('w1', 26)]
     rc, calls, events = _supervise(tmp_path, statuses, [_healthy(), _healthy()], restarts=1, launcher='slurm')
-    assert rc == sv.EXIT_ENDED
+    assert rc == srecord.EXIT_ENDED
     stops = [x for x in _extras(tmp_path) if x.get('training_state') == 'stopped']
     assert [x.get('training_slurm_hold') for x in stops] == [True, True, None]   # the last: scancel of the held job
     assert [e['event'] for e in events][-2:] == ['gave_up', 'job_stopped']
@@ -841,18 +845,18 @@ def test_a_glance_names_the_nodes_of_ranks_late_past_their_bound_by_their_hosts(
              _late(3, 'w2.example.org', 50, gap=20.0),  # a rank whose lines come every 20 s: late past 60 s only
              _late(4, 'w1', 90, done=40), _late(5, 'w1', 90, step=None),  # done; no step yet (it loads): no sign
              _late(6, 'w1', 900, attempt=0)]  # an attempt before: no sign
-    signs = sv.glance_signs({}, ranks, NODES, 1, 600, NOW, late_seconds=30)
+    signs = sglance.glance_signs({}, ranks, NODES, 1, 600, NOW, late_seconds=30)
     assert [s['kind'] for s in signs] == ['done', 'late']
     # since: the first rank became late (rank 2: 45 s silent, late past 30 s)
     assert signs[1:] == [{'kind': 'late', 'nodes': ['w1', 'w2'], 'since': NOW - 45 + 30,
                           'why': 'rank(s) late: 1 on w1 wrote nothing for 31 s (its bound 30 s); '
                                  '2 on w2 wrote nothing for 45 s (its bound 30 s)'}]
-    assert [s['kind'] for s in sv.glance_signs({}, ranks, NODES, 1, 600, NOW, late_seconds=0)] == ['done']  # 0: none late
+    assert [s['kind'] for s in sglance.glance_signs({}, ranks, NODES, 1, 600, NOW, late_seconds=0)] == ['done']  # 0: none late
     # a rank past the stall bound is quiet, not late; a host that names no node of the job: no node named,
     # the job is read whole
-    quiet = sv.glance_signs({}, [_late(1, 'w1', 90)], NODES, 1, 60, NOW, late_seconds=30)
+    quiet = sglance.glance_signs({}, [_late(1, 'w1', 90)], NODES, 1, 60, NOW, late_seconds=30)
     assert [s['kind'] for s in quiet] == ['quiet']
-    unknown = sv.glance_signs({}, [_late(1, 'gpu-17', 40), _late(2, 'w2', 40)], NODES, 1, 600, NOW, late_seconds=30)
+    unknown = sglance.glance_signs({}, [_late(1, 'gpu-17', 40), _late(2, 'w2', 40)], NODES, 1, 600, NOW, late_seconds=30)
     assert unknown[0]['nodes'] == [] and '1 on gpu-17 wrote nothing' in unknown[0]['why']
 
 
@@ -938,12 +942,12 @@ def test_a_late_rank_whose_quick_read_gave_no_answer_is_no_late_event_the_job_is
 def test_a_glance_names_a_node_whose_part_exited_non_zero_the_earliest_first_and_only_the_jobs_nodes_now():
     exits = {'w2': {'code': 137, 'mtime': NOW + 2}, 'w1': {'code': 1, 'mtime': NOW + 1},
              'old': {'code': 137, 'mtime': NOW}}  # a node a restart left out: its file stays, no sign
-    signs = sv.glance_signs(exits, [], NODES, 1, 60, NOW + 3)
+    signs = sglance.glance_signs(exits, [], NODES, 1, 60, NOW + 3)
     why = 'the job on w1, w2 exited with code 1, code 137 (its exit files)'
     # since: the first of them ended (a read that began before it is ended by the sign)
     assert signs == [{'kind': 'exit', 'nodes': ['w1', 'w2'], 'since': NOW + 1, 'failed': True, 'why': why}]
-    assert sv.glance_signs({'old': {'code': 137, 'mtime': NOW}}, [], NODES, 1, 60, NOW) == []
-    ended = sv.glance_signs({'head': {'code': 0, 'mtime': NOW}}, [], NODES, 1, 60, NOW)
+    assert sglance.glance_signs({'old': {'code': 137, 'mtime': NOW}}, [], NODES, 1, 60, NOW) == []
+    ended = sglance.glance_signs({'head': {'code': 0, 'mtime': NOW}}, [], NODES, 1, 60, NOW)
     assert ended[0]['why'] == 'the job on head ended with code 0'
 
 
@@ -952,10 +956,10 @@ def test_a_glance_sees_ranks_done_or_quiet_of_this_attempt_only():
              {'rank': 1, 'attempt': 2, 'mtime': NOW - 90, 'done': None},   # quiet for 90 s, the bound 60
              {'rank': 2, 'attempt': 2, 'mtime': NOW - 90, 'done': 40},     # done: not quiet
              {'rank': 3, 'attempt': 1, 'mtime': NOW - 900, 'done': None}]  # the attempt before: no sign
-    signs = sv.glance_signs({}, ranks, NODES, 2, 60, NOW)
+    signs = sglance.glance_signs({}, ranks, NODES, 2, 60, NOW)
     assert [(s['kind'], s['why'], s['since']) for s in signs] == [
         ('done', 'rank(s) 2 wrote done', NOW - 90), ('quiet', 'rank(s) 1 wrote nothing for more than 60 s', NOW - 30)]
-    assert [s['kind'] for s in sv.glance_signs({}, ranks, NODES, 2, 0, NOW)] == ['done']  # no stall bound: no quiet
+    assert [s['kind'] for s in sglance.glance_signs({}, ranks, NODES, 2, 0, NOW)] == ['done']  # no stall bound: no quiet
 
 
 def test_a_killed_rank_is_read_at_once_when_the_glance_sees_its_exit_file_not_at_the_interval(tmp_path):
@@ -1063,7 +1067,7 @@ def test_a_job_directory_that_cannot_be_read_turns_the_glances_off_and_the_reads
 
 def test_a_glance_that_hangs_is_given_up_named_and_the_glances_come_back_when_it_returns(tmp_path, monkeypatch):
     import threading
-    monkeypatch.setattr(sv, 'GLANCE_TIMEOUT', 0.2)
+    monkeypatch.setattr(sglance, 'GLANCE_TIMEOUT', 0.2)
     release = threading.Event()
 
     def hung(path):  # a read of the shared storage that does not come back until released
@@ -1072,9 +1076,9 @@ def test_a_glance_that_hangs_is_given_up_named_and_the_glances_come_back_when_it
     (tmp_path / 'job' / 'progress').mkdir(parents=True)
     (tmp_path / 'job' / 'progress' / 'rank-0.log').write_text(_rank_file(0))
     (tmp_path / 'state').mkdir()
-    sup = sv.Supervisor({'job_id': 'j-1', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(tmp_path / 'state'),
+    sup = sdriver.Supervisor({'job_id': 'j-1', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(tmp_path / 'state'),
                          'nodes': NODES, 'interval': 5, 'glance_seconds': 0.05})
-    sup.glance = sv.Glance(str(tmp_path / 'job'), hung)
+    sup.glance = sglance.Glance(str(tmp_path / 'job'), hung)
     deadline = time.time() + 5
     while sup.glance_off is None and time.time() < deadline:
         assert sup.glance_once(time.time() + 0.1) is None
@@ -1123,7 +1127,7 @@ def _exited(node, step, code):
 def test_a_failure_policy_rule_fails_the_job_at_once_on_the_exit_code_it_names_without_a_health_run(tmp_path):
     policy = [{'on': ['exit'], 'exit_codes': [3], 'action': 'fail'}]
     rc, calls, events = _supervise(tmp_path, [_exited('w1', 23, 3)], [], failure_policy=policy)
-    assert rc == sv.EXIT_ENDED
+    assert rc == srecord.EXIT_ENDED
     assert [c[0] for c in calls] == ['status', 'stopped', 'report']          # no health run, no start
     assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'gave_up']
     assert (events[1]['failure'], events[1]['exit_code']) == ('exit', 3)

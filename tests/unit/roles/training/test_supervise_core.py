@@ -17,6 +17,11 @@ FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles',
 sys.path.insert(0, FILES)
 
 import gpucluster_supervise as sv  # noqa: E402
+import ansible_output as aout  # noqa: E402
+import supervisor_driver as sdriver  # noqa: E402
+import supervisor_reads as sreads  # noqa: E402
+import supervisor_record as srecord  # noqa: E402
+import supervisor_runs as sruns  # noqa: E402
 import supervision as core  # noqa: E402  the supervision core, as the supervisor imports it
 
 
@@ -42,43 +47,43 @@ def test_only_a_node_missed_by_two_reads_whose_direct_probe_failed_is_confirmed(
     first = _obs('unreachable', ['w1', 'w2'])
     probes = {'w1': {'answered': False, 'why': 'port 22 on w1: timed out'},
               'w2': {'answered': False, 'why': 'port 22 on w2: timed out'}}
-    assert sv.confirm_unreachable(first, _obs('unreachable', ['w1', 'w2']), probes) == ['w1', 'w2']
+    assert sreads.confirm_unreachable(first, _obs('unreachable', ['w1', 'w2']), probes) == ['w1', 'w2']
     # the second read reached w2
-    assert sv.confirm_unreachable(first, _obs('unreachable', ['w1']), probes) == ['w1']
+    assert sreads.confirm_unreachable(first, _obs('unreachable', ['w1']), probes) == ['w1']
     # w1 answered its direct probe
     probes['w1']['answered'] = True
-    assert sv.confirm_unreachable(first, _obs('unreachable', ['w1', 'w2']), probes) == ['w2']
+    assert sreads.confirm_unreachable(first, _obs('unreachable', ['w1', 'w2']), probes) == ['w2']
     # a second read that reached every node confirms nothing, whatever the probe said
-    assert sv.confirm_unreachable(first, _obs('running'), probes) == []
+    assert sreads.confirm_unreachable(first, _obs('running'), probes) == []
     # a second read that failed as a whole names no node: no confirmation either
-    assert sv.confirm_unreachable(first, _obs('unknown', why='the status read gave nothing'), probes) == []
+    assert sreads.confirm_unreachable(first, _obs('unknown', why='the status read gave nothing'), probes) == []
     # a node that was not probed is taken as not answering
-    assert sv.confirm_unreachable(_obs('unreachable', ['w3']), _obs('unreachable', ['w3']), {}) == ['w3']
+    assert sreads.confirm_unreachable(_obs('unreachable', ['w3']), _obs('unreachable', ['w3']), {}) == ['w3']
 
 
 def test_a_read_that_missed_a_node_asks_for_confirming_only_when_no_rank_failed():
-    missed = sv.observe(_rec({'result': {'state': 'unknown', 'unknown_nodes': ['w2']}}), NOW)
-    assert sv.needs_confirming(missed) and core.decide(missed)['action'] == 'stop'
+    missed = sreads.observe(_rec({'result': {'state': 'unknown', 'unknown_nodes': ['w2']}}), NOW)
+    assert core.needs_confirming(missed) and core.decide(missed)['action'] == 'stop'
     # a rank failed too: the stop needs no second read
     failed = {'state': 'failed', 'failed_nodes': ['w1'], 'first_failure': {'node': 'w1', 'exit_code': 1}}
-    both = sv.observe(_rec({'result': failed, 'progress': {'node_errors': {'w2': 'timed out'}}}), NOW)
-    assert both['state'] == 'unreachable' and both['failed_nodes'] == ['w1'] and not sv.needs_confirming(both)
+    both = sreads.observe(_rec({'result': failed, 'progress': {'node_errors': {'w2': 'timed out'}}}), NOW)
+    assert both['state'] == 'unreachable' and both['failed_nodes'] == ['w1'] and not core.needs_confirming(both)
     # the node that cannot be reached is judged first (supervision.CULPRIT_ORDER, as on Kubernetes): a node
     # lost makes the others' ranks fail, so the first failed rank comes after it
     assert core.decide(both)['nodes'] == ['w2', 'w1']
     assert both['why'] == 'w2 could not be read; a rank failed first on w1 (exit 1)'
-    assert not sv.needs_confirming(sv.observe(_rec({'result': {'state': 'running'}}), NOW))
+    assert not core.needs_confirming(sreads.observe(_rec({'result': {'state': 'running'}}), NOW))
 
 
 def test_the_read_missed_event_says_for_each_node_why_it_is_no_fault():
     first = _obs('unreachable', ['w1', 'w2'])
     probes = {'w1': {'answered': True, 'why': 'port 22 on w1: sshd answered (SSH-2.0-OpenSSH_9.2p1)'},
               'w2': {'answered': False, 'why': 'port 22 on w2: refused'}}
-    why = sv.missed_why(first, _obs('unreachable', ['w1']), probes)
+    why = sreads.missed_why(first, _obs('unreachable', ['w1']), probes)
     assert why == ('not read once, not a fault: w1: the second read could not reach it either; it answered the '
                    'direct probe (port 22 on w1: sshd answered (SSH-2.0-OpenSSH_9.2p1)); w2: the second read reached '
                    'it; the direct probe failed (port 22 on w2: refused)')
-    why = sv.missed_why(_obs('unreachable', ['w2']), _obs('unknown', why='the status read gave nothing'), probes)
+    why = sreads.missed_why(_obs('unreachable', ['w2']), _obs('unknown', why='the status read gave nothing'), probes)
     assert why == ('not read once, not a fault: w2: the second read gave no answer (the status read gave nothing); '
                    'the direct probe failed (port 22 on w2: refused)')
 
@@ -91,9 +96,9 @@ def test_a_tcp_probe_names_the_port_and_why_and_only_an_sshd_banner_is_an_answer
     server.listen(4)
     port = server.getsockname()[1]
     try:
-        assert sv.tcp_probe('127.0.0.1', port, banner=0) == (True, 'port %d on 127.0.0.1: open' % port)
+        assert sruns.tcp_probe('127.0.0.1', port, banner=0) == (True, 'port %d on 127.0.0.1: open' % port)
         # the kernel accepts, nothing answers: a frozen node's sshd
-        assert sv.tcp_probe('127.0.0.1', port, banner=0.5) == (
+        assert sruns.tcp_probe('127.0.0.1', port, banner=0.5) == (
             False, 'port %d on 127.0.0.1: open, but no SSH banner within 0.5 s (a frozen node?)' % port)
 
     finally:
@@ -109,12 +114,12 @@ def test_a_tcp_probe_names_the_port_and_why_and_only_an_sshd_banner_is_an_answer
     thread = threading.Thread(target=answer)
     thread.start()
     try:
-        assert sv.tcp_probe('127.0.0.1', sshd.getsockname()[1], banner=5) == (
+        assert sruns.tcp_probe('127.0.0.1', sshd.getsockname()[1], banner=5) == (
             True, 'port %d on 127.0.0.1: sshd answered (SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3)' % sshd.getsockname()[1])
         thread.join(5)
     finally:
         sshd.close()
-    answered, why = sv.tcp_probe('127.0.0.1', port)
+    answered, why = sruns.tcp_probe('127.0.0.1', port)
     assert not answered and why.startswith('port %d on 127.0.0.1: ' % port) and 'refused' in why.lower()
 
 
@@ -122,37 +127,37 @@ def test_a_tcp_probe_names_the_port_and_why_and_only_an_sshd_banner_is_an_answer
 def test_a_read_of_an_earlier_attempt_is_stale_and_asks_for_nothing():
     failed = {'result': {'state': 'failed', 'failed_nodes': ['w1'], 'first_failure': {'node': 'w1'}, 'attempt': 1},
               'progress': {'ranks': [{'last_step': 23}], 'attempt': 1}}
-    obs = sv.observe(_rec(failed), NOW, attempt=2)
+    obs = sreads.observe(_rec(failed), NOW, attempt=2)
     assert obs['state'] == 'unknown' and obs['stale'] and obs['step'] is None
     assert obs['why'] == 'the read is of attempt 1: attempt 2 has not written yet'
     assert core.decide(obs)['action'] == 'wait'
     # the same read is the fault while attempt 1 runs; a read that names no attempt is taken as it is
-    assert sv.observe(_rec(failed), NOW, attempt=1)['state'] == 'failed'
-    assert sv.observe(_rec({'result': {'state': 'failed', 'failed_nodes': ['w1']}}), NOW, attempt=2)['state'] == 'failed'
+    assert sreads.observe(_rec(failed), NOW, attempt=1)['state'] == 'failed'
+    assert sreads.observe(_rec({'result': {'state': 'failed', 'failed_nodes': ['w1']}}), NOW, attempt=2)['state'] == 'failed'
     # either part naming an earlier attempt makes the read stale
     partly = dict(failed, result=dict(failed['result'], attempt=2))
-    assert sv.observe(_rec(partly), NOW, attempt=2).get('stale')
+    assert sreads.observe(_rec(partly), NOW, attempt=2).get('stale')
 
 
 def test_a_status_without_the_job_state_is_unknown_never_taken_for_a_fault():
     # the job's state is the controller's (the status file's job): a file without it decides nothing
-    obs = sv.observe({'result': {'state': 'failed', 'failed_nodes': ['w1']}}, NOW)
+    obs = sreads.observe({'result': {'state': 'failed', 'failed_nodes': ['w1']}}, NOW)
     assert obs['state'] == 'unknown' and obs['why'] == 'the status read holds no job state'
     assert core.decide(obs)['action'] == 'wait'
 
 
 def test_a_failed_read_and_the_blind_why_say_the_rc_the_error_and_the_last_good_read():
-    nothing = sv.observe(_rec(None), NOW)
-    assert sv.read_failure(4, None, nothing, 'w1: unreachable: no route') == (
+    nothing = sreads.observe(_rec(None), NOW)
+    assert sreads.read_failure(4, None, nothing, 'w1: unreachable: no route') == (
         'train.yml status ended with rc 4 and wrote no status: w1: unreachable: no route')
-    assert sv.read_failure(124, None, nothing, '', 300) == (
+    assert sreads.read_failure(124, None, nothing, '', 300) == (
         'train.yml status did not end within 300 s (read_timeout) and wrote no status')
-    unknown = sv.observe(_rec({'result': {'state': 'unknown'}}), NOW)
-    assert sv.read_failure(2, {'result': {'state': 'unknown'}}, unknown) == (
+    unknown = sreads.observe(_rec({'result': {'state': 'unknown'}}), NOW)
+    assert sreads.read_failure(2, {'result': {'state': 'unknown'}}, unknown) == (
         'train.yml status ended with rc 2; its status named no state of the job (unknown)')
-    assert sv.blind_why(3, 'train.yml status ended with rc 4', NOW - 95, NOW - 500, NOW) == (
+    assert sreads.blind_why(3, 'train.yml status ended with rc 4', NOW - 95, NOW - 500, NOW) == (
         '3 reads in a row failed: train.yml status ended with rc 4; last good read 95 s ago')
-    assert sv.blind_why(3, 'x', None, NOW - 40, NOW) == (
+    assert sreads.blind_why(3, 'x', None, NOW - 40, NOW) == (
         '3 reads in a row failed: x; no good read since the supervisor started 40 s ago')
 
 
@@ -223,49 +228,49 @@ RUN_YAML = '\n'.join([
 
 
 def test_a_runs_error_is_its_last_failing_tasks_fatal_lines_never_an_ignored_one():
-    assert sv.run_error(RUN_2_19) == (
+    assert aout.run_error(RUN_2_19) == (
         'task "Refuse a node": a, b: host lab-worker-1: the launcher could not start: no such file; c: unreachable: '
         'Failed to connect to the host via ssh: ssh: Could not resolve hostname c: Name or service not known')
     # only ignored failures: no error
     ignored_only = RUN_2_19.split('TASK [Refuse a node]')[0]
-    assert sv.run_error(ignored_only) == ''
-    assert sv.run_error('') == '' and sv.run_error('PLAY RECAP ****\na : ok=3 failed=0\n') == ''
+    assert aout.run_error(ignored_only) == ''
+    assert aout.run_error('') == '' and aout.run_error('PLAY RECAP ****\na : ok=3 failed=0\n') == ''
     # an assert whose fail_msg is a list of lines (status.yml's, when a node could not be read)
     status = ('TASK [gpucluster.multinode.training : Fail when a node\'s state could not be read (the job\'s state is '
               'unknown, not stopped)] ***\n'
               'fatal: [head]: FAILED! => {"assertion": false, "changed": false, "evaluated_to": false, "msg": ["job '
               'j-1: unknown (its state could not be read on w1)", "w1: read failed: timed out"]}\n')
-    assert sv.run_error(status) == (
+    assert aout.run_error(status) == (
         'task "gpucluster.multinode.training : Fail when a node\'s state could not be read (the job\'s state is '
         'unknown, not stopped)": head: job j-1: unknown (its state could not be read on w1); w1: read failed: timed '
         'out')
 
 
 def test_a_runs_error_is_read_from_yaml_results_too():
-    assert sv.run_error(RUN_YAML) == ('task "Refuse a node": a: host lab-worker-1: the launcher could not start: '
+    assert aout.run_error(RUN_YAML) == ('task "Refuse a node": a: host lab-worker-1: the launcher could not start: '
                                       'no such file "x"')
-    assert sv.run_error(RUN_YAML.split('TASK [Refuse a node]')[0]) == (
+    assert aout.run_error(RUN_YAML.split('TASK [Refuse a node]')[0]) == (
         'task "Reach": nosuch.invalid: unreachable: Failed to connect to the host via ssh: ssh: Could not resolve '
         'hostname nosuch.invalid: Name or service not known')
 
 
 def test_a_runs_error_is_its_error_line_when_no_task_failed_and_is_cut_short():
-    assert sv.run_error('[ERROR]: the playbook: gpucluster.multinode.nosuch could not be found\n') == (
+    assert aout.run_error('[ERROR]: the playbook: gpucluster.multinode.nosuch could not be found\n') == (
         'the playbook: gpucluster.multinode.nosuch could not be found')
     # before ansible-core 2.19
-    assert sv.run_error('ERROR! couldn\'t resolve module/action \'gpucluster.multinode.training_job\'. This often '
+    assert aout.run_error('ERROR! couldn\'t resolve module/action \'gpucluster.multinode.training_job\'. This often '
                         'indicates a misspelling\n\nThe error appears to be in \'/x/started.yml\'\n') == (
         'couldn\'t resolve module/action \'gpucluster.multinode.training_job\'. This often indicates a misspelling')
     # an error line after the last failed task is the run's error (it came last)
-    assert sv.run_error(RUN_2_19 + '[ERROR]: Unexpected Exception: boom\n') == 'Unexpected Exception: boom'
+    assert aout.run_error(RUN_2_19 + '[ERROR]: Unexpected Exception: boom\n') == 'Unexpected Exception: boom'
     long = 'fatal: [a]: FAILED! => {"msg": "%s"}\n' % ('x' * 1000)
-    cut = sv.run_error(long)
+    cut = aout.run_error(long)
     assert len(cut) == 400 and cut.startswith('a: xxx') and cut.endswith('...')
     # a module that failed as a whole says its stderr
     module = ('fatal: [a]: FAILED! => {"changed": false, "module_stderr": "sudo: a password is required\\n", '
               '"module_stdout": "", "msg": "MODULE FAILURE: No start of JSON char found\\nSee stdout/stderr for the '
               'exact error", "rc": 1}\n')
-    assert sv.run_error(module) == ('a: MODULE FAILURE: No start of JSON char found See stdout/stderr for the exact '
+    assert aout.run_error(module) == ('a: MODULE FAILURE: No start of JSON char found See stdout/stderr for the exact '
                                     'error: sudo: a password is required')
 
 
@@ -303,7 +308,7 @@ MINIMAL = '\n'.join([
 
 
 def test_an_adhoc_run_names_each_host_that_failed_and_why():
-    answers = sv.parse_adhoc(ONELINE, ['head', 'w1', 'w2', 'w3', 'w4', 'w5', 'w6'])
+    answers = aout.parse_adhoc(ONELINE, ['head', 'w1', 'w2', 'w3', 'w4', 'w5', 'w6'])
     assert answers['head'] is None and answers['w4'] is None
     assert answers['w1'] == ('unreachable: Failed to connect to the host via ssh: ssh: connect to host w1 port 22: '
                              'Connection refused')
@@ -315,19 +320,19 @@ def test_an_adhoc_run_names_each_host_that_failed_and_why():
 
 
 def test_an_adhoc_run_without_one_line_output_is_read_too():
-    answers = sv.parse_adhoc(MINIMAL, ['head', 'w1', 'w2'])
+    answers = aout.parse_adhoc(MINIMAL, ['head', 'w1', 'w2'])
     assert answers == {'head': None,
                        'w1': 'unreachable: Failed to connect to the host via ssh: ssh: Could not resolve hostname w1: '
                              'Name or service not known',
                        'w2': 'failed: rc=1 non-zero return code'}
     # a run that failed before any host: each host is said with the run's error
-    assert sv.parse_adhoc('[ERROR]: Unable to parse /etc/inv as an inventory source\n', ['a']) == {
+    assert aout.parse_adhoc('[ERROR]: Unable to parse /etc/inv as an inventory source\n', ['a']) == {
         'a': "no answer in ansible's output (Unable to parse /etc/inv as an inventory source)"}
 
 
 # ----- figures, heartbeat, report ----------------------------------------------------------------
 def test_the_figures_are_prometheus_text_with_help_and_type_and_leave_out_what_is_not_known():
-    text = sv.metrics_text('j-"1"', {'last_read_timestamp_seconds': NOW + 0.5, 'read_seconds': 2.25,
+    text = srecord.metrics_text('j-"1"', {'last_read_timestamp_seconds': NOW + 0.5, 'read_seconds': 2.25,
                                      'failed_reads': 0, 'blind': 0, 'restarts': 1, 'attempt': 2,
                                      'heartbeat_timestamp_seconds': NOW + 1})
     lines = text.splitlines()
@@ -344,7 +349,7 @@ def test_the_figures_are_prometheus_text_with_help_and_type_and_leave_out_what_i
                        'gpucluster_supervisor_attempt{job="j-\\"1\\""}': '2',
                        'gpucluster_supervisor_heartbeat_timestamp_seconds{job="j-\\"1\\""}': '1764000001.0'}
     assert sum(1 for line in lines if line.startswith('# TYPE')) == 7 and text.endswith('\n')
-    before_a_read = sv.metrics_text('j', {'last_read_timestamp_seconds': None, 'read_seconds': None, 'failed_reads': 0,
+    before_a_read = srecord.metrics_text('j', {'last_read_timestamp_seconds': None, 'read_seconds': None, 'failed_reads': 0,
                                           'blind': 0, 'restarts': 0, 'attempt': 1, 'heartbeat_timestamp_seconds': NOW})
     assert 'last_read' not in before_a_read and 'read_seconds' not in before_a_read
 
@@ -360,7 +365,7 @@ def _settings(tmp_path, **more):
 
 def test_the_heartbeat_and_figures_go_to_the_state_dir_and_node_exporters_and_leave_it_at_the_end(tmp_path):
     (tmp_path / 'metrics').mkdir()
-    sup = sv.Supervisor(_settings(tmp_path, metrics_dir=str(tmp_path / 'metrics'), attempt=3))
+    sup = sdriver.Supervisor(_settings(tmp_path, metrics_dir=str(tmp_path / 'metrics'), attempt=3))
     umask = os.umask(0o077)  # node_exporter and users read them whatever the supervisor's umask
     try:
         sup.heartbeat('reading')
@@ -384,7 +389,7 @@ def test_the_heartbeat_and_figures_go_to_the_state_dir_and_node_exporters_and_le
 
 
 def test_a_metrics_dir_that_cannot_be_written_is_said_once_and_the_figures_stay_in_the_state_dir(tmp_path):
-    sup = sv.Supervisor(_settings(tmp_path, metrics_dir=str(tmp_path / 'missing')))
+    sup = sdriver.Supervisor(_settings(tmp_path, metrics_dir=str(tmp_path / 'missing')))
     sup.heartbeat('reading')
     sup.heartbeat('waiting')
     events = core.read_events(str(tmp_path / 'state'))
@@ -535,16 +540,16 @@ def test_a_node_whose_reads_keep_hanging_while_it_answers_a_ping_is_a_fault_afte
     second = {'unreachable_nodes': ['w2'], 'state': 'unreachable', 'why': ''}
     pong = {'w2': {'answered': True, 'why': 'pong'}}
     counts = {}
-    assert sv.unread_too_long(counts, first, second, pong, 3) == []
-    assert sv.unread_too_long(counts, first, second, pong, 3) == []
-    assert sv.unread_too_long(counts, first, second, pong, 3) == ['w2']
+    assert sreads.unread_too_long(counts, first, second, pong, 3) == []
+    assert sreads.unread_too_long(counts, first, second, pong, 3) == []
+    assert sreads.unread_too_long(counts, first, second, pong, 3) == ['w2']
     # a second read that reaches the node starts the count again
     reached = {'unreachable_nodes': [], 'state': 'running', 'why': ''}
     counts = {'w2': 2}
-    assert sv.unread_too_long(counts, first, reached, pong, 3) == [] and counts == {}
+    assert sreads.unread_too_long(counts, first, reached, pong, 3) == [] and counts == {}
     # a node that does not answer the probe is not counted here (confirm_unreachable decides it)
     counts = {}
-    assert sv.unread_too_long(counts, first, second, {'w2': {'answered': False}}, 1) == []
+    assert sreads.unread_too_long(counts, first, second, {'w2': {'answered': False}}, 1) == []
 
 
 def test_a_stall_stop_names_the_collective_and_the_rank_the_flight_recorder_dumps_show(tmp_path):
@@ -552,7 +557,7 @@ def test_a_stall_stop_names_the_collective_and_the_rank_the_flight_recorder_dump
     follows; no dump, no explanation (never an error)."""
     import pickle
     job_dir = tmp_path / 'job'
-    sup = sv.Supervisor({'job_id': 'j', 'job_dir': str(job_dir), 'state_dir': str(tmp_path / 'state'),
+    sup = sdriver.Supervisor({'job_id': 'j', 'job_dir': str(job_dir), 'state_dir': str(tmp_path / 'state'),
                          'nodes': ['h', 'w'], 'attempt': 2})
     assert sup.hang_verdict() is None
     config = {'0': {'name': '0', 'desc': 'default_pg', 'ranks': '[0, 1]'}}
@@ -583,7 +588,7 @@ def test_the_fence_kills_the_jobs_processes_of_older_attempts_only(tmp_path):
         'other job': subprocess.Popen(['sleep', '60'], env=dict(base, GPUCLUSTER_JOB_ID='job-g', GPUCLUSTER_ATTEMPT='1')),
     }
     try:
-        out = subprocess.run([sys.executable, '-c', sv.FENCE_SCRIPT, 'job-f', '2'], capture_output=True, text=True,
+        out = subprocess.run([sys.executable, '-c', sruns.FENCE_SCRIPT, 'job-f', '2'], capture_output=True, text=True,
                              timeout=30)
         assert out.stdout.strip() == 'gpucluster-fenced 2'
         for name in ('old', 'old-no-attempt'):
@@ -598,13 +603,13 @@ def test_the_fence_kills_the_jobs_processes_of_older_attempts_only(tmp_path):
 
 
 def test_the_fence_run_is_one_ad_hoc_command_as_the_training_account_and_its_answers_are_read():
-    cmd = sv.fence_command('/x/ansible', '/etc/inv.yml', ['w2', 'w3'], 'train', 'job-f', 3)
+    cmd = sruns.fence_command('/x/ansible', '/etc/inv.yml', ['w2', 'w3'], 'train', 'job-f', 3)
     assert cmd[:8] == ['/x/ansible', 'w2,w3', '-i', '/etc/inv.yml', '-b', '--become-user', 'train', '-m']
     assert cmd[-2].endswith("' job-f 3") and cmd[-1] == '-o'
     text = ('w2 | CHANGED | rc=0 | (stdout) gpucluster-fenced 3\n'
             'w3 | UNREACHABLE!: Task failed: Failed to connect to the host via ssh: ssh: connect to host w3 port 22: '
             'Connection timed out\n')
-    assert sv.fenced_counts(text, ['w2', 'w3']) == {'w2': 3}
+    assert aout.fenced_counts(text, ['w2', 'w3']) == {'w2': 3}
 
 
 def test_a_left_out_node_is_fenced_in_the_background_once_it_answers(tmp_path):
@@ -616,7 +621,7 @@ def test_a_left_out_node_is_fenced_in_the_background_once_it_answers(tmp_path):
     (bin_dir / 'ansible').chmod(0o755)
     state = tmp_path / 'state'
     state.mkdir()
-    sup = sv.Supervisor({'job_id': 'job-f', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(state),
+    sup = sdriver.Supervisor({'job_id': 'job-f', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(state),
                          'nodes': ['h', 'w1', 'w2'], 'hosts': {'w2': 'w2'}, 'ansible': str(bin_dir / 'ansible'),
                          'ansible_playbook': str(bin_dir / 'ansible-playbook'), 'inventory': 'inv',
                          'training_user': 'train'})
@@ -633,6 +638,6 @@ def test_a_left_out_node_is_fenced_in_the_background_once_it_answers(tmp_path):
     sup.fence_step(1010.0)
     assert sup.fencing is None                  # not before FENCE_EVERY
     answer.write_text('w2 | CHANGED | rc=0 | (stdout) gpucluster-fenced 2\n')
-    events = finish(1000.0 + sv.FENCE_EVERY)
+    events = finish(1000.0 + sruns.FENCE_EVERY)
     assert [e['event'] for e in events] == ['fenced'] and events[0]['nodes'] == ['w2'] and events[0]['killed'] == 2
     assert sup.to_fence == {}

@@ -16,8 +16,11 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_supervise import (NODES, _closed_port, _extras, _failed, _healthy, _progress, _script,  # noqa: E402
-                            core, sv)
+                            core)
 from test_supervise_core import _rec  # noqa: E402
+import supervisor_driver as sdriver  # noqa: E402
+import supervisor_record as srecord  # noqa: E402
+import supervisor_runs as sruns  # noqa: E402
 
 RUNNING_2 = {'result': {'state': 'running', 'attempt': 2}, 'progress': _progress(25, attempt=2)}
 DONE_2 = {'result': {'state': 'succeeded', 'attempt': 2}, 'progress': _progress(40, attempt=2)}
@@ -64,12 +67,12 @@ def _events(tmp_path):
 def test_a_supervisor_that_dies_mid_recovery_goes_on_from_its_memory_with_the_same_attempt_and_budget(
         tmp_path, monkeypatch):
     bin_dir, settings = _setup(tmp_path, [_failed('w1', 23)])
-    real_health = sv.Supervisor.health
+    real_health = sdriver.Supervisor.health
 
     def dies(self, nodes):
         raise OSError(28, 'No space left on device')
-    monkeypatch.setattr(sv.Supervisor, 'health', dies)
-    assert sv.Supervisor(settings).run() == 1  # the unit starts it again
+    monkeypatch.setattr(sdriver.Supervisor, 'health', dies)
+    assert sdriver.Supervisor(settings).run() == 1  # the unit starts it again
     events = _events(tmp_path)
     assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'supervisor_error']
     assert events[-1]['why'].startswith('OSError: [Errno 28] No space left on device (test_supervisor_memory.py line ')
@@ -78,9 +81,9 @@ def test_a_supervisor_that_dies_mid_recovery_goes_on_from_its_memory_with_the_sa
     assert oct(os.stat(str(tmp_path / 'state' / 'memory.json')).st_mode & 0o777) == oct(0o600)
 
     # started again: it finishes the recovery (from the stop: a stop and a check only end and judge) once
-    monkeypatch.setattr(sv.Supervisor, 'health', real_health)
+    monkeypatch.setattr(sdriver.Supervisor, 'health', real_health)
     _answers(bin_dir, [RUNNING_2, DONE_2], [_healthy()])
-    assert sv.Supervisor(settings).run() == 0
+    assert sdriver.Supervisor(settings).run() == 0
     assert _calls(bin_dir) == ['status', 'stopped', 'stopped', 'health', 'started', 'status', 'status', 'report']
     events = _events(tmp_path)
     assert [(e['event'], e['attempt']) for e in events] == [
@@ -94,7 +97,7 @@ def test_a_supervisor_that_dies_mid_recovery_goes_on_from_its_memory_with_the_sa
     assert (summary['restarts'], summary['faults'], summary['outcome']) == (1, 1, 'finished')
     assert _memory(tmp_path)['ended'] == 'done'
     # an ended supervision started again (its host rebooted) does nothing
-    assert sv.Supervisor(settings).run() == 0
+    assert sdriver.Supervisor(settings).run() == 0
     assert len(_events(tmp_path)) == len(events) and _calls(bin_dir)[-1] == 'report'
 
 
@@ -115,7 +118,7 @@ def _decided(tmp_path, settings):
 def test_a_restart_that_was_started_before_the_supervisor_died_is_not_started_again(tmp_path):
     bin_dir, settings = _setup(tmp_path, [RUNNING_2, DONE_2])
     _decided(tmp_path, settings)
-    assert sv.Supervisor(settings).run() == 0
+    assert sdriver.Supervisor(settings).run() == 0
     assert _calls(bin_dir) == ['status', 'status', 'report']  # read, seen running as attempt 2: nothing started
     events = _events(tmp_path)
     assert [(e['event'], e['attempt']) for e in events] == [('resumed', 2), ('training', 2), ('done', 2)]
@@ -127,7 +130,7 @@ def test_a_restart_decided_but_not_started_is_started_once_with_the_same_attempt
              'progress': dict(_progress(23, attempt=1), state='failed')}
     bin_dir, settings = _setup(tmp_path, [stale, RUNNING_2, DONE_2])
     _decided(tmp_path, settings)
-    assert sv.Supervisor(settings).run() == 0
+    assert sdriver.Supervisor(settings).run() == 0
     # the read shows nothing of attempt 2: what it may have half started is stopped, then attempt 2 starts
     assert _calls(bin_dir) == ['status', 'stopped', 'started', 'status', 'status', 'report']
     assert [x['training_attempt'] for x in _extras(tmp_path) if x.get('training_state') == 'started'] == [2]
@@ -142,7 +145,7 @@ def test_a_supervisor_that_keeps_failing_gives_up_saying_why_and_the_job_runs_on
     (tmp_path / 'state' / 'memory.json').write_text(json.dumps(
         {'job_id': 'j-1', 'attempt': 1, 'state': {'nodes': NODES, 'restarts': 0}, 'phase': None, 'until': None,
          'starts': [now - 500, now - 400, now - 300, now - 200, now - 100]}))
-    assert sv.Supervisor(settings).run() == sv.EXIT_ENDED
+    assert sdriver.Supervisor(settings).run() == srecord.EXIT_ENDED
     assert not (bin_dir / 'calls.log').exists()
     events = _events(tmp_path)
     assert [e['event'] for e in events] == ['gave_up']
@@ -153,13 +156,13 @@ def test_a_supervisor_that_keeps_failing_gives_up_saying_why_and_the_job_runs_on
         {'job_id': 'j-1', 'attempt': 1, 'state': {'nodes': NODES, 'restarts': 0}, 'phase': None, 'until': None,
          'starts': [now - 5000, now - 4000, now - 3000, now - 2000, now - 1000]}))
     _answers(bin_dir, [DONE_2])
-    assert sv.Supervisor(settings).run() == 0
+    assert sdriver.Supervisor(settings).run() == 0
 
 
 def test_a_memory_that_cannot_be_read_is_an_error_never_a_guess(tmp_path):
     bin_dir, settings = _setup(tmp_path, [])
     (tmp_path / 'state' / 'memory.json').write_text('{"attempt": 3, "sta')
-    assert sv.Supervisor(settings).run() == sv.EXIT_ENDED
+    assert sdriver.Supervisor(settings).run() == srecord.EXIT_ENDED
     events = _events(tmp_path)
     assert [e['event'] for e in events] == ['supervisor_error']
     assert 'memory.json cannot be read: the supervisor does not guess what it did' in events[0]['why']
@@ -179,7 +182,7 @@ def test_its_tools_gone_make_it_blind_not_dead_and_it_reads_again_when_they_are_
     import threading
     back = threading.Thread(target=restore)
     back.start()
-    assert sv.Supervisor(settings).run() == 0
+    assert sdriver.Supervisor(settings).run() == 0
     back.join()
     events = _events(tmp_path)
     assert [e['event'] for e in events] == ['supervising', 'blind', 'sighted', 'done']
@@ -190,7 +193,7 @@ def test_it_follows_the_job_until_it_ends_unless_a_bound_is_set_and_a_bound_surv
     bin_dir, settings = _setup(tmp_path, [{'result': {'state': 'running'}, 'progress': _progress(12)},
                                           {'result': {'state': 'succeeded'}, 'progress': _progress(40)}], seconds=0,
                                metrics_dir='')
-    assert sv.Supervisor(settings).run() == 0
+    assert sdriver.Supervisor(settings).run() == 0
     assert _memory(tmp_path)['until'] is None
     assert _events(tmp_path)[0]['why'] == 'restarts 3, min nodes 2, until the job ends'
     assert 'until_timestamp_seconds' not in (tmp_path / 'state' / 'supervisor.prom').read_text()
@@ -200,7 +203,7 @@ def test_it_follows_the_job_until_it_ends_unless_a_bound_is_set_and_a_bound_surv
     _answers(bin_dir, [{'result': {'state': 'running'}, 'progress': _progress(12)}] * 50)
     settings.update(seconds=1)
     began = time.time()
-    assert sv.Supervisor(settings).run() == 0
+    assert sdriver.Supervisor(settings).run() == 0
     until = _memory(tmp_path)['until']
     assert began <= until - 1 <= time.time()
     assert 'gpucluster_supervisor_until_timestamp_seconds{job="j-1"} %r' % until \
@@ -209,7 +212,7 @@ def test_it_follows_the_job_until_it_ends_unless_a_bound_is_set_and_a_bound_surv
     memory = _memory(tmp_path)
     memory.pop('ended')
     (tmp_path / 'state' / 'memory.json').write_text(json.dumps(memory))
-    assert sv.Supervisor(settings).run() == 0
+    assert sdriver.Supervisor(settings).run() == 0
     assert _memory(tmp_path)['until'] == until
     assert [e['event'] for e in _events(tmp_path)][-2:] == ['resumed', 'stopped']
 
@@ -227,7 +230,7 @@ def test_a_checkpoint_directory_the_training_account_cannot_read_is_named_and_no
         bin_dir, settings = _setup(tmp, [_failed('w1', 23)], [_healthy()], training_user='nobody')
         os.chmod(str(tmp / 'ckpt'), 0o700)  # root's: the training account cannot list it (a root_squash export
         # with a 0700 directory looks the same to root)
-        assert sv.Supervisor(settings).run() == sv.EXIT_ENDED
+        assert sdriver.Supervisor(settings).run() == srecord.EXIT_ENDED
         assert 'started' not in _calls(bin_dir)
         gave_up = _events(tmp)[-1]
         assert gave_up['event'] == 'gave_up'
@@ -243,7 +246,7 @@ def test_a_checkpoint_directory_the_training_account_cannot_read_is_named_and_no
             os.chmod(folder, 0o755)
             for name in files:
                 os.chmod(os.path.join(folder, name), 0o644)
-        assert sv.Supervisor(settings).run() == 0
+        assert sdriver.Supervisor(settings).run() == 0
         restart = [e for e in _events(tmp) if e['event'] == 'restart'][0]
         assert restart['resume_step'] == 20
     finally:
@@ -257,17 +260,17 @@ def test_the_run_a_killed_supervisor_left_is_ended_before_it_acts_and_nothing_el
     other = subprocess.Popen(['sleep', '60'], start_new_session=True)  # a process that is not its run
     try:
         memory = {'job_id': 'j-1', 'attempt': 2, 'state': {'nodes': NODES, 'restarts': 1}, 'phase': None,
-                  'until': None, 'starts': [time.time() - 50], 'child': [left.pid, sv.proc_start(left.pid)]}
+                  'until': None, 'starts': [time.time() - 50], 'child': [left.pid, srecord.proc_start(left.pid)]}
         (tmp_path / 'state' / 'memory.json').write_text(json.dumps(memory))
-        assert sv.Supervisor(settings).run() == 0
+        assert sdriver.Supervisor(settings).run() == 0
         assert left.wait(5) == -15
         resumed = _events(tmp_path)[0]
         assert resumed['event'] == 'resumed' and resumed['why'].endswith('; the run it left (pid %d) was ended' % left.pid)
         # a pid whose start time is not the one remembered is another process: never signalled
-        memory.update(child=[other.pid, sv.proc_start(other.pid) + 1])
+        memory.update(child=[other.pid, srecord.proc_start(other.pid) + 1])
         (tmp_path / 'state' / 'memory.json').write_text(json.dumps(memory))
         _answers(bin_dir, [DONE_2])
-        assert sv.Supervisor(settings).run() == 0
+        assert sdriver.Supervisor(settings).run() == 0
         assert other.poll() is None
         assert 'was ended' not in _events(tmp_path)[-3]['why']
     finally:
@@ -293,8 +296,8 @@ def test_after_its_host_rebooted_a_job_found_stopped_is_a_fault_restarted_from_i
     bin_dir, settings = _setup(tmp_path, [stopped, RUNNING_2, DONE_2], [_healthy()],
                                hosts={'head': socket.gethostname()})
     now = _remembered(tmp_path, written_ago=60)
-    monkeypatch.setattr(sv, 'boot_time', lambda: now - 30)  # the head came back 30 s ago
-    assert sv.Supervisor(settings).run() == 0
+    monkeypatch.setattr(srecord, 'boot_time', lambda: now - 30)  # the head came back 30 s ago
+    assert sdriver.Supervisor(settings).run() == 0
     assert _calls(bin_dir) == ['status', 'stopped', 'health', 'started', 'status', 'status', 'report']
     events = _events(tmp_path)
     assert [e['event'] for e in events] == ['resumed', 'fault', 'job_stopped', 'checked', 'restart', 'training', 'done']
@@ -313,8 +316,8 @@ def test_after_its_host_rebooted_a_rank_that_failed_elsewhere_is_the_reboot_not_
     failed['result']['why'] = 'a rank failed first on w1 (exit 1)'
     bin_dir, settings = _setup(tmp_path, [failed, RUNNING_2, DONE_2], [_healthy()], hosts={'head': socket.gethostname()})
     now = _remembered(tmp_path, written_ago=60)
-    monkeypatch.setattr(sv, 'boot_time', lambda: now - 30)
-    assert sv.Supervisor(settings).run() == 0
+    monkeypatch.setattr(srecord, 'boot_time', lambda: now - 30)
+    assert sdriver.Supervisor(settings).run() == 0
     events = _events(tmp_path)
     assert [e['event'] for e in events] == ['resumed', 'fault', 'job_stopped', 'checked', 'restart', 'training', 'done']
     fault, restart = events[1], events[4]
@@ -327,8 +330,8 @@ def test_after_its_host_rebooted_a_rank_that_failed_elsewhere_is_the_reboot_not_
 def test_a_failure_after_a_reboot_of_a_supervisor_host_that_runs_no_rank_is_that_failure(tmp_path, monkeypatch):
     bin_dir, settings = _setup(tmp_path, [_failed('w1', 33), RUNNING_2, DONE_2], [_healthy()])
     now = _remembered(tmp_path, written_ago=60)
-    monkeypatch.setattr(sv, 'boot_time', lambda: now - 30)
-    assert sv.Supervisor(settings).run() == 0
+    monkeypatch.setattr(srecord, 'boot_time', lambda: now - 30)
+    assert sdriver.Supervisor(settings).run() == 0
     fault = [e for e in _events(tmp_path) if e['event'] == 'fault'][0]
     assert fault['seen'] == 'failed' and fault['nodes'] == ['w1']
 
@@ -338,7 +341,7 @@ def _started_again_after_a_fault(tmp, beat):
     bin_dir, settings = _setup(tmp, [_failed('w1', None), RUNNING_2, DONE_2], [_healthy()])
     now = _remembered(tmp, written_ago=5)
     (tmp / 'state' / 'supervisor.json').write_text(json.dumps(dict(beat, time=now - 6)))
-    assert sv.Supervisor(settings).run() == 0
+    assert sdriver.Supervisor(settings).run() == 0
     return [e for e in _events(tmp) if e['event'] == 'restart'][0]
 
 
@@ -356,8 +359,8 @@ def test_without_a_reboot_a_job_found_stopped_ends_the_supervision_as_before(tmp
     stopped = {'result': {'state': 'stopped'}, 'progress': dict(_progress(33), state='stopped')}
     bin_dir, settings = _setup(tmp_path, [stopped])
     now = _remembered(tmp_path, written_ago=60)
-    monkeypatch.setattr(sv, 'boot_time', lambda: now - 3600)
-    assert sv.Supervisor(settings).run() == 0
+    monkeypatch.setattr(srecord, 'boot_time', lambda: now - 3600)
+    assert sdriver.Supervisor(settings).run() == 0
     assert 'started' not in _calls(bin_dir)
     assert [e['event'] for e in _events(tmp_path)] == ['resumed', 'done']
 
@@ -385,13 +388,13 @@ def _sshd(answer):
 
 def test_a_node_whose_logins_fail_but_whose_sshd_answers_is_not_lost_and_a_frozen_one_is(tmp_path, monkeypatch):
     from test_supervise import _pings, _unreachable
-    monkeypatch.setattr(sv, 'BANNER_TIMEOUT', 1)
+    monkeypatch.setattr(sruns, 'BANNER_TIMEOUT', 1)
     # w2 is read by neither read and its ansible ping fails (a login slower than the bound), but its sshd answers
     server = _sshd(b'SSH-2.0-OpenSSH_9.2p1\r\n')
     try:
         statuses = [_unreachable('w2'), _unreachable('w2'), {'result': {'state': 'succeeded'}, 'progress': _progress(40)}]
         bin_dir, settings = _setup(tmp_path, statuses, ssh_port=server.getsockname()[1], glance_seconds=0)
-        assert sv.Supervisor(settings).run() == 0
+        assert sdriver.Supervisor(settings).run() == 0
     finally:
         server.close()
     events = _events(tmp_path)
@@ -405,7 +408,7 @@ def test_a_node_whose_logins_fail_but_whose_sshd_answers_is_not_lost_and_a_froze
     try:
         statuses = [_unreachable('w2'), _unreachable('w2'), RUNNING_2, DONE_2]
         bin_dir, settings = _setup(frozen, statuses, [_healthy('w2')], ssh_port=server.getsockname()[1])
-        assert sv.Supervisor(settings).run() == 0
+        assert sdriver.Supervisor(settings).run() == 0
     finally:
         server.close()
     fault = [e for e in _events(frozen) if e['event'] == 'fault'][0]
@@ -413,7 +416,7 @@ def test_a_node_whose_logins_fail_but_whose_sshd_answers_is_not_lost_and_a_froze
 
 
 def test_the_host_booted_when_its_init_started():
-    booted = sv.boot_time()
+    booted = srecord.boot_time()
     with open('/proc/stat') as handle:
         btime = float([line for line in handle if line.startswith('btime ')][0].split()[1])
     assert btime <= booted <= time.time()
