@@ -328,9 +328,9 @@ PROGRAM_FRAMEWORKS = {
 }
 
 
-# Modules of the training package a program imports by their file's name: installed beside it (the training
-# role copies __training_supervisor_files to the supervisor host; the k8s ConfigMap holds the core beside the
-# pod agent). Each is standard library only.
+# Modules of the training package a program (or a module of its files/ directory it imports) imports by their
+# file's name: installed beside it (the training role copies __training_supervisor_files to the supervisor host;
+# the k8s ConfigMap holds the core beside the pod agent and its parts). Each is standard library only.
 CORE = 'plugins/module_utils/training/supervision.py'
 BESIDE = {
     'roles/training/files/gpucluster_supervise.py': {'supervision': CORE,
@@ -457,6 +457,9 @@ def test_the_modules_installed_beside_a_program_need_the_standard_library_only_a
     from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import manifests as km
     with open(os.path.join(ROOT, CORE)) as handle:
         assert km.core_text() == handle.read() and kc.CORE == os.path.basename(CORE)
+    # the ConfigMap mounts the pod entrypoint and exactly the parts it imports (and they import) beside it
+    assert sorted((kc.ENTRYPOINT,) + kc.AGENT_MODULES) == sorted(program_closure('roles/k8s/files/k8s_pod.py'))
+    assert set(km.agent_module_texts()) == set(kc.AGENT_MODULES)
 
 
 def programs_used(path):

@@ -12,6 +12,7 @@ ConfigMap and the semantic checks of the rendered objects read the same list.
 
 from __future__ import annotations
 
+import os
 import re
 
 from ansible_collections.gpucluster.multinode.plugins.module_utils import cluster_defaults
@@ -46,6 +47,8 @@ CONFIG_DIR = '/etc/gpucluster'
 ENTRYPOINT = 'k8s_pod.py'
 # the supervision core the entrypoint imports (plugins/module_utils/training/supervision.py), beside it
 CORE = 'supervision.py'
+# the entrypoint's parts (the k8s role's files), beside it in the ConfigMap: it imports them by their names
+AGENT_MODULES = ('pod_agent.py', 'pod_driver.py', 'pod_cluster.py', 'pod_job.py', 'pod_checks.py', 'pod_net.py')
 # The label keys that select a cluster's pods: the collection sets them (manifests.labels), a cluster
 # file's labels may not (roles/k8s/tasks/validate.yml spells the same selector).
 NAME_LABEL = 'app.kubernetes.io/name'
@@ -455,7 +458,13 @@ def check(data, where='cluster file'):
     return out
 
 
-RESERVED_KEYS = ('hostfile', 'job.json', 'ds_config.json', ENTRYPOINT, CORE)
+RESERVED_KEYS = ('hostfile', 'job.json', 'ds_config.json', ENTRYPOINT, CORE) + AGENT_MODULES
+
+
+def role_files():
+    """roles/k8s/files of this collection."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, '..', '..', '..', 'roles', 'k8s', 'files'))
 
 
 def _failure_policy(c, value):

@@ -289,6 +289,16 @@ def core_text():
         return handle.read()
 
 
+def agent_module_texts():
+    """{name: text} of the entrypoint's parts (kc.AGENT_MODULES, the k8s role's files), put in the ConfigMap
+    beside it (it imports them by their names)."""
+    out = {}
+    for name in kc.AGENT_MODULES:
+        with open(os.path.join(kc.role_files(), name)) as handle:
+            out[name] = handle.read()
+    return out
+
+
 def render(cluster, nccl_env, entrypoint, files=None):
     """The objects of the cluster in apply order. nccl_env: the ordered variables made by the nccl_env
     rules; entrypoint: the pod entrypoint script; files: extra ConfigMap entries {key: text}."""
@@ -308,6 +318,7 @@ def render(cluster, nccl_env, entrypoint, files=None):
                               'ingress': [{'from': [{'podSelector': {'matchLabels': labels(cluster)}}]}]}})
     data = {'hostfile': hostfile_text(cluster), kc.ENTRYPOINT: entrypoint, kc.CORE: core_text(),
             'job.json': json.dumps(job_settings(cluster), indent=2, sort_keys=True) + '\n'}
+    data.update(agent_module_texts())
     if cluster['train']['deepspeed_config']:
         data['ds_config.json'] = json.dumps(cluster['train']['deepspeed_config'], indent=2, sort_keys=True) + '\n'
     data.update(files or {})
@@ -524,7 +535,8 @@ def _pod_problems(objs, cluster, who, spec, cm):
                     out.append('ConfigMap %s: hostfile line %r slots=%r, expected %s slots=%d (the pods of %s)'
                                % (get_path(cm, 'metadata', 'name'), host, slots, w_host, w_slots, who))
                     break
-        for key, what in ((kc.ENTRYPOINT, 'the pod entrypoint'), (kc.CORE, "the entrypoint's supervision core")):
+        for key, what in ((kc.ENTRYPOINT, 'the pod entrypoint'), (kc.CORE, "the entrypoint's supervision core")) \
+                + tuple((name, "the entrypoint's part") for name in kc.AGENT_MODULES):
             if key not in (cm.get('data') or {}):
                 out.append('ConfigMap %s: %s %s is missing' % (get_path(cm, 'metadata', 'name'), what, key))
     limits = get_path(container, 'resources', 'limits', default={})

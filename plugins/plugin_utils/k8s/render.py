@@ -36,10 +36,7 @@ class RenderError(ValueError):
     """A refusal that names the file (cluster file or manifest) and the field."""
 
 
-def role_files():
-    """roles/k8s/files of this collection."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.normpath(os.path.join(here, '..', '..', '..', 'roles', 'k8s', 'files'))
+role_files = kc.role_files
 
 
 def environment(cluster):

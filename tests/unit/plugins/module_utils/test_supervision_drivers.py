@@ -37,7 +37,6 @@ def _ssh_story(tmp_path):
 
 def _k8s_story(job, monkeypatch, tmp_path):
     k8s_tests.with_settings(job, tmp_path, restarts=1, peer_wait=5)
-    pod = k8s_tests.k8s_pod
 
     def commands(rank, attempt):
         if attempt == 0:
@@ -45,10 +44,10 @@ def _k8s_story(job, monkeypatch, tmp_path):
         return ['sh', '-c', 'sleep 0.5']
     _agents, socks = k8s_tests.cluster_of_agents(job, monkeypatch, commands)
     try:
-        assert pod.start_all(job, 'j1') == ''
-        assert pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
+        assert k8s_tests.pcluster.start_all(job, 'j1') == ''
+        assert k8s_tests.net.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
         assert k8s_tests.wait_record(job, 'j1', ('finished', 'failed'), seconds=30)['state'] == 'finished'
-        return pod.read_job_events(pod.STATE_ROOT, 'j1'), [p['name'] for p in job['pods']]
+        return k8s_tests.pjob.read_job_events(k8s_tests.pjob.STATE_ROOT, 'j1'), [p['name'] for p in job['pods']]
     finally:
         for sock in socks:
             sock.close()

@@ -1,20 +1,26 @@
 """The pod entrypoint (roles/k8s/files/k8s_pod.py): its agent and pod 0's wait, over real sockets on
 127.0.0.1 with the pods' names resolved by a stand-in resolver."""
-import importlib.util
 import io
 import json
 import os
 import socket
+import sys
 import threading
 import time
 
 import pytest
 
-PATH = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'k8s', 'files', 'k8s_pod.py')
-spec = importlib.util.spec_from_file_location('k8s_pod', PATH)
-k8s_pod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(k8s_pod)
-_request = k8s_pod.request
+# the entrypoint and its parts, imported by their names as in a pod (the ConfigMap mounts them side by side;
+# the supervision core is loaded under its name by tests/conftest.py)
+FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'k8s', 'files')
+sys.path.insert(0, FILES)
+import pod_agent as pagent  # noqa: E402
+import pod_checks as pchecks  # noqa: E402
+import pod_cluster as pcluster  # noqa: E402
+import pod_job as pjob  # noqa: E402
+import pod_net as net  # noqa: E402
+
+_request = net.request
 
 
 def free_port():
@@ -31,8 +37,8 @@ def job(tmp_path, monkeypatch):
             'pods': [{'name': 'trainer-%d' % i, 'address': 'trainer-%d.trainer.ns.svc.cluster.local' % i,
                       'slots': 2 if i == 0 else 1} for i in range(3)]}
     (tmp_path / 'job.json').write_text(json.dumps(data))
-    monkeypatch.setattr(k8s_pod, 'STATE_ROOT', str(tmp_path / 'jobs'))
-    monkeypatch.setattr(k8s_pod, 'ADDRESSES', {})
+    monkeypatch.setattr(pjob, 'STATE_ROOT', str(tmp_path / 'jobs'))
+    monkeypatch.setattr(net, 'ADDRESSES', {})
     return data
 
 
@@ -82,12 +88,12 @@ def serve(agent, host='127.0.0.1', port=None):
 
 def test_a_pod_that_does_not_resolve_is_named_at_the_bound(job, monkeypatch):
     # trainer-0 and trainer-1 resolve to the one agent on 127.0.0.1, which answers as trainer-0
-    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: [] if name.startswith('trainer-2') else ['127.0.0.1'])
-    monkeypatch.setattr(k8s_pod, 'request', lambda addr, port, msg, timeout=5: _request('127.0.0.1', port, msg, timeout))
-    sock = serve(k8s_pod.Agent(job, 'trainer-0'))
+    monkeypatch.setattr(net, 'resolve', lambda name: [] if name.startswith('trainer-2') else ['127.0.0.1'])
+    monkeypatch.setattr(net, 'request', lambda addr, port, msg, timeout=5: _request('127.0.0.1', port, msg, timeout))
+    sock = serve(pagent.Agent(job, 'trainer-0'))
     try:
         start = time.time()
-        why, hellos = k8s_pod.wait_for_peers(job, 2)
+        why, hellos = pcluster.wait_for_peers(job, 2)
         assert time.time() - start < 6
     finally:
         sock.close()
@@ -98,11 +104,11 @@ def test_a_pod_that_does_not_resolve_is_named_at_the_bound(job, monkeypatch):
 
 
 def test_launch_names_the_first_missing_pod_in_one_line_and_starts_nothing(job, monkeypatch, capsys):
-    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s, **k: ({'trainer-2': 'x does not resolve',
+    monkeypatch.setattr(pcluster, 'wait_for_peers', lambda j, s, **k: ({'trainer-2': 'x does not resolve',
                                                                        'trainer-1': 'y does not answer'}, {}))
     started = []
-    monkeypatch.setattr(k8s_pod, 'request', lambda *a, **k: started.append(a))
-    assert k8s_pod.launch(job, 'j1', 20, detach=True, timeout=0) == 3
+    monkeypatch.setattr(net, 'request', lambda *a, **k: started.append(a))
+    assert pcluster.launch(job, 'j1', 20, detach=True, timeout=0) == 3
     err = capsys.readouterr().err
     assert err == ('k8s_pod: job j1 not started: pod trainer-1: y does not answer after 20 s (2 pods not ready: '
                    'trainer-1, trainer-2); nothing was started\n')
@@ -110,9 +116,9 @@ def test_launch_names_the_first_missing_pod_in_one_line_and_starts_nothing(job, 
 
 
 def test_the_agent_starts_reports_and_stops_only_for_pod_0(job, monkeypatch, tmp_path):
-    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['10.0.0.5'] if name.startswith('trainer-0') else [])
+    monkeypatch.setattr(net, 'resolve', lambda name: ['10.0.0.5'] if name.startswith('trainer-0') else [])
     out = io.StringIO()
-    agent = k8s_pod.Agent(job, 'trainer-1', out=out)
+    agent = pagent.Agent(job, 'trainer-1', out=out)
     monkeypatch.setattr(agent, 'command', lambda job_id, rank, attempt=0, **kw: ['sh', '-c', 'echo rank %d; sleep 30' % rank])
     start_reaper(agent)
     sock = serve(agent)
@@ -136,11 +142,11 @@ def test_the_agent_starts_reports_and_stops_only_for_pod_0(job, monkeypatch, tmp
         assert on_disk['state'] == 'running' and on_disk['pid'] == status['pid']
         stopped = _request('127.0.0.1', port, {'op': 'stop', 'job_id': 'j1', 'reason': 'stopped: test'}, timeout=30)
         assert stopped['state'] == 'stopped' and stopped['exit_code'] == -15 and stopped['reason'] == 'stopped: test'
-        assert not k8s_pod.group_alive(status['pid'])
+        assert not pagent.group_alive(status['pid'])
         assert _request('127.0.0.1', port, {'op': 'status', 'job_id': 'j1'})['state'] == 'stopped'
     finally:
         sock.close()
-        for pid in list(k8s_pod.CHILDREN):
+        for pid in list(pagent.CHILDREN):
             agent._kill_group(pid)
 
 
@@ -149,7 +155,7 @@ def test_the_agent_starts_reports_and_stops_only_for_pod_0(job, monkeypatch, tmp
     ('kill -9 $$', -9, 'killed by SIGKILL (an out-of-memory kill does this)'),
 ])
 def test_a_part_that_ends_badly_is_failed_with_its_reason_and_leaves_no_process(job, script, code, reason):
-    agent = k8s_pod.Agent(job, 'trainer-2', out=io.StringIO())
+    agent = pagent.Agent(job, 'trainer-2', out=io.StringIO())
     agent.command = lambda job_id, rank, attempt=0, **kw: ['sh', '-c', '(sleep 60 &) ; sleep 0.3; ' + script]
     agent.start('j1', 2)
     deadline = time.time() + 10
@@ -158,25 +164,25 @@ def test_a_part_that_ends_badly_is_failed_with_its_reason_and_leaves_no_process(
         time.sleep(0.1)
     rec = agent.jobs['j1']
     assert (rec['state'], rec['exit_code'], rec['reason']) == ('failed', code, reason)
-    while time.time() < deadline and k8s_pod.group_alive(rec['pid']):
+    while time.time() < deadline and pagent.group_alive(rec['pid']):
         time.sleep(0.1)
-    assert not k8s_pod.group_alive(rec['pid'])  # the background sleep of its group was killed too
+    assert not pagent.group_alive(rec['pid'])  # the background sleep of its group was killed too
 
 
 def test_a_restarted_container_reports_its_part_failed_and_signals_nothing(job, monkeypatch):
-    first = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    first = pagent.Agent(job, 'trainer-1', out=io.StringIO())
     first.command = lambda job_id, rank, attempt=0, **kw: ['sleep', '30']
     first.start('j1', 1)
     pid = first.jobs['j1']['pid']
     try:
         out = io.StringIO()
-        second = k8s_pod.Agent(job, 'trainer-1', out=out)  # the container started again: a new agent
+        second = pagent.Agent(job, 'trainer-1', out=out)  # the container started again: a new agent
         second.recover()
         status = second.status('j1')
         assert status['state'] == 'failed' and status['reason'].startswith('restarted: the container ended')
         assert 'kubectl describe pod trainer-1' in out.getvalue()
         second.stop('j1')
-        assert k8s_pod.group_alive(pid)  # not this container's process: left alone
+        assert pagent.group_alive(pid)  # not this container's process: left alone
     finally:
         first._kill_group(pid)
         first.reap()
@@ -185,12 +191,12 @@ def test_a_restarted_container_reports_its_part_failed_and_signals_nothing(job, 
 def cluster_of_agents(job, monkeypatch, commands):
     """An agent for every pod on a local port of its own, each pod's address mapped to its port."""
     ports = [job['agent_port']] + [free_port() for _ in job['pods'][1:]]
-    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['127.0.0.1'])
+    monkeypatch.setattr(net, 'resolve', lambda name: ['127.0.0.1'])
     by_name = {p['address']: ports[i] for i, p in enumerate(job['pods'])}
-    monkeypatch.setattr(k8s_pod, 'request', lambda addr, port, msg, timeout=5: _request('127.0.0.1', by_name[addr], msg, timeout))
+    monkeypatch.setattr(net, 'request', lambda addr, port, msg, timeout=5: _request('127.0.0.1', by_name[addr], msg, timeout))
     agents, socks = [], []
     for i in range(len(job['pods'])):
-        agent = k8s_pod.Agent(dict(job, agent_port=ports[i]), 'trainer-%d' % i, out=io.StringIO())
+        agent = pagent.Agent(dict(job, agent_port=ports[i]), 'trainer-%d' % i, out=io.StringIO())
         agent.command = (lambda rank: lambda job_id, r, attempt=0, **kw: commands(rank, attempt))(i)
         start_reaper(agent)
         agents.append(agent)
@@ -201,29 +207,29 @@ def cluster_of_agents(job, monkeypatch, commands):
 def wait_record(job, job_id, states, seconds=20):
     deadline = time.time() + seconds
     while time.time() < deadline:
-        rec = k8s_pod.read_job_record(k8s_pod.STATE_ROOT, job_id) or {}
+        rec = pjob.read_job_record(pjob.STATE_ROOT, job_id) or {}
         if rec.get('state') in states:
             return rec
         time.sleep(0.2)
-    return k8s_pod.read_job_record(k8s_pod.STATE_ROOT, job_id)
+    return pjob.read_job_record(pjob.STATE_ROOT, job_id)
 
 
 def test_a_failed_rank_ends_the_job_on_every_pod_within_seconds_naming_the_pod(job, monkeypatch):
     agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sh', '-c', 'sleep 1; exit 7'] if rank == 1
                                       else ['sleep', '60'])
     try:
-        assert k8s_pod.start_all(job, 'j1') == ''
+        assert pcluster.start_all(job, 'j1') == ''
         start = time.time()
-        assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
+        assert net.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
         rec = wait_record(job, 'j1', ('failed',))
         assert time.time() - start < 15  # 1 s polls, then 5 polls gathering the others' states
         # the fault, then why it was not restarted (the same words as the gave_up event)
         assert (rec['state'], rec['failed_pod'], rec['reason']) == ('failed', 'trainer-1', 'exit 7; train.restarts is 0')
-        states = k8s_pod.all_status(job, 'j1')
+        states = pcluster.all_status(job, 'j1')
         assert [s['state'] for s in states] == ['stopped', 'failed', 'stopped']
         assert states[0]['reason'] == 'stopped: pod trainer-1 exit 7'
-        assert not any(k8s_pod.group_alive(a.jobs['j1']['pid']) for a in agents)
-        summary = k8s_pod.summary(job, 'j1', states, rec)
+        assert not any(pagent.group_alive(a.jobs['j1']['pid']) for a in agents)
+        summary = pcluster.summary(job, 'j1', states, rec)
         assert (summary['state'], summary['failed_pod'], summary['reason']) == ('failed', 'trainer-1',
                                                                                 'exit 7; train.restarts is 0')
     finally:
@@ -245,13 +251,13 @@ def test_restarts_start_the_whole_job_again_with_the_resume_arguments(job, monke
         return ['sh', '-c', 'sleep 0.5']
     agents, socks = cluster_of_agents(job, monkeypatch, commands)
     try:
-        assert k8s_pod.start_all(job, 'j1') == ''
-        assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
+        assert pcluster.start_all(job, 'j1') == ''
+        assert net.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
         rec = wait_record(job, 'j1', ('finished', 'failed'), seconds=30)
         assert rec['state'] == 'finished' and rec['attempt'] == 1
         assert rec['history'][0]['failed_pod'] == 'trainer-2' and rec['history'][0]['reason'] == 'exit 9'
         assert sorted(seen) == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
-        real = k8s_pod.Agent(job, 'trainer-1')
+        real = pagent.Agent(job, 'trainer-1')
         assert real.command('j1', 1, attempt=1)[-2:] == ['--resume-from', '/ckpt']
         assert '--resume-from' not in real.command('j1', 1, attempt=0)
     finally:
@@ -267,7 +273,7 @@ def with_settings(job, tmp_path, **settings):
 
 
 def kinds_of(job_id):
-    return [(e['event'], e.get('attempt')) for e in k8s_pod.read_job_events(k8s_pod.STATE_ROOT, job_id)]
+    return [(e['event'], e.get('attempt')) for e in pjob.read_job_events(pjob.STATE_ROOT, job_id)]
 
 
 def test_the_failure_policy_fails_the_job_at_once_on_a_failure_it_names(job, monkeypatch, tmp_path):
@@ -277,14 +283,14 @@ def test_the_failure_policy_fails_the_job_at_once_on_a_failure_it_names(job, mon
     agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sh', '-c', 'sleep 1; exit 3']
                                       if rank == 1 else ['sleep', '60'])
     try:
-        assert k8s_pod.start_all(job, 'j1') == ''
-        assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
+        assert pcluster.start_all(job, 'j1') == ''
+        assert net.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
         rec = wait_record(job, 'j1', ('failed',))
         assert (rec['state'], rec['failed_pod'], rec['attempt'], rec['restarts_used']) == ('failed', 'trainer-1', 0, 0)
         assert kinds_of('j1') == [('supervising', 1), ('fault', 1), ('job_stopped', 1), ('gave_up', 1)]
-        gave_up = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[-1]
+        gave_up = pjob.read_job_events(pjob.STATE_ROOT, 'j1')[-1]
         assert gave_up['why'] == 'train.failure_policy[0] fails the job on a exit failure'
-        fault = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[1]
+        fault = pjob.read_job_events(pjob.STATE_ROOT, 'j1')[1]
         assert (fault['seen'], fault['failure'], fault['exit_code']) == ('failed', 'exit', 3)  # the SSH words
     finally:
         for sock in socks:
@@ -305,8 +311,8 @@ def test_an_uncounted_restart_does_not_use_train_restarts_and_the_attempt_reache
         return ['sh', '-c', 'echo attempt=$GPUCLUSTER_ATTEMPT; sleep 0.5']
     agents, socks = cluster_of_agents(job, monkeypatch, commands)
     try:
-        assert k8s_pod.start_all(job, 'j1') == ''
-        assert k8s_pod.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
+        assert pcluster.start_all(job, 'j1') == ''
+        assert net.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j1'})['ok']
         rec = wait_record(job, 'j1', ('finished', 'failed'), seconds=30)
         assert (rec['state'], rec['attempt'], rec['restarts_used']) == ('finished', 1, 0)
         assert rec['history'][0]['kind'] == 'signal'
@@ -314,10 +320,10 @@ def test_an_uncounted_restart_does_not_use_train_restarts_and_the_attempt_reache
         # events count attempts from 1, as the ranks (GPUCLUSTER_ATTEMPT) and the SSH supervisor do
         assert kinds_of('j1') == [('supervising', 1), ('fault', 1), ('job_stopped', 1), ('checked', 1), ('restart', 2),
                                   ('done', 2)]
-        restart = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')[4]
+        restart = pjob.read_job_events(pjob.STATE_ROOT, 'j1')[4]
         assert restart['counted'] is False and restart['nodes'] == ['trainer-0', 'trainer-1', 'trainer-2']
         time.sleep(0.5)
-        assert k8s_pod.all_status(job, 'j1')[1]['tail'][-1] == 'attempt=2'
+        assert pcluster.all_status(job, 'j1')[1]['tail'][-1] == 'attempt=2'
     finally:
         for sock in socks:
             sock.close()
@@ -326,7 +332,7 @@ def test_an_uncounted_restart_does_not_use_train_restarts_and_the_attempt_reache
 def losing(monkeypatch, job, ordinals):
     """From now on the agents of these pods answer no more (their node is gone, their ranks frozen with it);
     returns the switch that brings them back."""
-    real = k8s_pod.request
+    real = net.request
     lost = {job['pods'][i]['address'] for i in ordinals}
     state = {'lost': True}
 
@@ -334,7 +340,7 @@ def losing(monkeypatch, job, ordinals):
         if addr in lost and state['lost']:
             raise ConnectionRefusedError(111, 'Connection refused')
         return real(addr, port, msg, timeout)
-    monkeypatch.setattr(k8s_pod, 'request', request)
+    monkeypatch.setattr(net, 'request', request)
     return state
 
 
@@ -342,7 +348,7 @@ def wait_event(job_id, kind, seconds=15):
     deadline = time.time() + seconds
     while time.time() < deadline and kind not in [e for e, _ in kinds_of(job_id)]:
         time.sleep(0.2)
-    return [e for e in k8s_pod.read_job_events(k8s_pod.STATE_ROOT, job_id) if e['event'] == kind]
+    return [e for e in pjob.read_job_events(pjob.STATE_ROOT, job_id) if e['event'] == kind]
 
 
 def four_pods(job, tmp_path, **settings):
@@ -360,7 +366,7 @@ def test_a_pod_lost_without_a_spare_ends_the_job_within_its_bounds_naming_pod_no
                   namespace='ns')
     agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sleep', '60'])
     try:
-        assert k8s_pod.start_all(job, 'j1') == ''
+        assert pcluster.start_all(job, 'j1') == ''
         node = losing(monkeypatch, job, [2])
         start = time.time()
         agents[0].supervise('j1', poll=0.2, nodes={'trainer-2': 'gpu-node-7'})
@@ -373,14 +379,14 @@ def test_a_pod_lost_without_a_spare_ends_the_job_within_its_bounds_naming_pod_no
                 'the node is confirmed down (kubectl get node gpu-node-7: NotReady; drained or powered off), kubectl '
                 'delete pod trainer-2 -n ns --force --grace-period=0') in rec['reason']
         assert [e for e, _ in kinds_of('j1')] == ['supervising', 'fault', 'job_stopped', 'checked', 'gave_up']
-        events = k8s_pod.read_job_events(k8s_pod.STATE_ROOT, 'j1')
+        events = pjob.read_job_events(pjob.STATE_ROOT, 'j1')
         assert events[1]['seen'] == 'unreachable' and events[2]['unanswered'] == ['trainer-2']
         assert events[4]['time'] - events[1]['time'] < 6     # the stop and the lost pod's wait, no 30 s request
-        assert k8s_pod.group_alive(agents[2].jobs['j1']['pid'])     # still running where nobody could stop it
+        assert pagent.group_alive(agents[2].jobs['j1']['pid'])     # still running where nobody could stop it
         node['lost'] = False                                        # the node is back
         fenced = wait_event('j1', 'fenced')
         assert [(e['nodes'], e['state']) for e in fenced] == [(['trainer-2'], 'stopped')]
-        assert not k8s_pod.group_alive(agents[2].jobs['j1']['pid'])
+        assert not pagent.group_alive(agents[2].jobs['j1']['pid'])
     finally:
         for sock in socks:
             sock.close()
@@ -395,7 +401,7 @@ def test_a_spare_pod_takes_a_lost_pods_place_and_slots_at_once_and_the_lost_part
         return ['sleep', '60'] if attempt == 0 else ['sh', '-c', 'sleep 1']
     agents, socks = cluster_of_agents(job, monkeypatch, commands)
     try:
-        assert k8s_pod.start_all(job, 'j1', pods=k8s_pod.working_pods(job)) == ''
+        assert pcluster.start_all(job, 'j1', pods=pjob.working_pods(job)) == ''
         assert 'j1' not in agents[3].jobs                            # the spare waits
         node = losing(monkeypatch, job, [2])
         start = time.time()
@@ -409,7 +415,7 @@ def test_a_spare_pod_takes_a_lost_pods_place_and_slots_at_once_and_the_lost_part
         assert 'spare trainer-3 in its place' in restart['why']
         assert sorted(started) == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (3, 1)]    # (pod, attempt): the spare ran attempt 1
         hostfile = agents[3].jobs['j1']
-        with open(os.path.join(k8s_pod.STATE_ROOT, 'j1', 'trainer-3.hostfile')) as handle:
+        with open(os.path.join(pjob.STATE_ROOT, 'j1', 'trainer-3.hostfile')) as handle:
             assert handle.read() == ('trainer-0.trainer.ns.svc.cluster.local slots=2\n'
                                      'trainer-1.trainer.ns.svc.cluster.local slots=1\n'
                                      'trainer-3.trainer.ns.svc.cluster.local slots=1\n')
@@ -417,7 +423,7 @@ def test_a_spare_pod_takes_a_lost_pods_place_and_slots_at_once_and_the_lost_part
         node['lost'] = False
         fenced = wait_event('j1', 'fenced')
         assert [(e['nodes'], e['state']) for e in fenced] == [(['trainer-2'], 'stopped')]
-        assert not k8s_pod.group_alive(agents[2].jobs['j1']['pid'])
+        assert not pagent.group_alive(agents[2].jobs['j1']['pid'])
     finally:
         for sock in socks:
             sock.close()
@@ -428,7 +434,7 @@ def test_without_a_spare_the_job_shrinks_down_to_train_min_pods(job, monkeypatch
     agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sleep', '60'] if attempt == 0
                                       else ['sh', '-c', 'sleep 1'])
     try:
-        assert k8s_pod.start_all(job, 'j1') == ''
+        assert pcluster.start_all(job, 'j1') == ''
         losing(monkeypatch, job, [1])
         agents[0].supervise('j1', poll=0.2)
         rec = wait_record(job, 'j1', ('finished', 'failed'), seconds=30)
@@ -447,7 +453,7 @@ def test_a_lost_pod_that_answers_again_within_lost_pod_wait_gets_the_job_back_on
     agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sleep', '60'] if attempt == 0
                                       else ['sh', '-c', 'sleep 1'])
     try:
-        assert k8s_pod.start_all(job, 'j1') == ''
+        assert pcluster.start_all(job, 'j1') == ''
         node = losing(monkeypatch, job, [2])
         agents[0].supervise('j1', poll=0.2)
         assert wait_event('j1', 'checked')
@@ -466,14 +472,14 @@ def test_status_says_running_while_a_pod_only_did_not_answer_yet_and_restarting_
     rows = [{'pod': 'trainer-0', 'state': 'running'}, {'pod': 'trainer-1', 'state': 'running'},
             {'pod': 'trainer-2', 'state': 'unreachable'}]
     record = {'state': 'running', 'attempt': 0, 'restarts': 1, 'restarts_used': 0}
-    out = k8s_pod.summary(job, 'j', rows, record)
+    out = pcluster.summary(job, 'j', rows, record)
     assert (out['state'], out['unreachable']) == ('running', ['trainer-2'])
-    assert k8s_pod.summary(job, 'j', rows, dict(record, phase='fault'))['state'] == 'restarting'
-    assert k8s_pod.summary(job, 'j', rows, dict(record, phase='fault', restarts=0))['state'] == 'failing'
+    assert pcluster.summary(job, 'j', rows, dict(record, phase='fault'))['state'] == 'restarting'
+    assert pcluster.summary(job, 'j', rows, dict(record, phase='fault', restarts=0))['state'] == 'failing'
 
 
 def test_a_fence_never_stops_the_attempt_that_replaced_the_fenced_one(job):
-    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    agent = pagent.Agent(job, 'trainer-1', out=io.StringIO())
     start_reaper(agent)
     agent.command = lambda job_id, r, attempt=0, **kw: ['sleep', '30']
     assert agent.start('j1', 1, attempt=1)['ok']
@@ -502,30 +508,30 @@ KILLED = 'exit 247 (a rank was killed by SIGKILL: an out-of-memory kill does thi
 def test_the_cause_is_named_not_the_collateral_failure(states, pod, reason):
     rows = [{'pod': 'trainer-%d' % i, 'state': st, 'exit_code': code, 'reason': why, 'ended': ended}
             for i, (st, code, why, ended) in enumerate(states)]
-    assert k8s_pod.blame(rows) == ((pod, reason) if pod else None)
+    assert pchecks.blame(rows) == ((pod, reason) if pod else None)
 
 
 def test_a_launcher_exit_code_names_the_signal_that_killed_its_rank():
-    assert k8s_pod.rank_signal(247).name == 'SIGKILL' and k8s_pod.rank_signal(137).name == 'SIGKILL'
-    assert k8s_pod.rank_signal(143).name == 'SIGTERM' and k8s_pod.rank_signal(1) is None
-    assert k8s_pod.describe_exit(247 << 8) == (247, 'exit 247 (a rank was killed by SIGKILL: an out-of-memory kill does this)')
+    assert pchecks.rank_signal(247).name == 'SIGKILL' and pchecks.rank_signal(137).name == 'SIGKILL'
+    assert pchecks.rank_signal(143).name == 'SIGTERM' and pchecks.rank_signal(1) is None
+    assert pchecks.describe_exit(247 << 8) == (247, 'exit 247 (a rank was killed by SIGKILL: an out-of-memory kill does this)')
 
 
 def test_rdma_needs_ipc_lock_or_an_unlimited_memlock():
-    assert k8s_pod.rdma_verdict({'cap_eff': '%016x' % (1 << 14), 'memlock': [8 << 20, 8 << 20]}) == ''
-    assert k8s_pod.rdma_verdict({'cap_eff': '0', 'memlock': [-1, -1]}) == ''
-    assert k8s_pod.rdma_verdict({'cap_eff': '0', 'memlock': [8 << 20, 8 << 20]}).startswith(
+    assert pchecks.rdma_verdict({'cap_eff': '%016x' % (1 << 14), 'memlock': [8 << 20, 8 << 20]}) == ''
+    assert pchecks.rdma_verdict({'cap_eff': '0', 'memlock': [-1, -1]}) == ''
+    assert pchecks.rdma_verdict({'cap_eff': '0', 'memlock': [8 << 20, 8 << 20]}).startswith(
         'cannot register RDMA memory: memlock limit 8192 KiB and IPC_LOCK not effective (CapEff 0)')
 
 
 def test_launch_refuses_an_rdma_job_where_a_pod_cannot_register_memory(job, monkeypatch, capsys):
     job['network_mode'] = 'rdma'
     ok = {'cap_eff': '%016x' % (1 << 14), 'memlock': [65536, 65536]}
-    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s, **k: ({}, {'trainer-0': ok, 'trainer-1': ok,
+    monkeypatch.setattr(pcluster, 'wait_for_peers', lambda j, s, **k: ({}, {'trainer-0': ok, 'trainer-1': ok,
                                                                       'trainer-2': {'cap_eff': '0', 'memlock': [65536, 65536]}}))
     started = []
-    monkeypatch.setattr(k8s_pod, 'request', lambda *a, **k: started.append(a))
-    assert k8s_pod.launch(job, 'j1', 20, detach=True, timeout=0) == 6
+    monkeypatch.setattr(net, 'request', lambda *a, **k: started.append(a))
+    assert pcluster.launch(job, 'j1', 20, detach=True, timeout=0) == 6
     err = capsys.readouterr().err
     assert err.startswith('k8s_pod: job j1 not started: pod trainer-2 cannot register RDMA memory: memlock limit 64 KiB')
     assert err.endswith('; nothing was started\n') and started == []
@@ -535,15 +541,15 @@ def test_a_pod_reports_whether_it_can_write_the_claim(job, tmp_path):
     claim = tmp_path / 'claim'
     claim.mkdir()
     job['mount_path'] = str(claim)
-    hello = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO()).hello()
+    hello = pagent.Agent(job, 'trainer-1', out=io.StringIO()).hello()
     assert hello['claim']['writable'] is True and list(claim.iterdir()) == []   # the check leaves nothing
     # a directory this process cannot make a file in (as root too: sysfs refuses new files)
     target = str(claim) if os.getuid() != 0 else '/sys'
     if os.getuid() != 0:
         claim.chmod(0o555)
-    refused = k8s_pod.Agent(dict(job, mount_path=target), 'trainer-1', out=io.StringIO()).hello()['claim']
+    refused = pagent.Agent(dict(job, mount_path=target), 'trainer-1', out=io.StringIO()).hello()['claim']
     assert refused['writable'] is False and refused['why'] == 'Permission denied' and refused['path'] == target
-    assert k8s_pod.claim_check(str(tmp_path / 'missing'))['why'] == 'No such file or directory'
+    assert pchecks.claim_check(str(tmp_path / 'missing'))['why'] == 'No such file or directory'
 
 
 def test_launch_refuses_a_job_whose_pods_cannot_write_the_claim_naming_uid_and_what_to_set(job, monkeypatch, capsys):
@@ -552,11 +558,11 @@ def test_launch_refuses_a_job_whose_pods_cannot_write_the_claim_naming_uid_and_w
     nfs = {'uid': 1000, 'gid': 1000, 'groups': [1000],
            'claim': {'writable': False, 'path': '/shared', 'gid': 5000, 'owner': 'owner 0:5000, mode 0775',
                      'why': 'Permission denied'}}
-    monkeypatch.setattr(k8s_pod, 'wait_for_peers', lambda j, s, **k: ({}, {'trainer-0': ok, 'trainer-1': nfs,
+    monkeypatch.setattr(pcluster, 'wait_for_peers', lambda j, s, **k: ({}, {'trainer-0': ok, 'trainer-1': nfs,
                                                                       'trainer-2': ok}))
     started = []
-    monkeypatch.setattr(k8s_pod, 'request', lambda *a, **k: started.append(a))
-    assert k8s_pod.launch(job, 'j1', 20, detach=True, timeout=0) == 7
+    monkeypatch.setattr(net, 'request', lambda *a, **k: started.append(a))
+    assert pcluster.launch(job, 'j1', 20, detach=True, timeout=0) == 7
     err = capsys.readouterr().err
     assert err == ('k8s_pod: job j1 not started: pod trainer-1 (uid 1000, gid 1000, groups 1000) cannot write the '
                    'claim trainer-data at /shared (owner 0:5000, mode 0775: Permission denied); fsGroup 1000 was not '
@@ -575,12 +581,12 @@ def test_launch_refuses_a_job_whose_pods_cannot_write_the_claim_naming_uid_and_w
 ])
 def test_summary(job, states, state, failed):
     rows = [{'pod': 'trainer-%d' % i, 'state': s} for i, s in enumerate(states)]
-    out = k8s_pod.summary(job, 'j', rows)
+    out = pcluster.summary(job, 'j', rows)
     assert (out['state'], out['failed_pod'], out['world_size']) == (state, failed, 4)
 
 
 def test_the_launcher_line_is_deepspeed_without_ssh_with_the_node_rank(job):
-    agent = k8s_pod.Agent(job, 'trainer-2')
+    agent = pagent.Agent(job, 'trainer-2')
     assert agent.command('j', 2) == ['deepspeed', '--no_ssh', '--hostfile', os.path.join(job['config_dir'], 'hostfile'),
                                      '--node_rank', '2', '--master_addr', 'trainer-0.trainer.ns.svc.cluster.local',
                                      '--master_port', '29500', 'train.py']
@@ -603,60 +609,60 @@ def test_a_slow_dns_answer_delays_no_request_to_a_pod(job, monkeypatch):
     # pod 0 resolves each pod's name once (wait_for_peers, or the first request) and keeps the address:
     # the later requests of a launch (start, supervise, status, stop) do not wait on DNS
     resolve, calls = slow_after_first(lambda name: ['127.0.0.1'])
-    monkeypatch.setattr(k8s_pod, 'resolve', resolve)
-    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    monkeypatch.setattr(net, 'resolve', resolve)
+    agent = pagent.Agent(job, 'trainer-1', out=io.StringIO())
     sock = serve(agent)
     try:
         name = job['pods'][1]['address']
         began = time.time()
         for _ in range(3):
-            assert k8s_pod.request(name, job['agent_port'], {'op': 'hello'}, timeout=k8s_pod.IO_TIMEOUT)['pod'] == 'trainer-1'
+            assert net.request(name, job['agent_port'], {'op': 'hello'}, timeout=net.IO_TIMEOUT)['pod'] == 'trainer-1'
         assert time.time() - began < 2 and calls == [name]
     finally:
         sock.close()
 
 
 def test_a_pod_that_came_back_elsewhere_is_resolved_again_once(job, monkeypatch):
-    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['127.0.0.1'])
-    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    monkeypatch.setattr(net, 'resolve', lambda name: ['127.0.0.1'])
+    agent = pagent.Agent(job, 'trainer-1', out=io.StringIO())
     sock = serve(agent)
     name = job['pods'][1]['address']
-    k8s_pod.ADDRESSES[name] = '127.0.0.2'   # where the pod was: nothing listens there now
+    net.ADDRESSES[name] = '127.0.0.2'   # where the pod was: nothing listens there now
     try:
-        assert k8s_pod.request(name, job['agent_port'], {'op': 'hello'})['pod'] == 'trainer-1'
-        assert k8s_pod.ADDRESSES[name] == '127.0.0.1'
+        assert net.request(name, job['agent_port'], {'op': 'hello'})['pod'] == 'trainer-1'
+        assert net.ADDRESSES[name] == '127.0.0.1'
         # a pod that answers nowhere still fails the request (127.0.0.2 and .3: nothing listens there)
-        k8s_pod.ADDRESSES[name] = '127.0.0.2'
-        monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['127.0.0.3'])
+        net.ADDRESSES[name] = '127.0.0.2'
+        monkeypatch.setattr(net, 'resolve', lambda name: ['127.0.0.3'])
         with pytest.raises(OSError):
-            k8s_pod.request(name, job['agent_port'], {'op': 'hello'}, timeout=1)
+            net.request(name, job['agent_port'], {'op': 'hello'}, timeout=1)
     finally:
         sock.close()
 
 
 def test_the_agent_knows_pod_0_without_a_lookup_per_request_and_still_refuses_others(job, monkeypatch):
     resolve, calls = slow_after_first(lambda name: ['10.0.0.5'])
-    monkeypatch.setattr(k8s_pod, 'resolve', resolve)
-    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    monkeypatch.setattr(net, 'resolve', resolve)
+    agent = pagent.Agent(job, 'trainer-1', out=io.StringIO())
     assert agent.allowed('10.0.0.5')
     began = time.time()
     assert all(agent.allowed('10.0.0.5') for _ in range(5)) and time.time() - began < 1 and len(calls) == 1
     # a peer that is not pod 0 is refused after one more lookup (pod 0 may have come back elsewhere)
-    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['10.0.0.6'])
+    monkeypatch.setattr(net, 'resolve', lambda name: ['10.0.0.6'])
     assert not agent.allowed('10.0.0.9') and agent.allowed('10.0.0.6') and not agent.allowed('10.0.0.5')
 
 
 def test_before_pod_0s_name_is_published_a_pod_asks_the_callers_agent_who_it_is(job, monkeypatch):
     # trainer-1 cannot resolve trainer-0 yet (the Service publishes it late, the resolver cached its absence):
     # a start from 127.0.0.2 is taken when the agent there answers as trainer-0, refused otherwise
-    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: [])
-    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
-    caller = serve(k8s_pod.Agent(job, 'trainer-0', out=io.StringIO()), '127.0.0.2', job['agent_port'])
+    monkeypatch.setattr(net, 'resolve', lambda name: [])
+    agent = pagent.Agent(job, 'trainer-1', out=io.StringIO())
+    caller = serve(pagent.Agent(job, 'trainer-0', out=io.StringIO()), '127.0.0.2', job['agent_port'])
     try:
         assert agent.allowed('127.0.0.2') and '127.0.0.2' in agent.pod0
     finally:
         caller.close()
-    other = serve(k8s_pod.Agent(job, 'trainer-2', out=io.StringIO()), '127.0.0.3', job['agent_port'])
+    other = serve(pagent.Agent(job, 'trainer-2', out=io.StringIO()), '127.0.0.3', job['agent_port'])
     try:
         assert not agent.allowed('127.0.0.3')
     finally:
@@ -678,50 +684,50 @@ def test_before_pod_0s_name_is_published_a_pod_asks_the_callers_agent_who_it_is(
 
 def test_pod_0_reaches_a_pod_whose_name_is_not_published_yet_at_its_registered_address(job, monkeypatch, tmp_path):
     root = str(tmp_path / 'state')
-    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: ['127.0.0.1'] if name.startswith('trainer-0') else [])
+    monkeypatch.setattr(net, 'resolve', lambda name: ['127.0.0.1'] if name.startswith('trainer-0') else [])
     servers = []
     try:
         for i, host in ((1, '127.0.0.7'), (2, '127.0.0.8')):
-            agent = k8s_pod.Agent(job, 'trainer-%d' % i, out=io.StringIO())
+            agent = pagent.Agent(job, 'trainer-%d' % i, out=io.StringIO())
             servers.append(serve(agent, host, job['agent_port']))
-        servers.append(serve(k8s_pod.Agent(job, 'trainer-0', out=io.StringIO()), '127.0.0.1', job['agent_port']))
-        assert k8s_pod.register(root, 'trainer-1', '127.0.0.7', 'node-a', 'b1')
+        servers.append(serve(pagent.Agent(job, 'trainer-0', out=io.StringIO()), '127.0.0.1', job['agent_port']))
+        assert net.register(root, 'trainer-1', '127.0.0.7', 'node-a', 'b1')
         # trainer-2 registered an address another pod holds now: not taken for it
-        assert k8s_pod.register(root, 'trainer-2', '127.0.0.7', 'node-b', 'b2')
-        why, hellos = k8s_pod.wait_for_peers(job, 0, root=root)
+        assert net.register(root, 'trainer-2', '127.0.0.7', 'node-b', 'b2')
+        why, hellos = pcluster.wait_for_peers(job, 0, root=root)
         assert sorted(hellos) == ['trainer-0', 'trainer-1'] and hellos['trainer-1']['pod'] == 'trainer-1'
         assert why == {'trainer-2': 'trainer-2.trainer.ns.svc.cluster.local does not resolve'}
-        assert k8s_pod.ADDRESSES[job['pods'][1]['address']] == '127.0.0.7'
-        assert job['pods'][2]['address'] not in k8s_pod.ADDRESSES
-        assert k8s_pod.register(root, 'trainer-2', '127.0.0.8', 'node-b', 'b3')
-        assert k8s_pod.wait_for_peers(job, 0, root=root)[0] == {}
+        assert net.ADDRESSES[job['pods'][1]['address']] == '127.0.0.7'
+        assert job['pods'][2]['address'] not in net.ADDRESSES
+        assert net.register(root, 'trainer-2', '127.0.0.8', 'node-b', 'b3')
+        assert pcluster.wait_for_peers(job, 0, root=root)[0] == {}
     finally:
         for sock in servers:
             sock.close()
 
 
 def test_a_part_starts_with_the_attempts_hostfile_and_pod_0s_address_as_its_master(job, tmp_path):
-    agent = k8s_pod.Agent(job, 'trainer-1', out=io.StringIO())
+    agent = pagent.Agent(job, 'trainer-1', out=io.StringIO())
     hostfile = str(tmp_path / 'h')
     assert agent.command('j', 1, hostfile=hostfile, master='10.0.0.5')[:8] == [
         'deepspeed', '--no_ssh', '--hostfile', hostfile, '--node_rank', '1', '--master_addr', '10.0.0.5']
-    assert k8s_pod.hostfile_lines([{'address': 'a', 'slots': 2}, {'address': 'b', 'slots': 1}]) == 'a slots=2\nb slots=1\n'
+    assert pjob.hostfile_lines([{'address': 'a', 'slots': 2}, {'address': 'b', 'slots': 1}]) == 'a slots=2\nb slots=1\n'
 
 
 def test_every_request_reaches_a_pod_at_its_registered_address_until_its_name_resolves(job, monkeypatch, tmp_path):
     # pod 0's agent (another process than the launch: its own cache) follows the job before the Service
     # published the peers' names; a reply from another pod at a registered address is not taken as the pod's
     root = str(tmp_path / 'state')
-    monkeypatch.setattr(k8s_pod, 'resolve', lambda name: [])
-    monkeypatch.setattr(k8s_pod, 'REGISTRY_ROOT', root)
-    server = serve(k8s_pod.Agent(job, 'trainer-1', out=io.StringIO()), '127.0.0.9', job['agent_port'])
+    monkeypatch.setattr(net, 'resolve', lambda name: [])
+    monkeypatch.setattr(net, 'REGISTRY_ROOT', root)
+    server = serve(pagent.Agent(job, 'trainer-1', out=io.StringIO()), '127.0.0.9', job['agent_port'])
     try:
-        k8s_pod.register(root, 'trainer-1', '127.0.0.9', 'node-a', 'b1')
-        k8s_pod.register(root, 'trainer-2', '127.0.0.9', 'node-b', 'b2')     # stale: trainer-1 holds it now
-        states = k8s_pod.all_status(job, 'j1', pods=job['pods'][1:])
+        net.register(root, 'trainer-1', '127.0.0.9', 'node-a', 'b1')
+        net.register(root, 'trainer-2', '127.0.0.9', 'node-b', 'b2')     # stale: trainer-1 holds it now
+        states = pcluster.all_status(job, 'j1', pods=job['pods'][1:])
         assert [(s['pod'], s['state']) for s in states] == [('trainer-1', 'absent'), ('trainer-2', 'unreachable')]
         assert states[1]['error'] == 'trainer-1 answered at its address'
-        assert job['pods'][2]['address'] not in k8s_pod.ADDRESSES
+        assert job['pods'][2]['address'] not in net.ADDRESSES
     finally:
         server.close()
 
@@ -736,9 +742,9 @@ def test_a_jobset_pod_runs_its_rank_with_pod_0s_address_once_it_resolves_and_res
 
     def sleep(seconds):
         now[0] += seconds
-    monkeypatch.setattr(k8s_pod, 'resolve', resolve)
+    monkeypatch.setattr(net, 'resolve', resolve)
     env = {'GPUCLUSTER_NODE_RANK': '2', 'GPUCLUSTER_JOB_ATTEMPT': '1', 'PATH': '/bin'}
-    k8s_pod.run_part(job, env, clock=lambda: now[0], sleep=sleep, execute=lambda *a: ran.append(a) or 0)
+    pjob.run_part(job, env, clock=lambda: now[0], sleep=sleep, execute=lambda *a: ran.append(a) or 0)
     (program, line, child_env), = ran
     assert line[:8] == ['deepspeed', '--no_ssh', '--hostfile', os.path.join(job['config_dir'], 'hostfile'),
                         '--node_rank', '2', '--master_addr', '10.0.0.7']
@@ -746,8 +752,8 @@ def test_a_jobset_pod_runs_its_rank_with_pod_0s_address_once_it_resolves_and_res
     assert now[0] == 3 and names[0] == job['pods'][0]['address']
     # rank 0 is the master at its own address; a name that never comes ends the pod naming it
     ran.clear()
-    k8s_pod.run_part(job, {'GPUCLUSTER_NODE_RANK': '0', 'GPUCLUSTER_POD_IP': '10.0.0.5'},
+    pjob.run_part(job, {'GPUCLUSTER_NODE_RANK': '0', 'GPUCLUSTER_POD_IP': '10.0.0.5'},
                      execute=lambda *a: ran.append(a) or 0)
     assert ran[0][1][7] == '10.0.0.5' and '--resume-from' not in ran[0][1]
     now[0] = -100.0
-    assert k8s_pod.run_part(job, env, clock=lambda: now[0], sleep=sleep, execute=lambda *a: 0) == 3
+    assert pjob.run_part(job, env, clock=lambda: now[0], sleep=sleep, execute=lambda *a: 0) == 3
