@@ -301,8 +301,8 @@ class Agent:
                     address = next(p['address'] for p in self.job['pods'] if p['name'] == pod)
                     try:
                         reply = net.request(address, int(self.job['agent_port']),
-                                        {'op': 'stop', 'job_id': job_id, 'before_attempt': before_attempt,
-                                         'reason': 'stopped: fenced (attempt %d replaced it or the job failed)'
+                                            {'op': 'stop', 'job_id': job_id, 'before_attempt': before_attempt,
+                                             'reason': 'stopped: fenced (attempt %d replaced it or the job failed)'
                                                    % before_attempt}, timeout=30.0)
                     except (OSError, ValueError):
                         continue

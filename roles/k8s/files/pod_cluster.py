@@ -100,7 +100,7 @@ def all_status(job, job_id, lines=20, pods=None, slow=None):
     def ask(pod):
         try:
             reply = net.request(pod['address'], port, {'op': 'status', 'job_id': job_id, 'lines': lines},
-                            timeout=net.LOST_IO_TIMEOUT if pod['name'] in (slow or ()) else net.IO_TIMEOUT)
+                                timeout=net.LOST_IO_TIMEOUT if pod['name'] in (slow or ()) else net.IO_TIMEOUT)
         except (OSError, ValueError) as exc:
             reply = {'pod': pod['name'], 'state': 'unreachable', 'error': str(exc) or type(exc).__name__}
         return as_itself(pod, reply)
@@ -163,7 +163,7 @@ def stop_all(job, job_id, reason='stopped', pods=None, slow=None, before_attempt
     def ask(pod):
         try:
             reply = net.request(pod['address'], port, message,
-                            timeout=net.LOST_IO_TIMEOUT if pod['name'] in (slow or ()) else 30.0)
+                                timeout=net.LOST_IO_TIMEOUT if pod['name'] in (slow or ()) else 30.0)
         except (OSError, ValueError) as exc:
             reply = {'state': 'unreachable', 'error': str(exc) or type(exc).__name__}
         return as_itself(pod, reply)
@@ -180,7 +180,7 @@ def start_all(job, job_id, attempt=0, pods=None):
     for rank, pod in enumerate(pods):
         try:
             reply = net.request(pod['address'], port, {'op': 'start', 'job_id': job_id, 'node_rank': rank,
-                                                   'attempt': attempt, 'hosts': hosts, 'master_addr': master})
+                                                       'attempt': attempt, 'hosts': hosts, 'master_addr': master})
         except (OSError, ValueError) as exc:
             reply = {'ok': False, 'error': str(exc)}
         if not reply.get('ok'):

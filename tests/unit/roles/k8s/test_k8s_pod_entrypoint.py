@@ -528,7 +528,7 @@ def test_launch_refuses_an_rdma_job_where_a_pod_cannot_register_memory(job, monk
     job['network_mode'] = 'rdma'
     ok = {'cap_eff': '%016x' % (1 << 14), 'memlock': [65536, 65536]}
     monkeypatch.setattr(pcluster, 'wait_for_peers', lambda j, s, **k: ({}, {'trainer-0': ok, 'trainer-1': ok,
-                                                                      'trainer-2': {'cap_eff': '0', 'memlock': [65536, 65536]}}))
+                                                                            'trainer-2': {'cap_eff': '0', 'memlock': [65536, 65536]}}))
     started = []
     monkeypatch.setattr(net, 'request', lambda *a, **k: started.append(a))
     assert pcluster.launch(job, 'j1', 20, detach=True, timeout=0) == 6
@@ -559,7 +559,7 @@ def test_launch_refuses_a_job_whose_pods_cannot_write_the_claim_naming_uid_and_w
            'claim': {'writable': False, 'path': '/shared', 'gid': 5000, 'owner': 'owner 0:5000, mode 0775',
                      'why': 'Permission denied'}}
     monkeypatch.setattr(pcluster, 'wait_for_peers', lambda j, s, **k: ({}, {'trainer-0': ok, 'trainer-1': nfs,
-                                                                      'trainer-2': ok}))
+                                                                            'trainer-2': ok}))
     started = []
     monkeypatch.setattr(net, 'request', lambda *a, **k: started.append(a))
     assert pcluster.launch(job, 'j1', 20, detach=True, timeout=0) == 7
@@ -753,7 +753,7 @@ def test_a_jobset_pod_runs_its_rank_with_pod_0s_address_once_it_resolves_and_res
     # rank 0 is the master at its own address; a name that never comes ends the pod naming it
     ran.clear()
     pjob.run_part(job, {'GPUCLUSTER_NODE_RANK': '0', 'GPUCLUSTER_POD_IP': '10.0.0.5'},
-                     execute=lambda *a: ran.append(a) or 0)
+                  execute=lambda *a: ran.append(a) or 0)
     assert ran[0][1][7] == '10.0.0.5' and '--resume-from' not in ran[0][1]
     now[0] = -100.0
     assert pjob.run_part(job, env, clock=lambda: now[0], sleep=sleep, execute=lambda *a: 0) == 3

@@ -1077,7 +1077,7 @@ def test_a_glance_that_hangs_is_given_up_named_and_the_glances_come_back_when_it
     (tmp_path / 'job' / 'progress' / 'rank-0.log').write_text(_rank_file(0))
     (tmp_path / 'state').mkdir()
     sup = sdriver.Supervisor({'job_id': 'j-1', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(tmp_path / 'state'),
-                         'nodes': NODES, 'interval': 5, 'glance_seconds': 0.05})
+                              'nodes': NODES, 'interval': 5, 'glance_seconds': 0.05})
     sup.glance = sglance.Glance(str(tmp_path / 'job'), hung)
     deadline = time.time() + 5
     while sup.glance_off is None and time.time() < deadline:

@@ -248,7 +248,7 @@ def test_a_runs_error_is_its_last_failing_tasks_fatal_lines_never_an_ignored_one
 
 def test_a_runs_error_is_read_from_yaml_results_too():
     assert aout.run_error(RUN_YAML) == ('task "Refuse a node": a: host lab-worker-1: the launcher could not start: '
-                                      'no such file "x"')
+                                        'no such file "x"')
     assert aout.run_error(RUN_YAML.split('TASK [Refuse a node]')[0]) == (
         'task "Reach": nosuch.invalid: unreachable: Failed to connect to the host via ssh: ssh: Could not resolve '
         'hostname nosuch.invalid: Name or service not known')
@@ -259,7 +259,7 @@ def test_a_runs_error_is_its_error_line_when_no_task_failed_and_is_cut_short():
         'the playbook: gpucluster.multinode.nosuch could not be found')
     # before ansible-core 2.19
     assert aout.run_error('ERROR! couldn\'t resolve module/action \'gpucluster.multinode.training_job\'. This often '
-                        'indicates a misspelling\n\nThe error appears to be in \'/x/started.yml\'\n') == (
+                          'indicates a misspelling\n\nThe error appears to be in \'/x/started.yml\'\n') == (
         'couldn\'t resolve module/action \'gpucluster.multinode.training_job\'. This often indicates a misspelling')
     # an error line after the last failed task is the run's error (it came last)
     assert aout.run_error(RUN_2_19 + '[ERROR]: Unexpected Exception: boom\n') == 'Unexpected Exception: boom'
@@ -271,7 +271,7 @@ def test_a_runs_error_is_its_error_line_when_no_task_failed_and_is_cut_short():
               '"module_stdout": "", "msg": "MODULE FAILURE: No start of JSON char found\\nSee stdout/stderr for the '
               'exact error", "rc": 1}\n')
     assert aout.run_error(module) == ('a: MODULE FAILURE: No start of JSON char found See stdout/stderr for the exact '
-                                    'error: sudo: a password is required')
+                                      'error: sudo: a password is required')
 
 
 # ----- ansible's output: an ad-hoc run, one answer a host ---------------------------------------------
@@ -333,8 +333,8 @@ def test_an_adhoc_run_without_one_line_output_is_read_too():
 # ----- figures, heartbeat, report ----------------------------------------------------------------
 def test_the_figures_are_prometheus_text_with_help_and_type_and_leave_out_what_is_not_known():
     text = srecord.metrics_text('j-"1"', {'last_read_timestamp_seconds': NOW + 0.5, 'read_seconds': 2.25,
-                                     'failed_reads': 0, 'blind': 0, 'restarts': 1, 'attempt': 2,
-                                     'heartbeat_timestamp_seconds': NOW + 1})
+                                          'failed_reads': 0, 'blind': 0, 'restarts': 1, 'attempt': 2,
+                                          'heartbeat_timestamp_seconds': NOW + 1})
     lines = text.splitlines()
     assert lines[:3] == ['# HELP gpucluster_supervisor_last_read_timestamp_seconds Time of the supervisor\'s last '
                          'status read that succeeded.',
@@ -350,7 +350,7 @@ def test_the_figures_are_prometheus_text_with_help_and_type_and_leave_out_what_i
                        'gpucluster_supervisor_heartbeat_timestamp_seconds{job="j-\\"1\\""}': '1764000001.0'}
     assert sum(1 for line in lines if line.startswith('# TYPE')) == 7 and text.endswith('\n')
     before_a_read = srecord.metrics_text('j', {'last_read_timestamp_seconds': None, 'read_seconds': None, 'failed_reads': 0,
-                                          'blind': 0, 'restarts': 0, 'attempt': 1, 'heartbeat_timestamp_seconds': NOW})
+                                               'blind': 0, 'restarts': 0, 'attempt': 1, 'heartbeat_timestamp_seconds': NOW})
     assert 'last_read' not in before_a_read and 'read_seconds' not in before_a_read
 
 
@@ -558,7 +558,7 @@ def test_a_stall_stop_names_the_collective_and_the_rank_the_flight_recorder_dump
     import pickle
     job_dir = tmp_path / 'job'
     sup = sdriver.Supervisor({'job_id': 'j', 'job_dir': str(job_dir), 'state_dir': str(tmp_path / 'state'),
-                         'nodes': ['h', 'w'], 'attempt': 2})
+                              'nodes': ['h', 'w'], 'attempt': 2})
     assert sup.hang_verdict() is None
     config = {'0': {'name': '0', 'desc': 'default_pg', 'ranks': '[0, 1]'}}
 
@@ -622,9 +622,9 @@ def test_a_left_out_node_is_fenced_in_the_background_once_it_answers(tmp_path):
     state = tmp_path / 'state'
     state.mkdir()
     sup = sdriver.Supervisor({'job_id': 'job-f', 'job_dir': str(tmp_path / 'job'), 'state_dir': str(state),
-                         'nodes': ['h', 'w1', 'w2'], 'hosts': {'w2': 'w2'}, 'ansible': str(bin_dir / 'ansible'),
-                         'ansible_playbook': str(bin_dir / 'ansible-playbook'), 'inventory': 'inv',
-                         'training_user': 'train'})
+                              'nodes': ['h', 'w1', 'w2'], 'hosts': {'w2': 'w2'}, 'ansible': str(bin_dir / 'ansible'),
+                              'ansible_playbook': str(bin_dir / 'ansible-playbook'), 'inventory': 'inv',
+                              'training_user': 'train'})
     sup.to_fence = {'w2': 2}
 
     def finish(now):
