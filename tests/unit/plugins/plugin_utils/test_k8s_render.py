@@ -108,6 +108,19 @@ def test_a_broken_manifest_is_refused_with_the_object_and_field(mutate, expected
     assert expected in str(err.value)
 
 
+def test_a_config_map_without_a_part_of_the_pod_entrypoint_is_refused_naming_it():
+    """The entrypoint imports its parts by their names: a ConfigMap rendered without one (an earlier version's,
+    or edited by hand) would fail every pod with ModuleNotFoundError, so it is refused before it is applied."""
+    c, objs = example()
+    objs = copy.deepcopy(objs)
+    config_map = next(o for o in objs if o['kind'] == 'ConfigMap')
+    assert set(kc.AGENT_MODULES) <= set(config_map['data'])
+    del config_map['data']['pod_driver.py']
+    with pytest.raises(kr.RenderError) as err:
+        kr.check_objects(objs, c, kr.DEFAULT_VERSIONS, SCHEMAS, where='k.yml')
+    assert "ConfigMap trainer-config: the entrypoint's part pod_driver.py is missing" in str(err.value)
+
+
 def test_nad_schema_refuses_a_config_that_is_not_json_text():
     nad = {'apiVersion': 'k8s.cni.cncf.io/v1', 'kind': 'NetworkAttachmentDefinition',
            'metadata': {'name': 'rdma-net', 'namespace': 'ml-team'}, 'spec': {'config': {'type': 'host-device'}}}
