@@ -17,9 +17,6 @@ from ansible_collections.gpucluster.multinode.plugins.plugin_utils.training impo
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import failure_policy
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils import python_env
 
-# what the supervisor over SSH and Slurm names a failure: the pods' kinds and a stall (training_stall_seconds)
-POLICY_KINDS = failure_policy.KINDS + ('stalled',)
-
 
 def training_verdict(results, nodes=None):
     """The job's verdict from the per-node results of training_job state=status, head first
@@ -114,7 +111,7 @@ def training_failure_policy_problems(value):
     """[] when training_failure_policy is a list of rules the supervisor can apply, else the one problem, naming
     the rule and its field (plugin_utils/failure_policy.py: the k8s cluster file's rules too)."""
     try:
-        failure_policy.read(value, 'training_failure_policy', POLICY_KINDS)
+        failure_policy.read(value, 'training_failure_policy')
     except failure_policy.PolicyError as exc:
         return [str(exc)]
     return []
@@ -123,7 +120,7 @@ def training_failure_policy_problems(value):
 def training_failure_policy(value):
     """training_failure_policy's rules as the supervisor reads them (a bare YAML key `on`, read as true, is on)."""
     try:
-        return failure_policy.read(value, 'training_failure_policy', POLICY_KINDS)
+        return failure_policy.read(value, 'training_failure_policy')
     except failure_policy.PolicyError as exc:
         raise AnsibleFilterError(str(exc))
 

@@ -12,8 +12,8 @@ rule: restart, counted."""
 
 from __future__ import annotations
 
-# what a supervisor names a failure (supervision.failure_kind); stalled: the SSH supervisor's stall
-KINDS = ('exit', 'signal', 'unreachable', 'restarted')
+# what a supervisor names a failure (supervision.failure_kind), and a stall (supervision.stall): every platform's
+KINDS = ('exit', 'signal', 'unreachable', 'restarted', 'stalled')
 ACTIONS = ('restart', 'restart_uncounted', 'fail')
 RULE = ('on', 'exit_codes', 'action')
 

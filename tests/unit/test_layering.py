@@ -64,8 +64,9 @@ PAYLOAD_MAX = {
     # health_reports, and report_html's n/a style; the earlier attempts' files (one loss curve an attempt); the
     # faults' table (the time each cost, from the attempts' steps); supervision's plan_restart serves the pod
     # agent too (a restart already decided, the minimum's name); the core holds the supervision loop (Loop), which
-    # the report does not run: the core is one file, installed beside each supervisor
-    'training_report': (9, 3290),
+    # the report does not run: the core is one file, installed beside each supervisor; and the rule of a stalled
+    # job (stall), which the controller's job state and pod 0 on Kubernetes share
+    'training_report': (9, 3410),
 }
 
 

@@ -6,9 +6,11 @@
 Two supervisors run its loop (Loop: observe, decide, stop, check, plan, restart, record), each as the driver of
 its platform: the head's (roles/training/files/gpucluster_supervise.py, a service on the supervisor host, whose
 driver, supervisor_driver.py Supervisor, reads and acts on the job through the collection's playbooks;
-SlurmSupervisor beside it, with the slurm launcher, holds the job at the stop and releases it at the restart) and pod 0's agent on Kubernetes (roles/k8s/files/k8s_pod.py PodDriver, which
-reads and acts on the pods through their agents). Both write the same events, judge culprits in the same order
-and decide a restart with the same rules (the failure policy, then the restart budget; plan_restart); the
+SlurmSupervisor beside it, with the slurm launcher, holds the job at the stop and releases it at the restart)
+and pod 0's agent on Kubernetes (roles/k8s/files/pod_driver.py PodDriver, which reads and acts on the pods
+through their agents). Both write the same events, judge culprits in the same order, see a stall by the same
+rule (stall, which the controller's job state reads too) and decide a restart with the same rules (the failure
+policy, then the restart budget; plan_restart); the
 training_report module reads their events with the same reader and counts them with the same summary.
 
 Standard library only, Python 3.8 or later: it is both a module_util (shipped with training_report) and a
@@ -543,6 +545,127 @@ class Loop:
         d.event('gave_up', why=why, step=step)
         d.gave_up(why)
         return 'gave_up'
+
+
+# ----- when a job is stalled: the same rule on every platform (the controller's job_state, pod 0) -----------
+PHASE_NAMES = {'checkpoint': 'saving checkpoint', 'eval': 'evaluating', 'load': 'loading checkpoint'}
+
+
+def phase_text(row):
+    """'saving checkpoint since 40 s' of a rank between two steps, '' when it steps."""
+    if not row.get('phase'):
+        return ''
+    age = row.get('phase_s')
+    return '%s since %s s' % (PHASE_NAMES.get(row['phase'], row['phase']), '-' if age is None else '%.0f' % age)
+
+
+def activity_age(row):
+    """Seconds since the rank last showed life: its last step or heartbeat, and before its first
+    step the time since it started (its progress header, else its process start); None when
+    nothing tracks it."""
+    if not row.get('tracked'):
+        return None
+    ages = [row.get('seconds_since_step'), row.get('seconds_since_heartbeat')]
+    if row.get('last_step') is None:
+        ages.append(row.get('seconds_since_start'))
+    ages = [a for a in ages if isinstance(a, (int, float))]
+    return min(ages) if ages else None
+
+
+SAVE_PHASES = ('checkpoint',)
+
+
+def saving_age(row):
+    """Seconds a rank has been saving a checkpoint (its latest heartbeat's phase is checkpoint: since
+    the save began), None when it is not saving."""
+    if row.get('phase') not in SAVE_PHASES:
+        return None
+    age = row.get('phase_s')
+    return age if isinstance(age, (int, float)) else 0.0
+
+
+def _quiet(row, stall_seconds, checkpoint_seconds):
+    """(quiet, overlong) of a tracked rank: quiet when it showed no life for stall_seconds; with
+    checkpoint_seconds, a rank saving a checkpoint whose heartbeats still come is quiet (overlong)
+    only once its save began checkpoint_seconds ago or more."""
+    age = activity_age(row)
+    if checkpoint_seconds is None or saving_age(row) is None:
+        return age >= stall_seconds, False
+    beat = row.get('seconds_since_heartbeat')
+    if not isinstance(beat, (int, float)) or beat >= stall_seconds:
+        return age >= stall_seconds, False  # its heartbeats stopped: judged as any rank
+    return saving_age(row) >= checkpoint_seconds, saving_age(row) >= checkpoint_seconds
+
+
+def stall(rows, stall_seconds, checkpoint_seconds=None):
+    """{stalled, off, ranks: [...first to stop...], nodes, why, collectives} of a job.
+
+    Stalled: every rank alive and none of the tracked ones showed life (a step, a heartbeat, or
+    before the first step its start) for stall_seconds. With checkpoint_seconds, a rank whose latest
+    heartbeat says it saves a checkpoint (phase checkpoint, its heartbeats still coming) is judged by
+    the save's age instead: it shows no life once its save began checkpoint_seconds ago or more (a
+    heartbeat thread beats on while the main thread hangs in the save); a rank whose heartbeats
+    stopped for stall_seconds is judged as before. None keeps every rank on stall_seconds.
+
+    The ranks named are the ones held by the kernel (stopped, traced) when any is, else those in a
+    save past checkpoint_seconds, else those without a step (a start-up hang), else those with the
+    lowest last step, earliest first. When every rank stopped at the same step (a collective that
+    never completed: the usual NCCL hang) all are named; collectives is left for a reader of the
+    collectives in flight (NCCL's flight recorder) to fill: a list of lines.
+    off: nothing tracks the job's steps (no progress file, no log line matching the regex)."""
+    out = {'stalled': False, 'off': False, 'ranks': [], 'nodes': [], 'why': '', 'collectives': None}
+    if rows and not any(r.get('tracked') for r in rows):
+        out.update(off=True, why='no steps tracked')
+        return out
+    alive = [r for r in rows if r.get('alive')]
+    if not alive or len(alive) != len(rows):
+        return out
+    tracked = [r for r in alive if activity_age(r) is not None]
+    if not tracked:
+        return out
+    judged = [(r,) + _quiet(r, stall_seconds, checkpoint_seconds) for r in tracked]
+    if not all(quiet for _, quiet, _ in judged):
+        return out
+    overlong = sorted([r for r, _, long in judged if long], key=lambda r: -saving_age(r))
+    others = [r for r, _, long in judged if not long]
+    held = [r for r in alive if r.get('held')]
+    no_step = [r for r in tracked if r.get('last_step') is None]
+    if held:
+        first = held
+        why = ', '.join('rank %d on %s is %s' % (r['rank'], r['node'], r['held']) for r in held)
+    elif overlong:
+        first = overlong
+        why = ''
+    elif no_step:
+        first = no_step
+        why = ('no rank logged a first step since it started: a start-up hang (rendezvous, NCCL '
+               'initialisation, loading)' if len(no_step) == len(tracked) else
+               '%s logged no step since it started' % ', '.join('rank %d' % r['rank'] for r in no_step))
+    else:
+        low = min(r['last_step'] for r in tracked)
+        first = sorted([r for r in tracked if r['last_step'] == low], key=lambda r: r['last_step_time'])
+        if len(first) == len(tracked) and len(tracked) > 1:
+            why = ('every rank stopped after step %d: they wait in the same collective (a rank, GPU or '
+                   'link that never joined it; the steps cannot tell which)' % low)
+        else:
+            why = 'lowest last step %d' % low
+    phases = ['rank %d on %s has been %s' % (r['rank'], r['node'], phase_text(r).replace(' since ', ' for '))
+              for r in others if r.get('phase')]
+    if phases:
+        why += ('; ' if why else '') + ', '.join(phases)
+    if overlong:
+        saves = 'a checkpoint save running for %d s (training_checkpoint_seconds %d) on %s' % (
+            int(saving_age(overlong[0])), int(checkpoint_seconds),
+            ', '.join('rank %d on %s' % (r['rank'], r['node']) for r in overlong))
+        if others:
+            saves += '; no other rank logged a step or heartbeat for %d s or more' % int(
+                min(activity_age(r) for r in others))
+        why = '%s%s' % (saves, ' (%s)' % why if why else '')
+    else:
+        why = 'no rank logged a step or heartbeat for %d s or more (%s)' % (
+            int(min(activity_age(r) for r in tracked)), why)
+    out.update(stalled=True, ranks=[r['rank'] for r in first], nodes=sorted({r['node'] for r in first}), why=why)
+    return out
 
 
 def needs_confirming(obs):

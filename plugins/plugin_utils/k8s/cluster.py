@@ -48,7 +48,8 @@ ENTRYPOINT = 'k8s_pod.py'
 # the supervision core the entrypoint imports (plugins/module_utils/training/supervision.py), beside it
 CORE = 'supervision.py'
 # the entrypoint's parts (the k8s role's files), beside it in the ConfigMap: it imports them by their names
-AGENT_MODULES = ('pod_agent.py', 'pod_driver.py', 'pod_cluster.py', 'pod_job.py', 'pod_checks.py', 'pod_net.py')
+AGENT_MODULES = ('pod_agent.py', 'pod_driver.py', 'pod_cluster.py', 'pod_job.py', 'pod_checks.py', 'pod_progress.py',
+                 'pod_net.py')
 # The label keys that select a cluster's pods: the collection sets them (manifests.labels), a cluster
 # file's labels may not (roles/k8s/tasks/validate.yml spells the same selector).
 NAME_LABEL = 'app.kubernetes.io/name'
@@ -219,7 +220,7 @@ NETWORK = ('mode', 'rdma_resource', 'rdma_resource_count', 'ib_hca', 'attachment
 STORAGE = ('mode', 'storage_class', 'size', 'mount_path', 'claim_name')
 TRAIN = ('command', 'deepspeed_config', 'env', 'peer_wait', 'master_port', 'agent_port', 'python',
          'deepspeed', 'workdir', 'restarts', 'resume_args', 'failure_policy', 'lost_pod_wait', 'spares',
-         'min_pods', 'unreachable_after', 'restart_strategy')
+         'min_pods', 'unreachable_after', 'restart_strategy', 'stall_seconds', 'checkpoint_seconds', 'progress_regex')
 # train.failure_policy: what kind of failure restarts the job (as JobSet's failurePolicy rules): the pod
 # agent's kinds, and the actions (RestartJobSet, RestartJobSetAndIgnoreMaxRestarts, FailJobSet).
 FAILURE_KINDS = failure_policy.KINDS
@@ -429,6 +430,16 @@ def check(data, where='cluster file'):
         c.fail('train.resume_args', 'are added when the job is restarted; they need train.restarts 1 or more')
     job['lost_pod_wait'] = c.integer(train.get('lost_pod_wait', 60), 'train.lost_pod_wait', 5, 86400)
     job['unreachable_after'] = c.integer(train.get('unreachable_after', 30), 'train.unreachable_after', 5, 3600)
+    # a stall, as the training role judges it (training_stall_seconds, training_checkpoint_seconds,
+    # training_progress_regex): every part quiet (no step line, no heartbeat) for stall_seconds; 0: no stall
+    job['stall_seconds'] = c.integer(train.get('stall_seconds', 600), 'train.stall_seconds', 0, 7 * 86400)
+    job['checkpoint_seconds'] = c.integer(train.get('checkpoint_seconds', 1800), 'train.checkpoint_seconds', 1,
+                                          7 * 86400)
+    job['progress_regex'] = c.string(train.get('progress_regex', 'step [0-9]+ loss'), 'train.progress_regex')
+    try:
+        re.compile(job['progress_regex'])
+    except re.error as exc:
+        c.fail('train.progress_regex', 'is not a regular expression (%s): %r' % (exc, job['progress_regex']))
     # the last train.spares pods of the StatefulSet wait, each ready to take a lost pod's place (and its slots:
     # every pod has the same resources) at a restart
     job['spares'] = c.integer(train.get('spares', 0), 'train.spares', 0, out['replicas'] - 1)
@@ -584,6 +595,11 @@ def jobset_failure_rules(policy, c=None):
     pod_rules, actions = [], []
     for index, rule in enumerate(policy):
         kinds = rule['on']
+        if 'stalled' in kinds:
+            if c:
+                c.fail('train.failure_policy[%d].on' % index, 'names stalled: a JobSet\'s pods run their ranks with no '
+                       'agent, nothing reads their steps, and no stall is seen (workload: statefulset has it)')
+            continue
         if ('exit' in kinds or 'signal' in kinds) and ('unreachable' in kinds or 'restarted' in kinds):
             if c:
                 c.fail('train.failure_policy[%d].on' % index, 'mixes exit codes and pod conditions, which a Job\'s '

@@ -68,6 +68,8 @@ def job_settings(cluster):
         'network_mode': cluster['network']['mode'], 'restarts': train['restarts'],
         'resume_args': train['resume_args'], 'failure_policy': train['failure_policy'],
         'lost_pod_wait': train['lost_pod_wait'], 'unreachable_after': train['unreachable_after'],
+        'stall_seconds': train['stall_seconds'], 'checkpoint_seconds': train['checkpoint_seconds'],
+        'progress_regex': train['progress_regex'],
         'spares': train['spares'], 'min_pods': train['min_pods'],
         # each pod's part (state and log) on the volume: a restarted container knows what it ran
         'state_dir': '%s/.gpucluster/jobs' % cluster['storage']['mount_path'].rstrip('/'),

@@ -7,14 +7,7 @@ prints its lines with these. Controller only."""
 
 from __future__ import annotations
 
-PHASE_NAMES = {'checkpoint': 'saving checkpoint', 'eval': 'evaluating', 'load': 'loading checkpoint'}
-
-
-def phase_text(row):
-    """'saving checkpoint since 40 s' of a rank between two steps, '' when it steps."""
-    if not row.get('phase'):
-        return ''
-    return '%s since %s s' % (PHASE_NAMES.get(row['phase'], row['phase']), _fmt(row.get('phase_s'), '%.0f'))
+from ansible_collections.gpucluster.multinode.plugins.module_utils.training.supervision import phase_text
 
 
 def stale_line(stale, attempt):

@@ -18,6 +18,7 @@ import pod_net as net
 import supervision
 from pod_checks import capabilities, claim_check, describe_exit, memlock
 from pod_driver import PodDriver
+from pod_progress import Progress, held_in_group
 from pod_job import (JOB_ENV, JOB_ID_RE, hostfile_lines, job_event, launcher_line, layout_of, load_job, node_name,
                      ordinal_of, pod_ip, read_job_record, state_root, tail, write_job_record)
 
@@ -45,6 +46,7 @@ class Agent:
         self.lock = threading.RLock()
         self.out = out or sys.stdout
         self.supervisors = {}
+        self.progress = {}      # job_id -> what its part's output says of its steps (Progress), this container's
         self.boot = '%d-%d' % (os.getpid(), int(time.time() * 1000))  # this container's agent, not a previous one
         self.pod0 = set()       # pod 0's addresses as last resolved (allowed)
 
@@ -138,6 +140,7 @@ class Agent:
                                  'node_rank': node_rank, 'attempt': attempt, 'exit_code': None, 'reason': '',
                                  'boot': self.boot}
             self._save(job_id)
+            self.progress[job_id] = Progress(self.job.get('progress_regex'))
             threading.Thread(target=self._copy_output, args=(job_id, proc, log), daemon=True).start()
             self.say('job %s: part %d started (attempt %d, pid %d)' % (job_id, node_rank, attempt, proc.pid))
             return {'ok': True, 'state': 'running', 'pid': proc.pid}
@@ -145,10 +148,13 @@ class Agent:
     def _copy_output(self, job_id, proc, log):
         """The part's output to its log on the volume and to PID 1's stdout (kubectl logs)."""
         prefix = '[%s %s] ' % (job_id, self.name)
+        progress = self.progress.get(job_id)
         with open(log, 'ab') as out:
             for line in iter(proc.stdout.readline, b''):
                 out.write(line)
                 out.flush()
+                if progress is not None:
+                    progress.saw(line.decode('utf-8', 'replace'))
                 try:
                     self.out.write(prefix + line.decode('utf-8', 'replace'))
                     self.out.flush()
@@ -191,9 +197,15 @@ class Agent:
         rec = self.jobs.get(job_id)
         if rec is None:
             return {'ok': True, 'pod': self.name, 'state': 'absent'}
-        return {'ok': True, 'pod': self.name, 'state': rec['state'], 'exit_code': rec.get('exit_code'),
-                'reason': rec.get('reason', ''), 'pid': rec.get('pid'), 'attempt': rec.get('attempt', 0),
-                'ended': rec.get('ended'), 'tail': tail(rec.get('log', ''), lines)}
+        reply = {'ok': True, 'pod': self.name, 'state': rec['state'], 'exit_code': rec.get('exit_code'),
+                 'reason': rec.get('reason', ''), 'pid': rec.get('pid'), 'attempt': rec.get('attempt', 0),
+                 'ended': rec.get('ended'), 'tail': tail(rec.get('log', ''), lines),
+                 'node_rank': rec.get('node_rank', self.ordinal)}
+        progress = self.progress.get(job_id)
+        if rec['state'] == 'running' and progress is not None and rec.get('boot') == self.boot:
+            # what its output said of its steps, and a rank the kernel holds (the stall rule names it first)
+            reply.update(progress=progress.report(), held=held_in_group(rec.get('pid')))
+        return reply
 
     def stop(self, job_id, grace=10.0, reason='stopped', before_attempt=None):
         """SIGTERM to the job's process group, SIGKILL after grace; returns once nothing of it runs. With

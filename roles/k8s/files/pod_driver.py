@@ -11,6 +11,7 @@ import supervision
 from pod_checks import blame
 from pod_cluster import admin_step, all_status, hello_of, start_all, stop_all, wait_for_peers
 from pod_job import job_event, layout_of, read_job_record, working_pods, write_job_record
+from pod_progress import stall_rows
 
 
 SETTLE_POLLS = 5        # polls pod 0 gathers the parts' states after the first failure before it names one
@@ -21,8 +22,10 @@ class PodDriver:
     the job from every pod's agent, stops and starts their parts, checks the spare pods with a hello and keeps
     the loop's memory in the job record (phase: fault or restarting, what status reads; recovery: the loop's).
 
-    A part that failed (a rank's exit, a signal, a container started again, a part stopped by someone), or a
-    pod that has not answered for train.unreachable_after seconds, is a fault. After a failure the other
+    A part that failed (a rank's exit, a signal, a container started again, a part stopped by someone), a
+    pod that has not answered for train.unreachable_after seconds, or a job whose running parts logged no step
+    or heartbeat for train.stall_seconds (supervision.stall, the controller's rule over SSH, on the rows of the
+    parts' progress: pod_progress) is a fault. After a failure the other
     pods' parts fail too once a peer is gone: the states are gathered for a few polls and the cause is named
     (blame, the core's order) rather than the first collateral exit. The failure policy and train.restarts
     decide; a spare pod that answers takes a lost pod's place (and slots), else the job shrinks down to
@@ -115,8 +118,18 @@ class PodDriver:
         lost = [st for st in states if st['pod'] in self.since and now - self.since[st['pod']] >= bound]
         trouble = [st for st in states if st.get('state') in ('failed', 'absent', 'stopped')] + lost
         self.finished = bool(states) and all(st.get('state') == 'finished' for st in states)
+        rows = stall_rows(states, now)
+        steps = [r for r in rows if r['last_step'] is not None]
+        step = {'step': max(r['last_step'] for r in steps),
+                'last_step_time': max(r['last_step_time'] for r in steps)} if steps else {}
         if not trouble:
-            return self._obs('succeeded' if self.finished else 'running')
+            stall_seconds = int(self.job.get('stall_seconds') or 0)
+            stalled = supervision.stall(rows, stall_seconds, self.job.get('checkpoint_seconds')) \
+                if stall_seconds and not self.finished else {}
+            if stalled.get('stalled'):
+                return self._obs('stalled', stalled_nodes=stalled['nodes'], why=stalled['why'], failure='stalled',
+                                 reason='stalled: %s' % stalled['why'], **step)
+            return self._obs('succeeded' if self.finished else 'running', **step)
         for st in lost:
             st['error'] = 'no answer for %.0f s: %s' % (now - self.since[st['pod']], st.get('error', ''))
         seen = {st['pod']: st for st in states}
@@ -139,7 +152,7 @@ class PodDriver:
         kind = supervision.failure_kind(dict(culprit, reason=reason))
         state, culprits = ('unreachable', 'unreachable_nodes') if kind == 'unreachable' else ('failed', 'failed_nodes')
         return self._obs(state, **{culprits: [pod]}, lost=[st['pod'] for st in lost], why='pod %s %s' % (pod, reason),
-                         reason=reason, failure=kind, exit_code=culprit.get('exit_code'))
+                         reason=reason, failure=kind, exit_code=culprit.get('exit_code'), **step)
 
     @staticmethod
     def _obs(state, why='', **more):

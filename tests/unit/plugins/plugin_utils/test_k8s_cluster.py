@@ -44,13 +44,13 @@ def test_pods_have_service_dns_names_and_mixed_slots():
     ({'train': {'command': ['/x.py'], 'failure_policy': {'on': 'exit'}}},
      'k.yml: train.failure_policy must be a list of rules, got'),
     ({'train': {'command': ['/x.py'], 'failure_policy': [{'on': ['oom'], 'action': 'fail'}]}},
-     "k.yml: train.failure_policy[0].on must be exit or signal or unreachable or restarted, got 'oom'"),
+     "k.yml: train.failure_policy[0].on must be exit or signal or unreachable or restarted or stalled, got 'oom'"),
     ({'train': {'command': ['/x.py'], 'failure_policy': [{'on': ['signal'], 'exit_codes': [9], 'action': 'fail'}]}},
      'k.yml: train.failure_policy[0].exit_codes apply to exit failures only: set on: [exit]'),
     ({'train': {'command': ['/x.py'], 'failure_policy': [{'on': ['exit'], 'action': 'retry'}]}},
      "k.yml: train.failure_policy[0].action must be restart or restart_uncounted or fail, got 'retry'"),
     ({'train': {'command': ['/x.py'], 'failure_policy': [{'on': ['exit']}]}},
-     'k.yml: train.failure_policy[0] needs on (exit, signal, unreachable, restarted) and action'),
+     'k.yml: train.failure_policy[0] needs on (exit, signal, unreachable, restarted, stalled) and action'),
     ({'train': {'command': ['/x.py'], 'lost_pod_wait': 1}}, 'k.yml: train.lost_pod_wait must be from 5 to 86400, got 1'),
     # three replicas: two may wait as spares, then the job runs on one pod; with one spare it runs on two
     ({'train': {'command': ['/x.py'], 'spares': 3}}, 'k.yml: train.spares must be from 0 to 2, got 3'),
@@ -123,7 +123,11 @@ def test_pods_have_service_dns_names_and_mixed_slots():
     ({'train': {'command': ['x'], 'agent_port': 29500}}, 'k.yml: train.agent_port must differ from train.master_port'),
     ({'train': {'command': ['x'], 'deepspeed_config': {'zero_optimization': {}}}},
      'k.yml: train.deepspeed_config has no batch settings'),
+    ({'train': {'command': ['x'], 'stall_seconds': '10m'}}, 'k.yml: train.stall_seconds must be a whole number'),
+    ({'train': {'command': ['x'], 'progress_regex': 'step (\\d+'}},
+     'k.yml: train.progress_regex is not a regular expression (missing ), unterminated subpattern'),
     ({'files': {'hostfile': 'my-hostfile'}}, 'k.yml: files.hostfile is a key the collection writes itself'),
+    ({'files': {'pod_driver.py': 'mine.py'}}, 'k.yml: files.pod_driver.py is a key the collection writes itself'),
     ({'labels': {'app.kubernetes.io/instance': 'x'}}, 'k.yml: labels.app.kubernetes.io/instance is set by the collection'),
 ])
 def test_a_bad_field_is_refused_in_one_line_naming_file_and_field(changes, message):

@@ -75,6 +75,8 @@ def test_exit_codes_and_signals_become_the_jobs_pod_failure_policy(tmp_path):
      'PodFailurePolicy and cannot tell them apart'),
     ({'failure_policy': [{'on': ['signal', 'restarted'], 'action': 'fail'}]},
      'train.failure_policy[0].on mixes exit codes and pod conditions'),
+    ({'failure_policy': [{'on': ['stalled'], 'action': 'restart_uncounted'}]},
+     "train.failure_policy[0].on names stalled: a JobSet's pods run their ranks with no agent"),
 ])
 def test_what_a_jobset_cannot_say_is_refused_naming_the_field(tmp_path, train, expected):
     with pytest.raises(kc.ClusterFileError) as err:

@@ -19,6 +19,7 @@ import pod_checks as pchecks  # noqa: E402
 import pod_cluster as pcluster  # noqa: E402
 import pod_job as pjob  # noqa: E402
 import pod_net as net  # noqa: E402
+import pod_progress as pprogress  # noqa: E402
 
 _request = net.request
 
@@ -757,3 +758,80 @@ def test_a_jobset_pod_runs_its_rank_with_pod_0s_address_once_it_resolves_and_res
     assert ran[0][1][7] == '10.0.0.5' and '--resume-from' not in ran[0][1]
     now[0] = -100.0
     assert pjob.run_part(job, env, clock=lambda: now[0], sleep=sleep, execute=lambda *a: 0) == 3
+
+
+# ----- a stall: the parts' own output, judged by the core's rule (the training role's) ---------------------
+def test_a_parts_progress_is_its_step_lines_and_heartbeats_on_the_agents_clock():
+    now = [1000.0]
+    prog = pprogress.Progress(None, clock=lambda: now[0])
+    assert prog.report()['tracked'] is False  # nothing says yet that this part logs steps
+    prog.saw('[rank0]: step 7 loss 0.52\n')
+    now[0] = 1004.0
+    prog.saw('something else\n')
+    assert prog.report() == {'tracked': True, 'last_step': 7, 'seconds_since_step': 4.0, 'seconds_since_heartbeat': None,
+                             'seconds_since_start': 4.0, 'phase': None, 'phase_s': None}
+    prog.saw('gpucluster-heartbeat phase=checkpoint step=7 since=1003.0 time=1004.0\n')
+    now[0] = 1010.0
+    report = prog.report()
+    assert (report['phase'], report['phase_s'], report['seconds_since_heartbeat']) == ('checkpoint', 7.0, 6.0)
+    prog.saw('step 8 loss 0.5\n')  # a step ends the phase
+    assert prog.report()['phase'] is None and prog.report()['last_step'] == 8
+    named = pprogress.Progress(r'it=(?P<step>\d+) of \d+', clock=lambda: now[0])
+    named.saw('it=12 of 100\n')
+    assert named.report()['last_step'] == 12
+
+
+def test_a_rank_the_kernel_holds_is_named_by_its_part(tmp_path):
+    for pid, state, pgrp in (('10', 'S', '10'), ('11', 'T', '10'), ('12', 'T', '99')):
+        (tmp_path / pid).mkdir()
+        (tmp_path / pid / 'stat').write_text('%s (python3 x) %s 1 %s %s 0' % (pid, state, pgrp, pgrp))
+    assert pprogress.held_in_group(10, proc=str(tmp_path)) == 'stopped (pid 11)'
+    assert pprogress.held_in_group(20, proc=str(tmp_path)) == ''
+
+
+def test_a_job_whose_parts_log_no_step_for_train_stall_seconds_is_stalled_stopped_and_restarted(job, monkeypatch,
+                                                                                                tmp_path):
+    # (a job id of its own: an earlier test's fence of j1 may still ask)
+    # every part logs steps, then pod 1's rank is held by the kernel (SIGSTOP) and every part goes quiet, as the
+    # others wait for it in their next collective: the core's stall rule (the training role's) names pod 1
+    with_settings(job, tmp_path, restarts=1, peer_wait=5, stall_seconds=2)
+    script = ('for i in 1 2 3; do echo "step $i loss 0.5"; sleep 0.2; done; %s sleep 60')
+
+    def commands(rank, attempt):
+        if attempt == 0:
+            return ['sh', '-c', script % ('kill -STOP $$;' if rank == 1 else '')]
+        return ['sh', '-c', 'for i in 3 4 5; do echo "step $i loss 0.4"; sleep 0.2; done']
+    agents, socks = cluster_of_agents(job, monkeypatch, commands)
+    try:
+        assert pcluster.start_all(job, 'j-stall') == ''
+        assert net.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j-stall'})['ok']
+        rec = wait_record(job, 'j-stall', ('finished', 'failed'), seconds=40)
+        assert (rec['state'], rec['attempt']) == ('finished', 1)
+        events = pjob.read_job_events(pjob.STATE_ROOT, 'j-stall')
+        assert [e['event'] for e in events] == ['supervising', 'fault', 'job_stopped', 'checked', 'restart', 'training',
+                                                'done']
+        fault = events[1]
+        assert (fault['seen'], fault['failure'], fault['nodes'], fault['step']) == ('stalled', 'stalled', ['trainer-1'], 3)
+        assert fault['why'].startswith('no rank logged a step or heartbeat for 2 s or more (rank 1 on trainer-1 is '
+                                       'stopped (pid ')
+        assert rec['history'][0]['kind'] == 'stalled' and rec['history'][0]['failed_pod'] == 'trainer-1'
+        assert events[5]['step'] in (3, 4, 5)  # training again: a step of the new attempt, read
+        assert not any(pagent.group_alive(a.jobs['j-stall']['pid']) for a in agents)
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def test_a_job_that_logs_no_step_is_never_stalled(job, monkeypatch, tmp_path):
+    # nothing says the script logs steps (no line matches, no heartbeat): stall detection is off, as over SSH
+    with_settings(job, tmp_path, restarts=1, peer_wait=5, stall_seconds=1)
+    agents, socks = cluster_of_agents(job, monkeypatch, lambda rank, attempt: ['sh', '-c', 'echo hello; sleep 4'])
+    try:
+        assert pcluster.start_all(job, 'j-stall') == ''
+        assert net.request(job['pods'][0]['address'], 0, {'op': 'supervise', 'job_id': 'j-stall'})['ok']
+        rec = wait_record(job, 'j-stall', ('finished', 'failed'), seconds=20)
+        assert (rec['state'], rec['attempt']) == ('finished', 0)
+        assert kinds_of('j-stall') == [('supervising', 1), ('done', 1)]
+    finally:
+        for sock in socks:
+            sock.close()
