@@ -216,14 +216,15 @@ def culprits(obs):
 
 
 def decide(obs):
-    """What one read of the job asks for: wait (running, or a read that said nothing), done (finished or stopped
-    by someone), or stop (a fault: the whole job is stopped, then its nodes judged)."""
+    """What one read of the job asks for: wait (running, or a read that said nothing), done (finished), ended
+    (stopped by someone else: nothing to restart, and not a finish), or stop (a fault: the whole job is stopped,
+    then its nodes judged)."""
     if obs['state'] in FAULTS:
         return {'action': 'stop', 'seen': obs['state'], 'nodes': culprits(obs), 'why': obs['why']}
     if obs['state'] == 'succeeded':
         return {'action': 'done', 'why': 'the job finished'}
     if obs['state'] == 'stopped':
-        return {'action': 'done', 'why': 'the job was stopped (not by its supervisor): nothing to restart'}
+        return {'action': 'ended', 'why': 'the job was stopped (not by its supervisor): nothing to restart'}
     return {'action': 'wait', 'why': obs['why'] or obs['state']}
 
 
@@ -377,7 +378,8 @@ class Loop:
         self.d = driver
 
     def run(self):
-        """Supervise until the job ends or memory's until passes: done, gave_up or stopped (the bound)."""
+        """Supervise until the job ends or memory's until passes: done, ended (stopped by someone else), gave_up
+        or stopped (the bound)."""
         d = self.d
         until = d.memory.get('until')
         d.begin()
@@ -402,6 +404,10 @@ class Loop:
                 d.remember(ended='done')
                 d.event('done', why=act['why'], step=obs['step'])
                 return 'done'
+            if act['action'] == 'ended':  # stopped by someone else: the summary says stopped, not finished
+                d.remember(ended='stopped')
+                d.event('stopped', why=act['why'], step=obs['step'])
+                return 'ended'
             if act['action'] == 'stop':
                 waiting_first_step = self.recover(obs, act)
                 if isinstance(waiting_first_step, str):

@@ -182,7 +182,7 @@ class Supervisor(Reads, Glances, Runs, Record):
         """The supervision loop (supervision.Loop, this supervisor its driver: the methods below), then the
         job's report page where it ended: 0, or EXIT_ENDED when it gave up."""
         outcome = core.Loop(self).run()
-        if outcome in ('done', 'gave_up'):
+        if outcome in ('done', 'ended', 'gave_up'):
             self.write_report()
         return EXIT_ENDED if outcome == 'gave_up' else 0
 

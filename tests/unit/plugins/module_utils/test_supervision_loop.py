@@ -223,6 +223,16 @@ def test_reads_that_say_nothing_stop_nothing():
     assert _kinds(fake) == ['supervising', 'done'] and [a for a in fake.acts if a == ('wait',)] == [('wait',)] * 3
 
 
+def test_a_job_stopped_by_someone_else_ends_the_supervision_as_stopped_never_as_finished():
+    fake = Fake([_obs(step=10), _obs('stopped', step=12)])
+    assert core.Loop(fake).run() == 'ended'
+    assert _kinds(fake) == ['supervising', 'stopped'] and fake.memory['ended'] == 'stopped'
+    assert not _starts(fake)
+    summary = core.summarize(fake.events)
+    assert (summary['outcome'], summary['why']) == ('stopped', 'the job was stopped (not by its supervisor): nothing '
+                                                                'to restart')
+
+
 def test_a_stall_is_a_fault_of_the_stalled_ranks_nodes():
     fake = Fake([_obs('stalled', stalled=['w1'], why='no step for 60 s'), _obs('succeeded')])
     assert core.Loop(fake).run() == 'done'

@@ -96,7 +96,7 @@ def test_a_finished_or_stopped_job_ends_the_supervision():
     done = _status([dict(_running('head', [0, 1]), running=False, exit_code=0)], None)
     assert core.decide(sreads.observe(_rec(done), NOW)) == {'action': 'done', 'why': 'the job finished'}
     stopped = sreads.observe(_rec({'result': {'state': 'stopped'}}), NOW)
-    assert core.decide(stopped)['action'] == 'done' and 'not by its supervisor' in core.decide(stopped)['why']
+    assert core.decide(stopped)['action'] == 'ended' and 'not by its supervisor' in core.decide(stopped)['why']
     # a read that said nothing (the playbook could not run) is waited out, not taken for a fault
     assert core.decide(sreads.observe(_rec(None), NOW)) == {'action': 'wait', 'why': 'the status read gave nothing'}
 

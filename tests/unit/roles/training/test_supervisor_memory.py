@@ -362,7 +362,7 @@ def test_without_a_reboot_a_job_found_stopped_ends_the_supervision_as_before(tmp
     monkeypatch.setattr(srecord, 'boot_time', lambda: now - 3600)
     assert sdriver.Supervisor(settings).run() == 0
     assert 'started' not in _calls(bin_dir)
-    assert [e['event'] for e in _events(tmp_path)] == ['resumed', 'done']
+    assert [e['event'] for e in _events(tmp_path)] == ['resumed', 'stopped']
 
 
 def _sshd(answer):
