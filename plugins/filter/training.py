@@ -30,7 +30,7 @@ def training_status_record(result, progress=None):
     return js.status_record(result, progress)
 
 
-def training_job_state(results, hosts, nodes=None, job_id=None, left_out=None):
+def training_job_verdict(results, hosts, nodes=None, job_id=None, left_out=None):
     """The job's verdict from the status read registered on every host (in the order of hosts): unknown,
     naming the nodes that could not be read, else training_verdict's; left_out: the job's nodes a status of
     training_status_nodes did not read (plugin_utils/training/job_state.job_verdict)."""
@@ -143,7 +143,7 @@ def training_layout_nodes(nodes, layout, job_id=''):
 
 class FilterModule:
     def filters(self):
-        return {'training_verdict': training_verdict, 'training_job_state': training_job_state,
+        return {'training_verdict': training_verdict, 'training_job_verdict': training_job_verdict,
                 'training_status_record': training_status_record,
                 'json_object_or_none': json_object_or_none,
                 'training_layout': training_layout,

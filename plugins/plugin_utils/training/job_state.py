@@ -18,7 +18,7 @@ the stalled), the step and the attempt read. It is the `job` of the status file 
 supervisor reads: a fault is what job_state() says, the supervisor only decides what to do about it; and
 whether a watch that ended failed: watch_outcome().
 
-The training filters (training_verdict, training_job_state, training_progress_view, training_status_record)
+The training filters (training_verdict, training_job_verdict, training_progress_view, training_status_record)
 read these for status, watch and the supervisor; plugin_utils/training/job_view.py prints them."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""training_progress_view and training_job_state on results as Ansible registers them."""
+"""training_progress_view and training_job_verdict on results as Ansible registers them."""
 
-from ansible_collections.gpucluster.multinode.plugins.filter.training import training_job_state
+from ansible_collections.gpucluster.multinode.plugins.filter.training import training_job_verdict
 from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import training_progress_view
 
 ROW = {'node': 'head', 'rank': 0, 'alive': True, 'held': None, 'tracked': 'progress file', 'last_step': 10,
@@ -30,7 +30,7 @@ def test_every_node_read_gives_the_state_and_no_errors():
 
 
 def test_the_status_read_errors_give_an_unknown_verdict():
-    result = training_job_state([{'node': 'head', 'running': False}, {'failed': True, 'msg': 'boom'}], ['head', 'w1'],
+    result = training_job_verdict([{'node': 'head', 'running': False}, {'failed': True, 'msg': 'boom'}], ['head', 'w1'],
                                 ['head', 'w1'], 'j-1')
     assert result['state'] == 'unknown' and result['unknown_nodes'] == ['w1']
     assert result['lines'] == ['job j-1: unknown (its state could not be read on w1)', 'w1: read failed: boom']

@@ -1,7 +1,7 @@
 """The supervisor's decisions (roles/training/files/gpucluster_supervise.py): what a status read says,
 whom to blame, where to restart, when to give up; its event log and summary.
 
-The status reads are built with the filters status.yml itself uses (training_job_state on training_job
+The status reads are built with the filters status.yml itself uses (training_job_verdict on training_job
 results, training_progress_view on training_progress results)."""
 
 import json
@@ -10,7 +10,7 @@ import shutil
 import sys
 import time
 
-from ansible_collections.gpucluster.multinode.plugins.filter.training import training_job_state, training_status_record
+from ansible_collections.gpucluster.multinode.plugins.filter.training import training_job_verdict, training_status_record
 from ansible_collections.gpucluster.multinode.plugins.filter.training_monitor import training_progress_view
 
 FILES = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..', 'roles', 'training', 'files')
@@ -39,7 +39,7 @@ def _row(node, rank, step, alive=True, since=2.0, **kw):
 
 
 def _status(job_results, progress_results, stall_seconds=60):
-    result = training_job_state(job_results, NODES, NODES, 'j-1')
+    result = training_job_verdict(job_results, NODES, NODES, 'j-1')
     progress = (training_progress_view(progress_results, NODES, stall_seconds, 'j-1')
                 if progress_results is not None else None)
     return training_status_record(result, progress)
