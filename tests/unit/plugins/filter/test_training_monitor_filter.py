@@ -31,7 +31,7 @@ def test_every_node_read_gives_the_state_and_no_errors():
 
 def test_the_status_read_errors_give_an_unknown_verdict():
     result = training_job_verdict([{'node': 'head', 'running': False}, {'failed': True, 'msg': 'boom'}], ['head', 'w1'],
-                                ['head', 'w1'], 'j-1')
+                                  ['head', 'w1'], 'j-1')
     assert result['state'] == 'unknown' and result['unknown_nodes'] == ['w1']
     assert result['lines'] == ['job j-1: unknown (its state could not be read on w1)', 'w1: read failed: boom']
 

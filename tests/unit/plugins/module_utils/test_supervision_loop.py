@@ -230,7 +230,7 @@ def test_a_job_stopped_by_someone_else_ends_the_supervision_as_stopped_never_as_
     assert not _starts(fake)
     summary = core.summarize(fake.events)
     assert (summary['outcome'], summary['why']) == ('stopped', 'the job was stopped (not by its supervisor): nothing '
-                                                                'to restart')
+                                                    'to restart')
 
 
 def test_a_stall_is_a_fault_of_the_stalled_ranks_nodes():
