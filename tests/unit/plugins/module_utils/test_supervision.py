@@ -10,6 +10,7 @@ import json
 import os
 import re
 import stat
+import sys
 
 import pytest
 
@@ -17,6 +18,8 @@ from ansible_collections.gpucluster.multinode.plugins.module_utils.training impo
 from ansible_collections.gpucluster.multinode.plugins.plugin_utils.k8s import cluster as kc
 
 ROOT = os.path.join(os.path.dirname(__file__), '..', '..', '..', '..')
+sys.path.insert(0, os.path.join(ROOT, 'tests', 'unit'))
+from test_layering import program_closure  # noqa: E402  (the layering test's reading of a program's imports)
 NODES = ['head', 'w1', 'w2']
 NOW = 1764000000.0
 SETTINGS = {'restarts': 3, 'min_nodes': 2}
@@ -64,29 +67,13 @@ def _kinds_written(path):
     return kinds
 
 
-def _program_files(path):
-    """A program and the modules beside it that it imports (its driver and the driver's parts), and theirs."""
-    folder, seen, todo = os.path.dirname(path), [], [path]
-    while todo:
-        current = todo.pop()
-        if current in seen:
-            continue
-        seen.append(current)
-        with open(current) as handle:
-            tree = ast.parse(handle.read(), current)
-        for node in ast.walk(tree):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
-            todo += [os.path.join(folder, n + '.py') for n in names if os.path.isfile(os.path.join(folder, n + '.py'))]
-    return seen
-
-
 @pytest.mark.parametrize('program', ['roles/training/files/gpucluster_supervise.py', 'roles/k8s/files/k8s_pod.py'])
 def test_both_supervisors_write_the_cores_vocabulary(program):
     """Each supervisor writes the core's words: those of its own (a driver's: read_missed, blind, fenced...),
     and, where it runs the core's loop, those the loop writes (fault, job_stopped, restart, gave_up, done)."""
     kinds, runs_the_loop = set(), False
-    for path in _program_files(os.path.join(ROOT, program)):
+    # the program and the modules beside it that it imports (its driver and the driver's parts), and theirs
+    for path in [os.path.join(ROOT, os.path.dirname(program), name) for name in program_closure(program)]:
         kinds |= _kinds_written(path)
         with open(path) as handle:
             runs_the_loop = runs_the_loop or re.search(r'\b(core|supervision)\.Loop\(', handle.read()) is not None
